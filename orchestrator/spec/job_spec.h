@@ -1,0 +1,95 @@
+// The job spec: what a user submits (schemas/jobspec.schema.json is the one
+// source of truth; docs/jobspec.md is its reference for people).
+//
+// ParseJobSpec turns JSON into a JobSpec, reporting every violation with its
+// JSON path and what was expected, e.g.
+//   roles.actor.replicas: expected an integer >= 1, got "two"
+// It checks what the schema checks (types, ranges, unknown keys) and what a
+// schema cannot (colocate_with names an existing role, no cycles, replicas x
+// gpus_per_replica fits the colocation group, the groups fit the devices).
+// Checking against the daemon's inventory is separate (CheckFitsInventory),
+// because `tandem validate` runs without a daemon.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tandem::spec {
+
+enum class BackendKind { kLocal, kSlurm, kRedis };
+std::string_view BackendKindName(BackendKind k);  // "local", "slurm", "redis"
+
+struct BackendSpec {
+  BackendKind kind = BackendKind::kLocal;
+  // Backend-specific options (slurm: partition, account, ...; redis: url,
+  // ...), validated by the schema and interpreted by that backend.
+  nlohmann::json options = nlohmann::json::object();
+};
+
+struct RestartPolicy {
+  enum class Kind { kNever, kOnFailure, kAlways };
+  Kind kind = Kind::kNever;
+  int max_restarts = 0;        // restarts per task, after which the task fails
+  double backoff_initial_s = 1.0;  // first delay; doubles each restart
+  double backoff_max_s = 30.0;
+};
+
+struct RoleSpec {
+  std::string name;
+  std::vector<std::string> command;  // argv; empty when `worker` is set
+  std::string worker;                // native worker name (tandem-worker ROLE), else ""
+  std::vector<std::string> args;     // extra arguments for a native worker
+  int replicas = 1;
+  int gpus_per_replica = 0;          // 0: a CPU-only role, gets no devices
+  std::map<std::string, std::string> env;
+  std::vector<std::map<std::string, std::string>> replica_env;  // empty, or one map per replica
+  int ports = 0;                     // ports leased per task (TANDEM_PORTS)
+  RestartPolicy restart;
+  std::string colocate_with;         // "" or the name of another role
+  std::string cwd;                   // "" = the run dir
+};
+
+struct JobSpec {
+  std::string name;
+  BackendSpec backend;
+  std::vector<int> devices;          // logical device ids given to the job (0..N-1 for a count)
+  std::map<std::string, std::string> env;
+  std::string run_dir;               // "" = <state-dir>/runs/<job id>; relative paths resolve against the submitter's cwd
+  std::vector<RoleSpec> roles;       // in the order of the spec's "roles" object
+  nlohmann::json raw;                // the spec as submitted
+
+  const RoleSpec* FindRole(std::string_view name) const;
+};
+
+struct SpecError {
+  std::string path;     // "roles.actor.replicas"; "" for the document itself
+  std::string message;  // "expected an integer >= 1, got \"two\""
+  std::string ToString() const;  // "path: message"
+};
+
+struct ParseResult {
+  std::optional<JobSpec> spec;      // set iff errors is empty
+  std::vector<SpecError> errors;
+  // One Status (kInvalidArgument) carrying every error, one per line; ok if none.
+  Status ToStatus() const;
+};
+
+ParseResult ParseJobSpec(const nlohmann::json& doc);
+// Parses text first; a JSON syntax error is reported with its byte offset.
+ParseResult ParseJobSpecText(std::string_view text);
+
+// The physical devices a daemon may hand out (`--gpus 0,1,2,3`).
+struct Inventory {
+  std::vector<int> gpus;  // physical ids, in order
+};
+// Fails (kInvalidArgument / kResourceExhausted) when the job asks for more or
+// other logical devices than the inventory has.
+Status CheckFitsInventory(const JobSpec& spec, const Inventory& inv);
+
+}  // namespace tandem::spec

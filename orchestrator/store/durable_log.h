@@ -1,0 +1,74 @@
+// The daemon's durable journal (issue #2, "Durable job store").
+//
+// Every state change of the daemon is one record appended to a journal file
+// as one line, "<crc32c as 8 hex digits> <compact JSON>\n", the checksum
+// taken over the JSON text. Records are fsync'd before they count: Append
+// writes at once and the fsync runs on a worker thread, grouping every
+// record appended meanwhile into one fsync (group commit); `on_durable`
+// callbacks are posted back to the io_context after it.
+//
+// From time to time the owner calls Compact(snapshot) with the state that
+// all records so far produce; the snapshot is written to a temporary file,
+// fsync'd, renamed over snapshot.json, the directory fsync'd, and the journal
+// restarted empty. Recovery = snapshot + the journal's records after it.
+//
+// Recovery is strict about the middle and lenient about the end: a torn or
+// corrupt *last* line (a crash during a write) is skipped with a warning; a
+// corrupt line followed by valid ones is kDataLoss, since records after it
+// cannot be trusted to apply to the right state.
+//
+// Files in `dir`: snapshot.json, journal.log (and *.tmp during compaction).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tandem::store {
+
+struct Recovered {
+  nlohmann::json snapshot;                // null when there was none
+  std::vector<nlohmann::json> records;    // journal records after the snapshot, in order
+  std::vector<std::string> warnings;      // e.g. "journal.log:118: torn last record skipped"
+};
+
+class DurableLog {
+ public:
+  using DurableCallback = std::function<void(Status)>;
+
+  // Opens (creating `dir` if needed), recovers what is there into `out`, and
+  // prepares to append. Fails with kDataLoss on corruption that is not a torn
+  // tail. `io` runs the callbacks.
+  static StatusOr<std::unique_ptr<DurableLog>> Open(boost::asio::io_context& io,
+                                                    const std::filesystem::path& dir,
+                                                    Recovered* out);
+  virtual ~DurableLog() = default;
+
+  // Appends one record (a JSON object). It is durable once `on_durable(Ok)`
+  // runs; on a write or fsync failure the callback gets the error and the
+  // log refuses further appends (the daemon must not pretend state is safe).
+  virtual void Append(const nlohmann::json& record, DurableCallback on_durable = {}) = 0;
+
+  // Blocks until everything appended so far is durable. For shutdown and tests.
+  virtual Status Flush() = 0;
+
+  // Replaces snapshot + journal by `snapshot` (the state after every record
+  // appended so far). Blocking; call rarely (the daemon does it every N records).
+  virtual Status Compact(const nlohmann::json& snapshot) = 0;
+
+  // Records appended since the last Compact (or Open).
+  virtual uint64_t records_since_compaction() const = 0;
+};
+
+// crc32c of `data` (Castagnoli), as used in journal lines.
+uint32_t Crc32c(std::string_view data);
+
+}  // namespace tandem::store

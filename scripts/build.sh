@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds tandem into build/ (or $TANDEM_BUILD_DIR).
+# Usage: scripts/build.sh [extra cmake args...]   e.g. -DCMAKE_BUILD_TYPE=Sanitize
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${TANDEM_BUILD_DIR:-build}
+JOBS=${TANDEM_JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -G Ninja "$@" >/dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS"

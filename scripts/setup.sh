@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what tandem needs to build and test, from Debian's packages (and
+# npm for the JSON Schema validator used by the tests). Idempotent: skips
+# packages already present. Usage: scripts/setup.sh [--test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_pkgs=(build-essential cmake ninja-build ccache pkg-config
+  libboost-dev libboost-system-dev libboost-filesystem-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev)
+# Extra packages for the test suite (services, validators, fuzzers).
+test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl)
+
+want=("${build_pkgs[@]}")
+[[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "[setup] all Debian packages present"
+fi
+
+if [[ "${1:-}" == "--test" && ! -x tests/schema/node_modules/.bin/ajv ]] && [[ -f tests/schema/package.json ]]; then
+  echo "[setup] installing the JSON Schema validator (npm)"
+  (cd tests/schema && npm ci --silent --no-audit --no-fund 2>/dev/null || npm install --silent --no-audit --no-fund)
+fi

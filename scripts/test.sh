@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, builds (warnings as errors;
+# the orchestrator and backends under ASan+UBSan), starts the services the
+# tests need, and runs every test with ctest. Stops only what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+scripts/setup.sh --test
+
+export TANDEM_BUILD_DIR=${TANDEM_BUILD_DIR:-build-test}
+echo "[test] building in $TANDEM_BUILD_DIR (Sanitize, -Werror)"
+scripts/build.sh -DCMAKE_BUILD_TYPE=Sanitize -DTANDEM_WERROR=ON -DTANDEM_BUILD_FUZZ=OFF
+
+SERVICES=()
+cleanup() {
+  for s in "${SERVICES[@]}"; do "$ROOT/scripts/services/$s.sh" stop || true; done
+}
+trap cleanup EXIT
+for s in scripts/services/*.sh; do
+  [[ -e "$s" ]] || continue
+  name=$(basename "$s" .sh)
+  "$s" start
+  SERVICES+=("$name")
+done
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cd "$TANDEM_BUILD_DIR"
+ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" "$@"
