@@ -1,0 +1,40 @@
+// The `tandem` subcommands (issue #2 part 7). Each returns the process exit
+// code, documented in docs/cli.md:
+//   0  success (the job succeeded, the request was done)
+//   1  the job failed, or the spec is invalid
+//   2  usage error (bad flags)
+//   3  tandemd cannot be reached
+//   4  the job was cancelled (also `tandem run` after Ctrl-C)
+//   5  the daemon refused the request (not found, conflict, ...)
+#pragma once
+
+#include <string>
+
+#include "orchestrator/cli/client.h"
+#include "orchestrator/daemon/settings.h"
+
+namespace tandem::cli {
+
+enum ExitCode { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitUnreachable = 3,
+                kExitCancelled = 4, kExitRefused = 5 };
+
+// Reads a spec file and makes a relative run_dir absolute against the cwd,
+// since the daemon cannot know the submitter's cwd.
+StatusOr<nlohmann::json> LoadSpecForSubmit(const std::string& path);
+
+int CmdValidate(const std::string& spec_path);
+int CmdSubmit(Client& c, const std::string& spec_path, bool wait);
+int CmdStatus(Client& c, const std::string& job, bool json);
+int CmdCancel(Client& c, const std::string& job);
+int CmdLogs(Client& c, const std::string& job, const std::string& task, bool follow, bool stderr_stream);
+int CmdEvents(Client& c, const std::string& job, bool follow);
+// Follows a job's events until it ends; prints per-role progress; returns the job's exit code.
+int WaitForJob(Client& c, const std::string& job, bool quiet);
+int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings);
+
+// Exit code for a job's final state name.
+int ExitCodeForState(const std::string& state);
+// One line of a job event, for people: "12:00:01.234 actor.0 running pid=123".
+std::string FormatEvent(const nlohmann::json& ev);
+
+}  // namespace tandem::cli

@@ -1,0 +1,117 @@
+// tandem: the command-line interface. Subcommands and exit codes: docs/cli.md.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+
+#include "common/log.h"
+#include "orchestrator/cli/commands.h"
+#include "orchestrator/daemon/daemon.h"
+
+#include <boost/asio/signal_set.hpp>
+
+namespace {
+
+using namespace tandem;
+
+int RunDaemon(daemon::DaemonSettings settings) {
+  log::Init(settings.log_level);
+  boost::asio::io_context io;
+  daemon::Daemon d(io, settings);
+  if (Status st = d.Start(); !st.ok()) {
+    log::Error("daemon", "cannot start: {}", st.ToString());
+    return 1;
+  }
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](const boost::system::error_code&, int) { d.Stop(); io.stop(); });
+  io.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"tandem: run and inspect RL post-training jobs"};
+  app.require_subcommand(1);
+  std::string socket, url, token_file;
+  app.add_option("--socket", socket, "tandemd's unix socket (default: TANDEM_SOCKET, else <state-dir>/tandemd.sock)")
+      ->envname("TANDEM_SOCKET");
+  app.add_option("--url", url, "tandemd over TCP, HOST:PORT (with --token-file)")->envname("TANDEM_URL");
+  app.add_option("--token-file", token_file, "Bearer token file for --url")->envname("TANDEM_TOKEN_FILE");
+  app.fallthrough();  // global options are accepted after the subcommand too
+
+  std::string spec, job, task;
+  bool wait = false, as_json = false, follow = false, err_stream = false;
+
+  auto* run = app.add_subcommand("run", "Run a job on an embedded daemon; exits with the job's outcome");
+  run->add_option("SPEC", spec, "Job spec (JSON)")->required();
+  daemon::DaemonSettings run_settings;
+  daemon::AddDaemonFlags(*run, run_settings, /*include_socket=*/false);
+
+  auto* submit = app.add_subcommand("submit", "Submit a job; prints its id on the last line");
+  submit->add_option("SPEC", spec, "Job spec (JSON)")->required();
+  submit->add_flag("--wait", wait, "Wait for the job to end; exit with its outcome");
+
+  auto* status = app.add_subcommand("status", "List jobs, or show one job and its tasks");
+  status->add_option("JOB", job, "Job id");
+  status->add_flag("--json", as_json, "Print the API's JSON");
+
+  auto* cancel = app.add_subcommand("cancel", "Cancel a job (SIGTERM, grace period, SIGKILL)");
+  cancel->add_option("JOB", job, "Job id")->required();
+
+  auto* logs = app.add_subcommand("logs", "Print a task's output");
+  logs->add_option("JOB", job, "Job id")->required();
+  logs->add_option("--task,-t", task, "Task name (role.rank); optional for one-task jobs");
+  logs->add_flag("--follow,-f", follow, "Keep printing until the task ends");
+  logs->add_flag("--stderr", err_stream, "Print stderr instead of stdout");
+
+  auto* events = app.add_subcommand("events", "Print a job's state changes");
+  events->add_option("JOB", job, "Job id")->required();
+  events->add_flag("--follow,-f", follow, "Keep printing until the job ends");
+
+  auto* validate = app.add_subcommand("validate", "Check a job spec; exit 0 if valid, 1 with the errors");
+  validate->add_option("SPEC", spec, "Job spec (JSON)")->required();
+
+  auto* daemon_cmd = app.add_subcommand("daemon", "Run tandemd in the foreground");
+  daemon::DaemonSettings daemon_settings;
+  daemon::AddDaemonFlags(*daemon_cmd, daemon_settings, /*include_socket=*/false);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : cli::kExitUsage;
+  }
+  log::Init("warn");
+
+  if (*validate) return cli::CmdValidate(spec);
+  if (*run) return cli::CmdRun(spec, run_settings);
+  if (*daemon_cmd) {
+    daemon_settings.socket = socket;
+    return RunDaemon(daemon_settings);
+  }
+
+  cli::Endpoint ep;
+  if (!url.empty()) {
+    const size_t colon = url.rfind(':');
+    if (colon == std::string::npos) { std::cerr << "tandem: --url must be HOST:PORT\n"; return cli::kExitUsage; }
+    ep.host = url.substr(0, colon);
+    ep.port = std::atoi(url.c_str() + colon + 1);
+    if (!token_file.empty()) {
+      std::ifstream in(token_file);
+      std::getline(in, ep.token);
+      while (!ep.token.empty() && std::isspace(static_cast<unsigned char>(ep.token.back()))) ep.token.pop_back();
+    }
+  } else {
+    ep.unix_path = socket.empty() ? daemon::DefaultStateDir() + "/tandemd.sock" : socket;
+  }
+  cli::Client client(ep);
+  if (*submit) return cli::CmdSubmit(client, spec, wait);
+  if (*status) return cli::CmdStatus(client, job, as_json);
+  if (*cancel) return cli::CmdCancel(client, job);
+  if (*logs) return cli::CmdLogs(client, job, task, follow, err_stream);
+  if (*events) return cli::CmdEvents(client, job, follow);
+  return cli::kExitUsage;
+}

@@ -1,0 +1,134 @@
+// `tandem run SPEC`: an embedded daemon on a private state dir runs one job
+// and the command exits with the job's outcome (docs/cli.md). Ctrl-C cancels
+// the job cleanly (SIGTERM, grace, SIGKILL) and waits until nothing of it
+// runs. Run dirs default to ./runs/<job id>. While it runs, other `tandem`
+// commands can reach it with --socket <state dir>/tandemd.sock (printed).
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include <boost/asio/signal_set.hpp>
+
+#include "common/log.h"
+#include "orchestrator/cli/commands.h"
+#include "orchestrator/daemon/daemon.h"
+
+namespace tandem::cli {
+
+namespace {
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// "actor: running=2  rollout: running=1 pending=0"
+std::string RoleLine(const daemon::Job& job) {
+  std::map<std::string, std::map<std::string, int>> by_role;
+  std::vector<std::string> order;
+  for (const auto& t : job.tasks) {
+    if (!by_role.count(t.role)) order.push_back(t.role);
+    by_role[t.role][std::string(daemon::ToString(t.state))]++;
+  }
+  std::string line;
+  for (const auto& role : order) {
+    line += (line.empty() ? "" : "   ") + role + ":";
+    for (const auto& [state, n] : by_role[role]) line += " " + state + "=" + std::to_string(n);
+  }
+  return line;
+}
+}  // namespace
+
+int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
+  log::Init(settings.log_level == "info" ? "warn" : settings.log_level);
+  auto spec = LoadSpecForSubmit(spec_path);
+  if (!spec.ok()) { std::cerr << "tandem: " << spec.status().message() << "\n"; return kExitFailed; }
+
+  bool temp_state = false;
+  if (settings.state_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "tandem-run-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) { std::perror("tandem: mkdtemp"); return kExitFailed; }
+    settings.state_dir = tmpl;
+    temp_state = true;
+  }
+  settings.socket = settings.state_dir + "/tandemd.sock";
+
+  boost::asio::io_context io;
+  daemon::Daemon d(io, settings);
+  if (Status st = d.Start(fs::current_path() / "runs"); !st.ok()) {
+    std::cerr << "tandem: cannot start the embedded daemon: " << st.message() << "\n";
+    return kExitFailed;
+  }
+  std::cerr << "[run] embedded daemon: --socket " << settings.socket << "\n";
+
+  std::string job_id, last_roles;
+  int rc = kExitFailed;
+  bool interrupted = false;
+  auto finish = [&](int code) {
+    rc = code;
+    d.Stop();
+    io.stop();
+  };
+  uint64_t token = d.jobs().Subscribe([&](const daemon::Event& ev) {
+    const json& b = ev.body;
+    if (job_id.empty() && b.value("type", "") == "job_submitted") {
+      job_id = b["job"].value("id", "");
+      std::cerr << "[run] job " << job_id << "  run dir " << b["job"].value("run_dir", "") << "\n";
+    }
+    const bool mine = (b["job"].is_string() && b["job"] == job_id) ||
+                      (b["job"].is_object() && b["job"].value("id", "") == job_id);
+    if (job_id.empty() || !mine) return;
+    std::cerr << FormatEvent(b) << "\n";
+    const daemon::Job* job = d.jobs().Find(job_id);
+    if (!job) return;
+    if (std::string roles = RoleLine(*job); roles != last_roles) {
+      std::cerr << "[run] " << roles << "\n";
+      last_roles = roles;
+    }
+    if (b.value("type", "") == "job_state" && daemon::IsTerminal(job->state)) {
+      finish(interrupted && job->state == daemon::JobState::kCancelled ? kExitCancelled
+                                                                       : ExitCodeForState(std::string(daemon::ToString(job->state))));
+    }
+  });
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        if (!interrupted) {
+          interrupted = true;
+          std::cerr << "[run] interrupted: cancelling " << job_id << " (tasks get SIGTERM, then SIGKILL after "
+                    << settings.grace_s << "s)\n";
+          if (!job_id.empty()) (void)d.jobs().Cancel(job_id);
+          else finish(kExitCancelled);
+        }
+        signals.async_wait(on_signal);
+      };
+  signals.async_wait(on_signal);
+
+  d.jobs().Submit(*spec, [&](StatusOr<json> result) {
+    if (!result.ok()) {
+      std::cerr << "tandem: job refused:\n" << result.status().message() << "\n";
+      return finish(kExitFailed);
+    }
+  });
+  io.run();
+  d.jobs().Unsubscribe(token);
+
+  if (const daemon::Job* job = d.jobs().Find(job_id)) {
+    std::cerr << "[run] job " << job->id << " " << daemon::ToString(job->state)
+              << (job->detail.empty() ? "" : " (" + job->detail + ")") << "\n";
+    for (const auto& t : job->tasks)
+      std::cerr << "[run]   " << t.name << "  " << daemon::ToString(t.state)
+                << (t.detail.empty() ? "" : "  " + t.detail) << "\n";
+    std::cerr << "[run] logs: " << job->run_dir << "/tasks/\n";
+    std::cout << job->id << "\n";
+  }
+  if (temp_state) {
+    std::error_code ec;
+    fs::remove_all(settings.state_dir, ec);
+  }
+  return rc;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,46 @@
+// The HTTP API of tandemd (issue #2 part 3). Routes, status codes and bodies
+// are specified in docs/api.md and schemas/api.schema.json:
+//
+//   POST /v1/jobs                      submit a job spec            201 | 400 | 409
+//   GET  /v1/jobs[?state=S]            list jobs                    200
+//   GET  /v1/jobs/{id}                 one job with its tasks       200 | 404
+//   POST /v1/jobs/{id}/cancel          request cancellation         202 | 404
+//   GET  /v1/jobs/{id}/tasks           the job's tasks              200 | 404
+//   GET  /v1/jobs/{id}/logs?task=T[&stream=stdout|stderr][&follow=1]   text
+//   GET  /v1/jobs/{id}/events[?follow=0]   server-sent events of every state change
+//   GET  /healthz                      liveness                     200
+//   GET  /metrics                      Prometheus text format       200
+//
+// Errors are JSON: {"error": {"code", "message", "details"?}}.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "orchestrator/daemon/http_server.h"
+#include "orchestrator/daemon/job_manager.h"
+#include "orchestrator/metrics/registry.h"
+
+namespace tandem::daemon {
+
+class Api {
+ public:
+  Api(boost::asio::io_context& io, JobManager& jobs, metrics::Registry& metrics);
+  void Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex);
+
+ private:
+  void Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex);
+  void Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
+  void Events(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
+  void Metrics(std::shared_ptr<Exchange> ex);
+
+  boost::asio::io_context& io_;
+  JobManager& jobs_;
+  metrics::Registry& metrics_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+// Maps a Status to an HTTP status code (400 invalid, 404 not found, 409 conflict, ...).
+int HttpStatusFor(const Status& st);
+
+}  // namespace tandem::daemon

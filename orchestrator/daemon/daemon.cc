@@ -1,0 +1,92 @@
+// tandemd assembled; see daemon.h.
+#include "orchestrator/daemon/daemon.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common/log.h"
+
+namespace tandem::daemon {
+
+namespace fs = std::filesystem;
+
+Daemon::Daemon(boost::asio::io_context& io, DaemonSettings settings)
+    : io_(io), settings_(std::move(settings)) {}
+
+Daemon::~Daemon() {
+  Stop();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Status Daemon::Start(const fs::path& run_root) {
+  TANDEM_RETURN_IF_ERROR(Resolve(settings_), "settings");
+  const fs::path state(settings_.state_dir);
+  std::error_code ec;
+  fs::create_directories(state, ec);
+  if (ec) return ErrnoStatus("create state dir " + state.string(), ec.value());
+  ::chmod(state.c_str(), 0700);
+
+  lock_fd_ = ::open((state / "tandemd.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) return ErrnoStatus("open lock file");
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    std::string owner;
+    std::ifstream(state / "tandemd.pid") >> owner;
+    return FailedPrecondition("another tandemd (pid " + owner + ") owns " + state.string());
+  }
+  std::ofstream(state / "tandemd.pid") << ::getpid() << '\n';
+
+  std::string token;
+  if (!settings_.token_file.empty()) {
+    std::ifstream in(settings_.token_file);
+    if (!in) return NotFound("--token-file " + settings_.token_file + ": cannot read");
+    std::getline(in, token);
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    if (token.size() < 16) return InvalidArgument("--token-file: token must be at least 16 characters");
+  }
+
+  store::Recovered recovered;
+  auto log = store::DurableLog::Open(io_, state / "store", &recovered);
+  if (!log.ok()) return log.status().WithContext("open journal");
+  log_ = std::move(log).value();
+
+  ports_ = std::make_unique<backends::PortRegistry>();
+  backends::LocalExecutorOptions lopts;
+  lopts.exec_shim = settings_.exec_shim;
+  local_ = std::make_unique<backends::LocalExecutor>(
+      io_, lopts, [this](const std::string& task_id, const backends::TaskExit& exit) {
+        if (jobs_) jobs_->OnTaskExit(task_id, exit);
+      });
+  TANDEM_RETURN_IF_ERROR(backends::BecomeChildSubreaper(), "subreaper");
+
+  JobManagerOptions jopts;
+  jopts.state_dir = state;
+  jopts.gpus = settings_.gpu_ids;
+  jopts.grace = std::chrono::milliseconds(static_cast<int64_t>(settings_.grace_s * 1000));
+  jopts.compact_every = settings_.compact_every;
+  jopts.run_root = run_root;
+  jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, *local_, *ports_, metrics_);
+  TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
+
+  api_ = std::make_unique<Api>(io_, *jobs_, metrics_);
+  server_ = std::make_unique<HttpServer>(
+      io_, [this](const HttpRequest& req, std::shared_ptr<Exchange> ex) { api_->Handle(req, std::move(ex)); });
+  TANDEM_RETURN_IF_ERROR(server_->ListenUnix(settings_.socket));
+  if (!settings_.listen.empty())
+    TANDEM_RETURN_IF_ERROR(server_->ListenTcp(settings_.listen, token, settings_.allow_remote));
+  std::string gpus;
+  for (int g : settings_.gpu_ids) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+  log::Info("daemon", "ready state_dir={} gpus=[{}] pid={}", state.string(), gpus, ::getpid());
+  return Status::Ok();
+}
+
+void Daemon::Stop() {
+  if (server_) server_->Close();
+  if (jobs_) {
+    if (Status st = jobs_->Shutdown(); !st.ok()) log::Error("daemon", "flush on shutdown: {}", st.ToString());
+  }
+}
+
+}  // namespace tandem::daemon

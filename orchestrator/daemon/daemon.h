@@ -1,0 +1,57 @@
+// tandemd assembled: state dir lock, durable log, executor, job manager,
+// HTTP server (DESIGN.md "Components"). `tandemd` and `tandem daemon` run one
+// until SIGTERM/SIGINT; `tandem run` embeds one on a private state dir.
+//
+// State dir layout:
+//   tandemd.lock     flock'd while a daemon owns the dir (a second one refuses)
+//   tandemd.pid      the owner's pid
+//   tandemd.sock     the API's unix socket (0600)
+//   store/           journal.log + snapshot.json (orchestrator/store)
+//   runs/<job id>/   default run dirs
+//
+// Shutdown (SIGTERM) stops accepting requests and flushes the journal; tasks
+// keep running and the next daemon on the same state dir re-adopts them.
+#pragma once
+
+#include <memory>
+
+#include <boost/asio/io_context.hpp>
+
+#include "backends/local/local_executor.h"
+#include "backends/port_lease.h"
+#include "orchestrator/daemon/api.h"
+#include "orchestrator/daemon/http_server.h"
+#include "orchestrator/daemon/job_manager.h"
+#include "orchestrator/daemon/settings.h"
+#include "orchestrator/metrics/registry.h"
+#include "orchestrator/store/durable_log.h"
+
+namespace tandem::daemon {
+
+class Daemon {
+ public:
+  Daemon(boost::asio::io_context& io, DaemonSettings settings);
+  ~Daemon();
+
+  // Locks the state dir, recovers, re-attaches, and starts serving.
+  Status Start(const std::filesystem::path& run_root = {});
+  // Stops serving and flushes; leaves tasks running (see the header comment).
+  void Stop();
+
+  JobManager& jobs() { return *jobs_; }
+  const DaemonSettings& settings() const { return settings_; }
+
+ private:
+  boost::asio::io_context& io_;
+  DaemonSettings settings_;
+  int lock_fd_ = -1;
+  metrics::Registry metrics_;
+  std::unique_ptr<store::DurableLog> log_;
+  std::unique_ptr<backends::PortRegistry> ports_;
+  std::unique_ptr<backends::LocalExecutor> local_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace tandem::daemon

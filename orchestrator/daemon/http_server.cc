@@ -1,0 +1,380 @@
+// tandemd's HTTP server; see http_server.h for the contract and limits.
+#include "orchestrator/daemon/http_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <deque>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "common/log.h"
+
+namespace tandem::daemon {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using unix_proto = asio::local::stream_protocol;
+
+void Exchange::RespondError(int status, std::string_view code, std::string_view message,
+                            nlohmann::json details) {
+  nlohmann::json err = {{"code", code}, {"message", message}};
+  if (!details.is_null()) err["details"] = std::move(details);
+  RespondJson(status, {{"error", err}});
+}
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool PercentDecode(std::string_view in, std::string* out, bool plus_is_space) {
+  out->clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      if (i + 2 >= in.size()) return false;
+      const int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      out->push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out->push_back(' ');
+    } else {
+      out->push_back(c);
+    }
+  }
+  return true;
+}
+
+// Compares without an early exit, so timing does not reveal the token.
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string_view ReasonPhrase(int status) {
+  return http::obsolete_reason(static_cast<http::status>(status));
+}
+
+}  // namespace
+
+Status ParseTarget(std::string_view target, std::string* path,
+                   std::map<std::string, std::string>* query) {
+  if (target.empty() || target[0] != '/') return InvalidArgument("request target must start with /");
+  const size_t q = target.find('?');
+  if (!PercentDecode(target.substr(0, q), path, false))
+    return InvalidArgument("bad percent-encoding in path");
+  query->clear();
+  if (q == std::string_view::npos) return Status::Ok();
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    std::string_view pair = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    std::string k, v;
+    if (!PercentDecode(pair.substr(0, eq), &k, true) ||
+        !PercentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), &v, true))
+      return InvalidArgument("bad percent-encoding in query");
+    (*query)[k] = v;
+  }
+  return Status::Ok();
+}
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  asio::io_context& io;
+  HttpHandler handler;
+  HttpLimits limits;
+  std::unique_ptr<unix_proto::acceptor> unix_acceptor;
+  std::unique_ptr<tcp::acceptor> tcp_acceptor;
+  std::string token;
+  size_t connections = 0;
+  bool closed = false;
+
+  Impl(asio::io_context& i, HttpHandler h, HttpLimits l) : io(i), handler(std::move(h)), limits(l) {}
+
+  template <typename Socket>
+  void StartSession(Socket socket, bool needs_token);
+  void AcceptUnix();
+  void AcceptTcp();
+};
+
+namespace {
+
+// One connection. Holds itself alive through the handlers it has in flight.
+template <typename Socket>
+class Session : public Exchange, public std::enable_shared_from_this<Session<Socket>> {
+ public:
+  Session(std::shared_ptr<HttpServer::Impl> server, Socket socket, bool needs_token)
+      : server_(std::move(server)), socket_(std::move(socket)), timer_(server_->io),
+        needs_token_(needs_token) {
+    ++server_->connections;
+  }
+  ~Session() override { --server_->connections; }
+
+  void Start() { ReadRequest(); }
+
+  void Respond(int status, const std::string& content_type, std::string body) override {
+    if (responded_ || closed_) return;
+    responded_ = true;
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    res->set(http::field::server, "tandemd");
+    res->set(http::field::content_type, content_type);
+    res->keep_alive(keep_alive_ && status < 500 && status != 400 && status != 413);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    auto self = this->shared_from_this();
+    http::async_write(socket_, *res, [self, res](boost::system::error_code ec, size_t) {
+      if (ec || !res->keep_alive()) return self->Shutdown();
+      self->ReadRequest();
+    });
+  }
+
+  void BeginStream(const std::string& content_type) override {
+    if (responded_ || closed_) return;
+    responded_ = true;
+    streaming_ = true;
+    timer_.cancel();
+    Enqueue("HTTP/1.1 200 " + std::string(ReasonPhrase(200)) + "\r\nServer: tandemd\r\nContent-Type: " +
+            content_type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
+    // Notice a client that goes away even while we have nothing to write.
+    auto self = this->shared_from_this();
+    socket_.async_wait(Socket::wait_read, [self](boost::system::error_code) {
+      char c;
+      boost::system::error_code ec;
+      if (self->socket_.is_open() && self->socket_.available(ec) == 0) self->Shutdown();
+      (void)c;
+    });
+  }
+
+  void Write(std::string data) override {
+    if (!streaming_ || closed_ || data.empty()) return;
+    char head[20];
+    std::snprintf(head, sizeof head, "%zx\r\n", data.size());
+    Enqueue(std::string(head) + data + "\r\n");
+  }
+
+  void End() override {
+    if (!streaming_ || closed_ || ended_) return;
+    ended_ = true;
+    Enqueue("0\r\n\r\n");
+  }
+
+  bool closed() const override { return closed_; }
+  void OnClose(std::function<void()> cb) override { on_close_ = std::move(cb); }
+
+ private:
+  void Enqueue(std::string bytes) {
+    queue_.push_back(std::move(bytes));
+    if (queue_.size() == 1) WriteNext();
+  }
+
+  void WriteNext() {
+    auto self = this->shared_from_this();
+    asio::async_write(socket_, asio::buffer(queue_.front()), [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->Shutdown();
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) return self->WriteNext();
+      if (self->ended_) self->Shutdown();
+    });
+  }
+
+  void ArmTimer() {
+    timer_.expires_after(std::chrono::seconds(server_->limits.read_timeout_s));
+    std::weak_ptr<Session> weak = this->shared_from_this();
+    timer_.async_wait([weak](boost::system::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->Shutdown();
+    });
+  }
+
+  void ReadRequest() {
+    if (closed_) return;
+    responded_ = false;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(server_->limits.max_header_bytes));
+    parser_->body_limit(server_->limits.max_body_bytes);
+    ArmTimer();
+    auto self = this->shared_from_this();
+    http::async_read(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
+      self->timer_.cancel();
+      if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+          ec == asio::error::connection_reset)
+        return self->Shutdown();
+      self->keep_alive_ = false;
+      if (ec == http::error::body_limit)
+        return self->RespondError(413, "payload_too_large", "request body over the limit");
+      if (ec == http::error::header_limit)
+        return self->RespondError(431, "headers_too_large", "request headers over the limit");
+      if (ec) return self->RespondError(400, "bad_request", ec.message());
+      self->Dispatch();
+    });
+  }
+
+  void Dispatch() {
+    auto& msg = parser_->get();
+    keep_alive_ = msg.keep_alive();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    for (const auto& f : msg) {
+      std::string name(f.name_string());
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      req.headers[name] = std::string(f.value());
+    }
+    req.body = std::move(msg.body());
+    if (Status st = ParseTarget(msg.target(), &req.path, &req.query); !st.ok()) {
+      keep_alive_ = false;
+      return RespondError(400, "bad_request", st.message());
+    }
+    if (needs_token_) {
+      auto it = req.headers.find("authorization");
+      const std::string expected = "Bearer " + server_->token;
+      if (it == req.headers.end() || !ConstantTimeEquals(it->second, expected))
+        return RespondError(401, "unauthorized", "missing or wrong bearer token");
+    }
+    server_->handler(req, this->shared_from_this());
+  }
+
+  void Shutdown() {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    boost::system::error_code ec;
+    socket_.shutdown(Socket::shutdown_both, ec);
+    socket_.close(ec);
+    if (on_close_) {
+      auto cb = std::move(on_close_);
+      cb();
+    }
+  }
+
+  std::shared_ptr<HttpServer::Impl> server_;
+  Socket socket_;
+  asio::steady_timer timer_;
+  bool needs_token_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::deque<std::string> queue_;
+  std::function<void()> on_close_;
+  bool keep_alive_ = false, responded_ = false, streaming_ = false, ended_ = false, closed_ = false;
+};
+
+}  // namespace
+
+template <typename Socket>
+void HttpServer::Impl::StartSession(Socket socket, bool needs_token) {
+  auto s = std::make_shared<Session<Socket>>(shared_from_this(), std::move(socket), needs_token);
+  if (connections > limits.max_connections) {
+    s->RespondError(503, "overloaded", "too many connections");
+    return;
+  }
+  s->Start();
+}
+
+void HttpServer::Impl::AcceptUnix() {
+  auto self = shared_from_this();
+  unix_acceptor->async_accept([self](boost::system::error_code ec, unix_proto::socket sock) {
+    if (self->closed || !self->unix_acceptor || !self->unix_acceptor->is_open()) return;
+    if (!ec) self->StartSession(std::move(sock), false);
+    else log::Warn("http", "accept failed: {}", ec.message());
+    self->AcceptUnix();
+  });
+}
+
+void HttpServer::Impl::AcceptTcp() {
+  auto self = shared_from_this();
+  tcp_acceptor->async_accept([self](boost::system::error_code ec, tcp::socket sock) {
+    if (self->closed || !self->tcp_acceptor || !self->tcp_acceptor->is_open()) return;
+    if (!ec) {
+      boost::system::error_code ignore;
+      sock.set_option(tcp::no_delay(true), ignore);
+      self->StartSession(std::move(sock), true);
+    } else {
+      log::Warn("http", "accept failed: {}", ec.message());
+    }
+    self->AcceptTcp();
+  });
+}
+
+HttpServer::HttpServer(asio::io_context& io, HttpHandler handler, HttpLimits limits)
+    : impl_(std::make_shared<Impl>(io, std::move(handler), limits)) {}
+
+HttpServer::~HttpServer() { Close(); }
+
+Status HttpServer::ListenUnix(const std::filesystem::path& path) {
+  if (path.string().size() >= sizeof(sockaddr_un::sun_path))
+    return InvalidArgument("socket path too long (" + std::to_string(path.string().size()) + " bytes): " + path.string());
+  std::error_code fec;
+  std::filesystem::create_directories(path.parent_path(), fec);
+  ::unlink(path.c_str());
+  boost::system::error_code ec;
+  auto acc = std::make_unique<unix_proto::acceptor>(impl_->io);
+  const mode_t old = ::umask(0177);  // the socket is created 0600
+  acc->open(unix_proto(), ec);
+  if (!ec) acc->bind(unix_proto::endpoint(path.string()), ec);
+  ::umask(old);
+  if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return ErrnoStatus("listen on " + path.string(), ec.value());
+  ::chmod(path.c_str(), 0600);
+  impl_->unix_acceptor = std::move(acc);
+  impl_->AcceptUnix();
+  log::Info("http", "listening socket={}", path.string());
+  return Status::Ok();
+}
+
+Status HttpServer::ListenTcp(const std::string& host_port, std::string token, bool allow_remote) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("--listen: expected HOST:PORT, got " + host_port);
+  std::string host = host_port.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try { port = std::stoi(host_port.substr(colon + 1)); } catch (...) { port = -1; }
+  if (port < 0 || port > 65535) return InvalidArgument("--listen: bad port in " + host_port);
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("--listen: bad address " + host);
+  if (!addr.is_loopback() && !allow_remote)
+    return PermissionDenied("--listen " + host_port + " is not a loopback address; pass --allow-remote to bind it");
+  if (token.empty()) return PermissionDenied("--listen needs a token (--token-file)");
+  auto acc = std::make_unique<tcp::acceptor>(impl_->io);
+  tcp::endpoint ep(addr, static_cast<unsigned short>(port));
+  acc->open(ep.protocol(), ec);
+  if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acc->bind(ep, ec);
+  if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return ErrnoStatus("listen on " + host_port, ec.value());
+  impl_->token = std::move(token);
+  impl_->tcp_acceptor = std::move(acc);
+  impl_->AcceptTcp();
+  log::Info("http", "listening tcp={}:{}", host, tcp_port());
+  return Status::Ok();
+}
+
+int HttpServer::tcp_port() const {
+  if (!impl_->tcp_acceptor) return 0;
+  boost::system::error_code ec;
+  return impl_->tcp_acceptor->local_endpoint(ec).port();
+}
+
+void HttpServer::Close() {
+  impl_->closed = true;
+  boost::system::error_code ec;
+  if (impl_->unix_acceptor) impl_->unix_acceptor->close(ec);
+  if (impl_->tcp_acceptor) impl_->tcp_acceptor->close(ec);
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,88 @@
+// tandemd's HTTP/1.1 server (issue #2 part 3; schemas/api.schema.json).
+//
+// Listens on a unix socket (mode 0600; no token: the file mode is the access
+// control) and, only when asked, on a TCP address where every request must
+// carry `Authorization: Bearer <token>` (401 otherwise). Binding a
+// non-loopback address is refused unless the caller explicitly allows it.
+//
+// Limits: request headers 16 KiB, bodies 1 MiB (413), 30 s to read a request
+// (then the connection is closed), at most `max_connections` at once (503).
+// A malformed request is answered 400 and closed; nothing a client sends can
+// take the daemon down. Runs on the daemon's io_context; handlers run there.
+//
+// A handler answers with Exchange::Respond (a whole response) or streams with
+// Exchange::BeginStream + Write... + End (chunked transfer encoding; used by
+// log following and server-sent events). OnClose tells a streaming handler
+// that the client went away.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tandem::daemon {
+
+struct HttpRequest {
+  std::string method;                          // "GET", "POST", ...
+  std::string path;                            // "/v1/jobs/abc", percent-decoded
+  std::map<std::string, std::string> query;    // decoded
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual void Respond(int status, const std::string& content_type, std::string body) = 0;
+  void RespondJson(int status, const nlohmann::json& body) {
+    Respond(status, "application/json", body.dump() + "\n");
+  }
+  // {"error": {"code": "...", "message": "...", "details": [...]?}}
+  void RespondError(int status, std::string_view code, std::string_view message,
+                    nlohmann::json details = nullptr);
+  virtual void BeginStream(const std::string& content_type) = 0;
+  virtual void Write(std::string data) = 0;
+  virtual void End() = 0;
+  virtual bool closed() const = 0;
+  virtual void OnClose(std::function<void()> cb) = 0;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<Exchange>)>;
+
+struct HttpLimits {
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = 1024 * 1024;
+  int read_timeout_s = 30;
+  size_t max_connections = 1024;
+};
+
+class HttpServer {
+ public:
+  HttpServer(boost::asio::io_context& io, HttpHandler handler, HttpLimits limits = {});
+  ~HttpServer();
+  // Binds `path` (removing a stale socket file first), mode 0600.
+  Status ListenUnix(const std::filesystem::path& path);
+  // Binds "HOST:PORT" (port 0 picks one; see tcp_port()). Requires a token;
+  // a non-loopback host requires allow_remote.
+  Status ListenTcp(const std::string& host_port, std::string token, bool allow_remote);
+  int tcp_port() const;
+  void Close();  // stops accepting; open connections finish
+
+  struct Impl;
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Splits "/v1/jobs/x?a=1&b=%20" into a path and decoded query parameters.
+Status ParseTarget(std::string_view target, std::string* path,
+                   std::map<std::string, std::string>* query);
+
+}  // namespace tandem::daemon

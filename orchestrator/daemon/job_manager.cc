@@ -1,0 +1,484 @@
+// The job manager; see job_manager.h for the contract and lifecycle.
+#include "orchestrator/daemon/job_manager.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "backends/task_env.h"
+#include "common/log.h"
+#include "orchestrator/placement/placement.h"
+
+namespace tandem::daemon {
+
+namespace {
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string NewJobId(const std::string& name) {
+  static std::mt19937_64 rng{std::random_device{}()};
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%06llx", static_cast<unsigned long long>(rng() & 0xffffff));
+  std::string base;
+  for (char c : name) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+  if (base.empty()) base = "job";
+  if (base.size() > 40) base.resize(40);
+  return base + "-" + buf;
+}
+
+std::string ExitDetail(const backends::TaskExit& e) {
+  if (!e.status_known) return e.detail.empty() ? "exit status unknown" : e.detail;
+  std::string s;
+  if (e.signal) s = "killed by signal " + std::to_string(e.signal) + " (" + (sigabbrev_np(e.signal) ? std::string("SIG") + sigabbrev_np(e.signal) : "?") + ")";
+  else s = "exit code " + std::to_string(e.exit_code);
+  if (!e.detail.empty()) s += ": " + e.detail;
+  return s;
+}
+
+// A run dir reused by a new job keeps the old job's files under history/<old id>/.
+void ArchivePreviousRun(const fs::path& run_dir) {
+  std::string old_id = "previous";
+  std::ifstream in(run_dir / "job.json");
+  json old = json::parse(in, nullptr, false);
+  if (!old.is_discarded() && old.is_object()) old_id = old.value("id", old_id);
+  const fs::path dest = run_dir / "history" / old_id;
+  std::error_code ec;
+  fs::create_directories(dest, ec);
+  for (const char* name : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl"})
+    if (fs::exists(run_dir / name)) fs::rename(run_dir / name, dest / name, ec);
+}
+
+fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
+  return fs::path(job.run_dir) / "tasks" / (task.name + ext);
+}
+}  // namespace
+
+JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
+                       store::DurableLog& log, backends::Executor& local,
+                       backends::PortRegistry& ports, metrics::Registry& metrics)
+    : io_(io), opts_(std::move(opts)), log_(log), local_(local), ports_(ports), metrics_(metrics) {}
+
+JobManager::~JobManager() = default;
+
+// ---------------------------------------------------------------- records
+
+void JobManager::Commit(json record) { CommitThen(std::move(record), {}); }
+
+void JobManager::CommitThen(json record, std::function<void(Status)> on_durable) {
+  if (!record.contains("at")) record["at"] = NowMs();
+  Status st = Apply(table_, record);
+  if (!st.ok()) {
+    // A record that does not apply is a bug in this file, not bad input.
+    log::Error("jobs", "record refused: {} record={}", st.ToString(), record.dump());
+    if (on_durable) on_durable(st);
+    return;
+  }
+  log_.Append(record, std::move(on_durable));
+  Event ev{++event_seq_, record};
+  ev.body["seq"] = ev.seq;
+  if (Job* job = table_.Find(record.value("job", std::string()))) WriteEventLine(*job, ev.body);
+  else if (record.contains("job") && record["job"].is_object())
+    if (Job* j2 = table_.Find(record["job"].value("id", ""))) WriteEventLine(*j2, ev.body);
+  ++publishing_;
+  for (auto& [token, cb] : subscribers_) cb(ev);  // a callback may unsubscribe: deferred below
+  if (--publishing_ == 0) {
+    for (uint64_t t : unsubscribed_) subscribers_.erase(t);
+    unsubscribed_.clear();
+  }
+  if (log_.records_since_compaction() >= opts_.compact_every) {
+    if (Status cs = log_.Compact(table_.ToJson()); !cs.ok())
+      log::Error("jobs", "compaction failed: {}", cs.ToString());
+  }
+}
+
+void JobManager::WriteEventLine(const Job& job, const json& record) {
+  // Best effort, not fsync'd: the journal is the truth; this is for people.
+  std::error_code ec;
+  fs::create_directories(job.run_dir, ec);
+  std::ofstream out(fs::path(job.run_dir) / "events.jsonl", std::ios::app);
+  json line = record;
+  if (line.contains("job") && line["job"].is_object()) line["job"] = job.id;  // keep lines short
+  out << line.dump() << '\n';
+}
+
+uint64_t JobManager::Subscribe(EventCallback cb) {
+  subscribers_[next_token_] = std::move(cb);
+  return next_token_++;
+}
+void JobManager::Unsubscribe(uint64_t token) {
+  if (publishing_) unsubscribed_.push_back(token);
+  else subscribers_.erase(token);
+}
+
+// ---------------------------------------------------------------- submit
+
+void JobManager::Submit(const json& raw, SubmitCallback done) {
+  spec::ParseResult parsed = spec::ParseJobSpec(raw);
+  if (!parsed.spec) return done(parsed.ToStatus());
+  const spec::JobSpec& sp = *parsed.spec;
+  if (sp.backend.kind != spec::BackendKind::kLocal)
+    return done(FailedPrecondition("backend.kind: \"" + std::string(spec::BackendKindName(sp.backend.kind)) +
+                                   "\" is not enabled in this daemon (only \"local\")"));
+  spec::Inventory inv{opts_.gpus};
+  if (Status st = spec::CheckFitsInventory(sp, inv); !st.ok()) return done(st);
+  // Placement in the job's logical namespace; physical ids are bound at grant time.
+  spec::Inventory identity;
+  for (size_t i = 0; i < opts_.gpus.size(); ++i) identity.gpus.push_back(static_cast<int>(i));
+  auto placed = placement::PlaceJob(sp, identity);
+  if (!placed.ok()) return done(placed.status());
+
+  Job job;
+  job.id = NewJobId(sp.name);
+  while (table_.Find(job.id)) job.id = NewJobId(sp.name);
+  job.name = sp.name;
+  job.spec = raw;
+  job.backend = std::string(spec::BackendKindName(sp.backend.kind));
+  job.logical_devices = sp.devices;
+  const fs::path run_root = opts_.run_root.empty() ? opts_.state_dir / "runs" : opts_.run_root;
+  job.run_dir = sp.run_dir.empty() ? (run_root / job.id).string()
+                                   : (opts_.state_dir / sp.run_dir).lexically_normal().string();
+  if (fs::path(sp.run_dir).is_absolute()) job.run_dir = fs::path(sp.run_dir).lexically_normal().string();
+  for (const auto& other : table_.jobs)
+    if (!IsTerminal(other.state) && other.run_dir == job.run_dir)
+      return done(FailedPrecondition("run_dir: " + job.run_dir + " is in use by running job " + other.id));
+  job.submitted_ms = NowMs();
+  for (const auto& tp : placed->tasks) {
+    Task t;
+    t.role = tp.role;
+    t.rank = tp.rank;
+    t.world_size = tp.world_size;
+    t.name = tp.role + "." + std::to_string(tp.rank);
+    t.id = job.id + "." + t.name;
+    t.logical_devices = tp.logical;
+    t.submitted_ms = job.submitted_ms;
+    job.tasks.push_back(std::move(t));
+  }
+  std::error_code ec;
+  if (fs::exists(fs::path(job.run_dir) / "job.json")) ArchivePreviousRun(job.run_dir);
+  fs::create_directories(fs::path(job.run_dir) / "tasks", ec);
+  if (ec) return done(ErrnoStatus("create run dir " + job.run_dir, ec.value()));
+  {
+    std::ofstream(fs::path(job.run_dir) / "job.json") << job.ToJson().dump(2) << '\n';
+  }
+  const std::string id = job.id;
+  specs_.emplace(id, sp);
+  metrics_.Counter("tandem_jobs_submitted_total", "Jobs accepted by this daemon").Inc();
+  CommitThen({{"type", "job_submitted"}, {"seq", table_.next_seq}, {"job", job.ToJson()}},
+             [this, id, done](Status st) {
+               if (!st.ok()) return done(st.WithContext("journal"));
+               const Job* j = table_.Find(id);
+               done(j ? j->ToJson() : json{{"id", id}});
+             });
+  log::Info("jobs", "job submitted job={} tasks={} devices={}", id, table_.Find(id)->tasks.size(),
+            sp.devices.size());
+  Schedule();
+}
+
+// ---------------------------------------------------------------- scheduling
+
+bool JobManager::GrantDevices(Job& job) {
+  if (job.logical_devices.empty() || !job.physical_devices.empty()) return true;
+  std::vector<int> grant;
+  if (job.spec.contains("devices") && job.spec["devices"].is_array()) {
+    // An explicit list names inventory positions.
+    for (int l : job.logical_devices) {
+      int phys = opts_.gpus.at(static_cast<size_t>(l));
+      if (busy_gpus_.count(phys)) return false;
+      grant.push_back(phys);
+    }
+  } else {
+    for (int g : opts_.gpus) {
+      if (grant.size() == job.logical_devices.size()) break;
+      if (!busy_gpus_.count(g)) grant.push_back(g);
+    }
+    if (grant.size() < job.logical_devices.size()) return false;
+  }
+  for (int g : grant) busy_gpus_.insert(g);
+  Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", grant}});
+  return true;
+}
+
+void JobManager::Schedule() {
+  if (shutting_down_) return;
+  for (auto& job : table_.jobs) {
+    if (IsTerminal(job.state) || job.cancel_requested || stopping_.count(job.id)) continue;
+    if (!GrantDevices(job)) {
+      const std::string why = "waiting for " + std::to_string(job.logical_devices.size()) +
+                              " devices (" + std::to_string(opts_.gpus.size() - busy_gpus_.size()) + " free)";
+      if (job.detail != why) Commit({{"type", "job_state"}, {"job", job.id}, {"state", "pending"}, {"detail", why}});
+      continue;
+    }
+    for (auto& task : job.tasks)
+      if (task.state == TaskState::kPending) LaunchTask(job, task);
+    if (job.state == JobState::kPending && !IsTerminal(job.state))
+      Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"}, {"detail", ""}});
+  }
+}
+
+void JobManager::LaunchTask(Job& job, Task& task) {
+  const spec::JobSpec& sp = SpecOf(job);
+  const spec::RoleSpec* role = sp.FindRole(task.role);
+  if (!role) {
+    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
+            {"detail", "spec no longer parses for role " + task.role}});
+    return StopJob(job, "task " + task.name + " could not be launched");
+  }
+  std::vector<int> ports;
+  if (role->ports > 0) {
+    auto leased = ports_.Lease(task.id, role->ports);
+    if (!leased.ok()) {
+      Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
+              {"detail", leased.status().message()}});
+      return StopJob(job, "task " + task.name + ": no ports");
+    }
+    ports = *leased;
+  }
+  backends::TaskEnvInput in;
+  in.job_env = sp.env;
+  in.role_env = role->env;
+  if (!role->replica_env.empty()) in.task_env = role->replica_env.at(static_cast<size_t>(task.rank));
+  in.job_id = job.id;
+  in.task_id = task.id;
+  in.role = task.role;
+  in.rank = task.rank;
+  in.world_size = task.world_size;
+  in.ports = ports;
+  in.run_dir = job.run_dir;
+  in.logical_devices = task.logical_devices;
+  in.physical_devices = task.physical_devices;
+  in.control = opts_.control_endpoint;
+
+  backends::LaunchRequest req;
+  req.job_id = job.id;
+  req.task_id = task.id;
+  req.argv = role->command;
+  req.env = backends::BuildTaskEnvironment(in);
+  req.cwd = role->cwd.empty() ? fs::path(job.run_dir) : fs::path(job.run_dir) / role->cwd;
+  req.stdout_path = TaskFile(job, task, ".out");
+  req.stderr_path = TaskFile(job, task, ".err");
+  req.exit_path = TaskFile(job, task, ".exit");
+  std::error_code ec;
+  fs::remove(req.exit_path, ec);
+
+  auto started = local_.Start(req);
+  if (!started.ok()) {
+    ports_.Release(task.id);
+    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
+            {"detail", started.status().message()}});
+    return StopJob(job, "task " + task.name + " could not be launched");
+  }
+  metrics_.Counter("tandem_task_launches_total", "Task launches, restarts included").Inc();
+  if (task.launches == 0)
+    metrics_.Histogram("tandem_launch_latency_seconds", "Job submitted to task running (first launch)",
+                       {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5})
+        .Observe(static_cast<double>(NowMs() - job.submitted_ms) / 1000.0);
+  Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "running"},
+          {"detail", ""}, {"ref", started->ToJson()}, {"ports", ports},
+          {"launches", task.launches + 1}});
+}
+
+const spec::JobSpec& JobManager::SpecOf(const Job& job) {
+  auto it = specs_.find(job.id);
+  if (it != specs_.end()) return it->second;
+  auto parsed = spec::ParseJobSpec(job.spec);
+  // A journaled spec was valid when accepted; an empty spec (no roles) makes
+  // every lookup fail cleanly if a later parser version disagrees.
+  return specs_.emplace(job.id, parsed.spec ? *parsed.spec : spec::JobSpec{}).first->second;
+}
+
+// ---------------------------------------------------------------- exits
+
+Job* JobManager::JobOfTask(std::string_view task_id, Task** task) {
+  for (auto& job : table_.jobs) {
+    if (IsTerminal(job.state)) continue;
+    if (Task* t = job.FindTask(task_id)) { *task = t; return &job; }
+  }
+  return nullptr;
+}
+
+void JobManager::OnTaskExit(const std::string& task_id, const backends::TaskExit& exit) {
+  if (shutting_down_) return;
+  ports_.Release(task_id);
+  Task* task = nullptr;
+  Job* job = JobOfTask(task_id, &task);
+  if (!job || task->state != TaskState::kRunning) {
+    log::Warn("jobs", "exit of unknown or not-running task={} ignored", task_id);
+    return;
+  }
+  const std::string detail = ExitDetail(exit);
+  const json ex = exit.ToJson();
+  log::Info("jobs", "task exited task={} {}", task_id, detail);
+  const spec::RoleSpec* role = SpecOf(*job).FindRole(task->role);
+  const spec::RestartPolicy rs = role ? role->restart : spec::RestartPolicy{};
+  if (job->cancel_requested || stopping_.count(job->id)) {
+    const bool ok_exit = exit.succeeded();
+    const char* st = job->cancel_requested ? "cancelled" : (ok_exit ? "succeeded" : "cancelled");
+    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", st},
+            {"detail", detail}, {"exit", ex}, {"ports", json::array()}});
+    return MaybeFinishJob(*job);
+  }
+  const bool ok = exit.succeeded();
+  const bool wants_restart = (rs.kind == spec::RestartPolicy::Kind::kAlways) ||
+                             (rs.kind == spec::RestartPolicy::Kind::kOnFailure && !ok);
+  if (wants_restart && task->restarts < rs.max_restarts) {
+    const double delay_s = std::min(rs.backoff_max_s, rs.backoff_initial_s * (1 << std::min(task->restarts, 20)));
+    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "restarting"},
+            {"detail", detail + "; restart " + std::to_string(task->restarts + 1) + "/" +
+                           std::to_string(rs.max_restarts) + " in " + std::to_string(delay_s) + "s"},
+            {"exit", ex}, {"ports", json::array()}, {"restarts", task->restarts + 1}});
+    metrics_.Counter("tandem_task_restarts_total", "Task restarts by the restart policy").Inc();
+    return StartRestartTimer(*job, *task, std::chrono::milliseconds(static_cast<int64_t>(delay_s * 1000)));
+  }
+  if (ok) {
+    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "succeeded"},
+            {"detail", detail}, {"exit", ex}, {"ports", json::array()}});
+    return MaybeFinishJob(*job);
+  }
+  Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name},
+          {"state", exit.status_known ? "failed" : "lost"}, {"detail", detail}, {"exit", ex},
+          {"ports", json::array()}});
+  StopJob(*job, "task " + task->name + " " + (exit.status_known ? "failed" : "was lost") + ": " + detail);
+}
+
+void JobManager::StartRestartTimer(Job& job, Task& task, std::chrono::milliseconds delay) {
+  auto timer = std::make_unique<boost::asio::steady_timer>(io_, delay);
+  const std::string job_id = job.id, name = task.name;
+  timer->async_wait([this, job_id, name](const boost::system::error_code& ec) {
+    if (ec) return;
+    timers_.erase(job_id + "/" + name);
+    Job* j = table_.Find(job_id);
+    if (!j || IsTerminal(j->state) || j->cancel_requested || stopping_.count(job_id)) return;
+    Task* t = j->FindTask(name);
+    if (t && t->state == TaskState::kRestarting) LaunchTask(*j, *t);
+  });
+  timers_[job.id + "/" + task.name] = std::move(timer);
+}
+
+// ---------------------------------------------------------------- stop / cancel
+
+Status JobManager::Cancel(std::string_view job_id) {
+  Job* job = table_.Find(job_id);
+  if (!job) return NotFound("no job " + std::string(job_id));
+  if (IsTerminal(job->state) || job->cancel_requested) return Status::Ok();
+  Commit({{"type", "job_cancel"}, {"job", job->id}});
+  StopJob(*job, "cancelled");
+  return Status::Ok();
+}
+
+void JobManager::StopJob(Job& job, std::string reason) {
+  if (!stopping_.insert(job.id).second) return MaybeFinishJob(job);
+  log::Info("jobs", "stopping job={} reason=\"{}\"", job.id, reason);
+  if (job.detail.empty() || !job.cancel_requested) job.detail = reason;  // in memory until the end record
+  for (auto& t : job.tasks) {
+    if (t.state == TaskState::kPending || t.state == TaskState::kRestarting) {
+      timers_.erase(job.id + "/" + t.name);
+      Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "cancelled"},
+              {"detail", "not started: " + reason}});
+    } else if (t.state == TaskState::kRunning) {
+      if (auto ref = backends::TaskRef::FromJson(t.ref); ref.ok()) {
+        if (Status st = local_.Signal(*ref, SIGTERM); !st.ok())
+          log::Warn("jobs", "SIGTERM task={} failed: {}", t.id, st.ToString());
+      }
+    }
+  }
+  auto timer = std::make_unique<boost::asio::steady_timer>(io_, opts_.grace);
+  const std::string id = job.id;
+  timer->async_wait([this, id](const boost::system::error_code& ec) {
+    if (ec) return;
+    Job* j = table_.Find(id);
+    if (!j || IsTerminal(j->state)) return;
+    for (auto& t : j->tasks) {
+      if (t.state != TaskState::kRunning) continue;
+      auto ref = backends::TaskRef::FromJson(t.ref);
+      if (!ref.ok()) continue;
+      log::Warn("jobs", "grace period over, killing task={}", t.id);
+      if (Status st = local_.Kill(*ref); !st.ok()) log::Error("jobs", "kill task={}: {}", t.id, st.ToString());
+    }
+  });
+  timers_[job.id + "/stop"] = std::move(timer);
+  MaybeFinishJob(job);
+}
+
+void JobManager::MaybeFinishJob(Job& job) {
+  if (IsTerminal(job.state)) return;
+  bool any_failed = false, all_ok = true;
+  for (const auto& t : job.tasks) {
+    if (!IsTerminal(t.state)) return;
+    any_failed |= (t.state == TaskState::kFailed || t.state == TaskState::kLost);
+    all_ok &= (t.state == TaskState::kSucceeded);
+  }
+  std::string state = "succeeded", detail;
+  if (job.cancel_requested) { state = "cancelled"; detail = "cancelled by request"; }
+  else if (any_failed || !all_ok) {
+    state = "failed";
+    detail = job.detail;
+    if (detail.empty())
+      for (const auto& t : job.tasks)
+        if (t.state == TaskState::kFailed || t.state == TaskState::kLost) { detail = "task " + t.name + ": " + t.detail; break; }
+  }
+  timers_.erase(job.id + "/stop");
+  stopping_.erase(job.id);
+  specs_.erase(job.id);
+  for (int g : job.physical_devices) busy_gpus_.erase(g);
+  if (!job.physical_devices.empty())
+    Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", json::array()}});
+  Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
+  metrics_.Counter("tandem_jobs_finished_total", "Jobs that reached an end state", {{"state", state}}).Inc();
+  log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
+  Schedule();  // devices may have freed up
+}
+
+// ---------------------------------------------------------------- recovery
+
+Status JobManager::Recover(const store::Recovered& rec) {
+  if (!rec.snapshot.is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(table_, JobTable::FromJson(rec.snapshot), "recover snapshot");
+  }
+  for (const auto& r : rec.records) TANDEM_RETURN_IF_ERROR(Apply(table_, r), "recover journal");
+  event_seq_ = rec.records.size();
+  for (const auto& w : rec.warnings) log::Warn("store", "{}", w);
+  size_t reattached = 0;
+  for (auto& job : table_.jobs) {
+    if (IsTerminal(job.state)) continue;
+    for (int g : job.physical_devices) busy_gpus_.insert(g);
+    for (auto& t : job.tasks) {
+      if (t.state == TaskState::kRunning) {
+        if (!t.ports.empty()) ports_.Adopt(t.id, t.ports);
+        auto ref = backends::TaskRef::FromJson(t.ref);
+        Status st = ref.ok() ? local_.Reattach(*ref) : ref.status();
+        if (!st.ok()) {
+          Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "lost"},
+                  {"detail", "could not re-attach: " + st.message()}});
+        } else {
+          ++reattached;
+        }
+      } else if (t.state == TaskState::kRestarting) {
+        StartRestartTimer(job, t, std::chrono::milliseconds(0));
+      }
+    }
+  }
+  log::Info("jobs", "recovered jobs={} reattached_tasks={}", table_.jobs.size(), reattached);
+  for (auto& job : table_.jobs) {
+    if (IsTerminal(job.state)) continue;
+    bool failed = false;
+    for (const auto& t : job.tasks) failed |= (t.state == TaskState::kFailed || t.state == TaskState::kLost);
+    if (job.cancel_requested) StopJob(job, "cancelled");
+    else if (failed) StopJob(job, "a task failed");
+    else MaybeFinishJob(job);
+  }
+  Schedule();
+  return Status::Ok();
+}
+
+Status JobManager::Shutdown() {
+  shutting_down_ = true;
+  timers_.clear();
+  return log_.Flush();
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,129 @@
+// The job manager: turns submitted specs into placed, launched, supervised
+// tasks, and jobs into their end states (issue #2, parts 3-6).
+//
+// Single-threaded: every method runs on the daemon's io_context, and so do
+// the executor's exit callbacks and the log's durability callbacks. No locks.
+//
+// Every change goes through Commit(record): the record is applied to the
+// JobTable with job_model's Apply (the same function replay uses), appended
+// to the durable log, and published as an event to subscribers and to the
+// job's <run_dir>/events.jsonl. A submit is answered only once its record is
+// durable; task launches do not wait for fsync (see docs/architecture.md,
+// "Durability", for the window this leaves and how restart closes it).
+//
+// Lifecycle of a job:
+//   pending  -- devices granted, first task launched --> running
+//   running  -- every task succeeded --> succeeded
+//            -- a task failed beyond its restart policy --> (others stopped) failed
+//            -- cancel --> (SIGTERM, grace, SIGKILL) cancelled
+// A job that needs more devices than are free waits in `pending` (FIFO,
+// smaller jobs may pass it); one that can never fit is refused at submit.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "backends/executor.h"
+#include "backends/port_lease.h"
+#include "common/status.h"
+#include "orchestrator/daemon/job_model.h"
+#include "orchestrator/metrics/registry.h"
+#include "orchestrator/spec/job_spec.h"
+#include "orchestrator/store/durable_log.h"
+
+namespace tandem::daemon {
+
+// One state change, as shown to people and to `GET /v1/jobs/{id}/events`.
+struct Event {
+  uint64_t seq = 0;       // daemon-wide, increasing (restarts from the journal's count)
+  nlohmann::json body;    // the journal record, plus "seq"
+};
+
+struct JobManagerOptions {
+  std::filesystem::path state_dir;
+  std::vector<int> gpus;                          // physical ids this daemon may hand out
+  std::chrono::milliseconds grace{10000};         // SIGTERM -> SIGKILL on cancel
+  uint64_t compact_every = 20000;                 // journal records between snapshots
+  std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none yet)
+  std::filesystem::path run_root;                 // run dirs default to <run_root>/<job id>; "" = <state_dir>/runs
+};
+
+class JobManager {
+ public:
+  using SubmitCallback = std::function<void(StatusOr<nlohmann::json>)>;
+  using EventCallback = std::function<void(const Event&)>;
+
+  JobManager(boost::asio::io_context& io, JobManagerOptions opts, store::DurableLog& log,
+             backends::Executor& local, backends::PortRegistry& ports,
+             metrics::Registry& metrics);
+  ~JobManager();
+
+  // Rebuilds state from what the log recovered, re-attaches running tasks,
+  // and resumes launches, restarts and cancels that were under way.
+  Status Recover(const store::Recovered& recovered);
+
+  // Validates, places and records a job; `done` gets the job's JSON once the
+  // submission is durable, or an error (kInvalidArgument with one line per
+  // spec violation; kResourceExhausted when it can never fit).
+  void Submit(const nlohmann::json& spec, SubmitCallback done);
+
+  // Requests cancellation. Ok if the job already ended (no-op).
+  Status Cancel(std::string_view job_id);
+
+  const JobTable& table() const { return table_; }
+  const Job* Find(std::string_view job_id) const { return table_.Find(job_id); }
+
+  // Live events of every job. Returns a token for Unsubscribe.
+  uint64_t Subscribe(EventCallback cb);
+  void Unsubscribe(uint64_t token);
+
+  // The executor's exit callback (wired by the daemon).
+  void OnTaskExit(const std::string& task_id, const backends::TaskExit& exit);
+
+  // Stops supervising (for daemon shutdown): running tasks keep running and
+  // are re-adopted by the next daemon on the same state dir.
+  Status Shutdown();
+
+ private:
+  void Commit(nlohmann::json record);
+  void CommitThen(nlohmann::json record, std::function<void(Status)> on_durable);
+  void Schedule();                      // grant devices to pending jobs, launch pending tasks
+  bool GrantDevices(Job& job);
+  void LaunchTask(Job& job, Task& task);
+  const spec::JobSpec& SpecOf(const Job& job);  // parsed once per job, cached
+  void StopJob(Job& job, std::string reason);  // SIGTERM every running task, then the grace timer
+  void MaybeFinishJob(Job& job);
+  void StartRestartTimer(Job& job, Task& task, std::chrono::milliseconds delay);
+  void WriteEventLine(const Job& job, const nlohmann::json& record);
+  Job* JobOfTask(std::string_view task_id, Task** task);
+
+  boost::asio::io_context& io_;
+  JobManagerOptions opts_;
+  store::DurableLog& log_;
+  backends::Executor& local_;
+  backends::PortRegistry& ports_;
+  metrics::Registry& metrics_;
+  JobTable table_;
+  std::set<int> busy_gpus_;
+  std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> timers_;  // by task or job id
+  std::map<std::string, spec::JobSpec> specs_;  // parsed specs by job id
+  std::set<std::string> stopping_;      // job ids being stopped (cancel or failure)
+  std::map<uint64_t, EventCallback> subscribers_;
+  std::vector<uint64_t> unsubscribed_;  // removed after the current publication
+  int publishing_ = 0;
+  uint64_t next_token_ = 1;
+  uint64_t event_seq_ = 0;
+  bool shutting_down_ = false;
+};
+
+}  // namespace tandem::daemon

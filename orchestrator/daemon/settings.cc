@@ -1,0 +1,97 @@
+// The daemon's settings table; see settings.h.
+#include "orchestrator/daemon/settings.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+namespace tandem::daemon {
+
+void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
+  app.add_option("--state-dir", s.state_dir, "Journal, snapshot, socket and default run dirs")
+      ->envname("TANDEM_STATE_DIR");
+  if (include_socket)
+    app.add_option("--socket", s.socket, "Unix socket of the API (default <state-dir>/tandemd.sock)")
+        ->envname("TANDEM_SOCKET");
+  app.add_option("--listen", s.listen, "Also serve the API on HOST:PORT (loopback unless --allow-remote); needs --token-file")
+      ->envname("TANDEM_LISTEN");
+  app.add_option("--token-file", s.token_file, "File holding the bearer token for --listen")
+      ->envname("TANDEM_TOKEN_FILE");
+  app.add_flag("--allow-remote", s.allow_remote, "Permit --listen on a non-loopback address")
+      ->envname("TANDEM_ALLOW_REMOTE");
+  app.add_option("--gpus", s.gpus, "Physical GPU ids to hand out, e.g. 0,1,2,3 (default: nvidia-smi, else none)")
+      ->envname("TANDEM_GPUS");
+  app.add_option("--grace", s.grace_s, "Seconds between SIGTERM and SIGKILL on cancel")
+      ->envname("TANDEM_GRACE_S")->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--compact-every", s.compact_every, "Journal records between snapshots")
+      ->envname("TANDEM_COMPACT_EVERY")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
+      ->envname("TANDEM_LOG_LEVEL");
+  app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")
+      ->envname("TANDEM_EXEC_SHIM");
+}
+
+std::string DefaultStateDir() {
+  if (const char* e = std::getenv("TANDEM_STATE_DIR"); e && *e) return e;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/tandem";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.local/state/tandem";
+}
+
+StatusOr<std::vector<int>> ParseGpuList(const std::string& text) {
+  std::vector<int> out;
+  std::set<int> seen;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > 1023) return InvalidArgument("--gpus: \"" + item + "\" is not a GPU id");
+    if (!seen.insert(static_cast<int>(v)).second) return InvalidArgument("--gpus: " + item + " listed twice");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+std::vector<int> DetectGpus() {
+  std::vector<int> ids;
+  FILE* p = ::popen("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null", "r");
+  if (!p) return ids;
+  char line[64];
+  while (std::fgets(line, sizeof line, p)) {
+    char* end = nullptr;
+    long v = std::strtol(line, &end, 10);
+    if (end != line) ids.push_back(static_cast<int>(v));
+  }
+  if (::pclose(p) != 0) ids.clear();
+  return ids;
+}
+
+Status Resolve(DaemonSettings& s) {
+  if (s.state_dir.empty()) s.state_dir = DefaultStateDir();
+  if (s.socket.empty()) s.socket = s.state_dir + "/tandemd.sock";
+  if (s.gpus.empty()) {
+    s.gpu_ids = DetectGpus();
+  } else if (s.gpus == "none") {
+    s.gpu_ids.clear();
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(s.gpu_ids, ParseGpuList(s.gpus));
+  }
+  if (s.exec_shim.empty()) {
+    char buf[4096];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) {
+      buf[n] = '\0';
+      s.exec_shim = (std::filesystem::path(buf).parent_path() / "tandem-exec").string();
+    }
+  }
+  if (!s.listen.empty() && s.token_file.empty())
+    return InvalidArgument("--listen needs --token-file");
+  return Status::Ok();
+}
+
+}  // namespace tandem::daemon

@@ -1,0 +1,44 @@
+// Every tandemd setting in one table: flag, environment variable, default
+// (STYLE.md, the NCCL anchor). The same table feeds `tandemd --help`,
+// `tandem daemon`, `tandem run` (which takes the daemon's flags) and
+// docs/daemon.md.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/status.h"
+
+namespace tandem::daemon {
+
+struct DaemonSettings {
+  std::string state_dir;     // --state-dir       TANDEM_STATE_DIR   ~/.local/state/tandem
+  std::string socket;        // --socket          TANDEM_SOCKET      <state-dir>/tandemd.sock
+  std::string listen;        // --listen          TANDEM_LISTEN      "" (no TCP)
+  std::string token_file;    // --token-file      TANDEM_TOKEN_FILE  "" (required with --listen)
+  bool allow_remote = false; // --allow-remote    TANDEM_ALLOW_REMOTE  off
+  std::string gpus;          // --gpus            TANDEM_GPUS        detected with nvidia-smi, else none
+  double grace_s = 10;       // --grace           TANDEM_GRACE_S     10
+  uint64_t compact_every = 20000;  // --compact-every TANDEM_COMPACT_EVERY 20000
+  std::string log_level = "info";  // --log-level TANDEM_LOG_LEVEL   info
+  std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
+
+  // Resolved values, filled by Resolve().
+  std::vector<int> gpu_ids;
+};
+
+// Adds the table's flags to `app` (with their environment variables).
+void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket = true);
+// Fills defaults that depend on the environment and parses --gpus.
+Status Resolve(DaemonSettings& s);
+// The default state dir: $TANDEM_STATE_DIR, else $XDG_STATE_HOME/tandem, else ~/.local/state/tandem.
+std::string DefaultStateDir();
+// "0,1,3" -> {0,1,3}; "" -> {}; errors name the bad item.
+StatusOr<std::vector<int>> ParseGpuList(const std::string& text);
+// Physical GPU ids from `nvidia-smi`, or {} when it is absent or fails.
+std::vector<int> DetectGpus();
+
+}  // namespace tandem::daemon
