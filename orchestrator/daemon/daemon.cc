@@ -52,14 +52,19 @@ Status Daemon::Start(const fs::path& run_root) {
   if (!log.ok()) return log.status().WithContext("open journal");
   log_ = std::move(log).value();
 
-  ports_ = std::make_unique<backends::PortRegistry>();
+  auto ports = backends::PortLeaseRegistry::Create();
+  if (!ports.ok()) return ports.status().WithContext("port leases");
+  ports_ = std::make_unique<backends::PortLeaseRegistry>(std::move(ports).value());
   backends::LocalExecutorOptions lopts;
   lopts.exec_shim = settings_.exec_shim;
-  local_ = std::make_unique<backends::LocalExecutor>(
-      io_, lopts, [this](const std::string& task_id, const backends::TaskExit& exit) {
+  lopts.reap_orphans = true;  // the daemon waits for no children of its own
+  auto local = backends::LocalExecutor::Create(
+      io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
         if (jobs_) jobs_->OnTaskExit(task_id, exit);
-      });
-  TANDEM_RETURN_IF_ERROR(backends::BecomeChildSubreaper(), "subreaper");
+      }, lopts);
+  if (!local.ok()) return local.status().WithContext("local backend");
+  local_ = std::move(local).value();
+  TANDEM_RETURN_IF_ERROR(backends::EnableChildSubreaper(), "subreaper");
 
   JobManagerOptions jopts;
   jopts.state_dir = state;

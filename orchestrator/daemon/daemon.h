@@ -47,7 +47,7 @@ class Daemon {
   int lock_fd_ = -1;
   metrics::Registry metrics_;
   std::unique_ptr<store::DurableLog> log_;
-  std::unique_ptr<backends::PortRegistry> ports_;
+  std::unique_ptr<backends::PortLeaseRegistry> ports_;
   std::unique_ptr<backends::LocalExecutor> local_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Api> api_;

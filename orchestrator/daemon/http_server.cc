@@ -95,6 +95,40 @@ Status ParseTarget(std::string_view target, std::string* path,
   return Status::Ok();
 }
 
+namespace {
+
+void ConfigureParser(http::request_parser<http::string_body>& p, const HttpLimits& limits) {
+  p.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
+  p.body_limit(limits.max_body_bytes);
+}
+
+// Converts a parsed message; shared by sessions and ParseHttpRequest.
+Status ToHttpRequest(http::request<http::string_body>& msg, HttpRequest* req) {
+  req->method = std::string(msg.method_string());
+  for (const auto& f : msg) {
+    std::string name(f.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    req->headers[name] = std::string(f.value());
+  }
+  req->body = std::move(msg.body());
+  return ParseTarget(msg.target(), &req->path, &req->query);
+}
+
+}  // namespace
+
+Status ParseHttpRequest(std::string_view bytes, const HttpLimits& limits, HttpRequest* out) {
+  http::request_parser<http::string_body> p;
+  ConfigureParser(p, limits);
+  p.eager(true);
+  boost::system::error_code ec;
+  p.put(asio::buffer(bytes.data(), bytes.size()), ec);
+  if (ec == http::error::body_limit || ec == http::error::header_limit)
+    return ResourceExhausted(ec.message());
+  if (ec) return InvalidArgument(ec.message());
+  if (!p.is_done()) return InvalidArgument("incomplete request");
+  return ToHttpRequest(p.get(), out);
+}
+
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   asio::io_context& io;
   HttpHandler handler;
@@ -206,8 +240,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     if (closed_) return;
     responded_ = false;
     parser_.emplace();
-    parser_->header_limit(static_cast<uint32_t>(server_->limits.max_header_bytes));
-    parser_->body_limit(server_->limits.max_body_bytes);
+    ConfigureParser(*parser_, server_->limits);
     ArmTimer();
     auto self = this->shared_from_this();
     http::async_read(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
@@ -229,14 +262,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     auto& msg = parser_->get();
     keep_alive_ = msg.keep_alive();
     HttpRequest req;
-    req.method = std::string(msg.method_string());
-    for (const auto& f : msg) {
-      std::string name(f.name_string());
-      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      req.headers[name] = std::string(f.value());
-    }
-    req.body = std::move(msg.body());
-    if (Status st = ParseTarget(msg.target(), &req.path, &req.query); !st.ok()) {
+    if (Status st = ToHttpRequest(msg, &req); !st.ok()) {
       keep_alive_ = false;
       return RespondError(400, "bad_request", st.message());
     }

@@ -81,6 +81,12 @@ class HttpServer {
   std::shared_ptr<Impl> impl_;
 };
 
+// The request as the server reads it, from raw bytes: what a session does
+// with its socket, as a function (used by the fuzz target). Returns
+// kInvalidArgument for a malformed or incomplete request and
+// kResourceExhausted for one over the limits.
+Status ParseHttpRequest(std::string_view bytes, const HttpLimits& limits, HttpRequest* out);
+
 // Splits "/v1/jobs/x?a=1&b=%20" into a path and decoded query parameters.
 Status ParseTarget(std::string_view target, std::string* path,
                    std::map<std::string, std::string>* query);

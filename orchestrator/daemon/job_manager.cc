@@ -60,7 +60,7 @@ fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
 
 JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
                        store::DurableLog& log, backends::Executor& local,
-                       backends::PortRegistry& ports, metrics::Registry& metrics)
+                       backends::PortLeaseRegistry& ports, metrics::Registry& metrics)
     : io_(io), opts_(std::move(opts)), log_(log), local_(local), ports_(ports), metrics_(metrics) {}
 
 JobManager::~JobManager() = default;
@@ -241,7 +241,7 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   backends::TaskEnvInput in;
   in.job_env = sp.env;
   in.role_env = role->env;
-  if (!role->replica_env.empty()) in.task_env = role->replica_env.at(static_cast<size_t>(task.rank));
+  if (!role->replica_env.empty()) in.replica_env = role->replica_env.at(static_cast<size_t>(task.rank));
   in.job_id = job.id;
   in.task_id = task.id;
   in.role = task.role;

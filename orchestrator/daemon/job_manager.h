@@ -64,7 +64,7 @@ class JobManager {
   using EventCallback = std::function<void(const Event&)>;
 
   JobManager(boost::asio::io_context& io, JobManagerOptions opts, store::DurableLog& log,
-             backends::Executor& local, backends::PortRegistry& ports,
+             backends::Executor& local, backends::PortLeaseRegistry& ports,
              metrics::Registry& metrics);
   ~JobManager();
 
@@ -111,7 +111,7 @@ class JobManager {
   JobManagerOptions opts_;
   store::DurableLog& log_;
   backends::Executor& local_;
-  backends::PortRegistry& ports_;
+  backends::PortLeaseRegistry& ports_;
   metrics::Registry& metrics_;
   JobTable table_;
   std::set<int> busy_gpus_;

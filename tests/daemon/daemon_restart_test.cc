@@ -18,7 +18,7 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
                 {{"waiter", {{"command", {"bash", "-c", "while [ ! -e " + go.string() + " ]; do sleep 0.05; done; echo done"}},
                              {"replicas", 2}}},
                  {"quick", {{"command", {"bash", "-c", "sleep 0.3; exit 0"}}}},
-                 {"failing_while_down", {{"command", {"bash", "-c", "sleep 0.3; exit 0"}}}}}}};
+                 {"quick2", {{"command", {"bash", "-c", "sleep 0.3; exit 0"}}}}}}};
   std::string id;
   std::vector<pid_t> waiter_pids;
   {
