@@ -38,7 +38,7 @@ struct CorpusFile {
 
 fs::path SourceDir() {
   const char* dir = std::getenv("TANDEM_SOURCE_DIR");
-  return dir ? fs::path(dir) : fs::path(".");
+  return dir ? fs::path(dir) : fs::path(TANDEM_SOURCE_DIR_DEFAULT);
 }
 
 std::vector<fs::path> JsonFiles(const fs::path& dir) {
