@@ -62,7 +62,7 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   std::string run_dir;               // "" = <state-dir>/runs/<job id>; relative paths resolve against the submitter's cwd
   std::vector<RoleSpec> roles;       // in the order of the spec's "roles" object
-  nlohmann::json raw;                // the spec as submitted
+  nlohmann::ordered_json raw;        // the spec as submitted, in the document's key order
 
   const RoleSpec* FindRole(std::string_view name) const;
 };
@@ -80,8 +80,15 @@ struct ParseResult {
   Status ToStatus() const;
 };
 
+// Roles are taken in the order of the document's "roles" object. Only
+// ordered_json keeps that order; nlohmann::json sorts keys, so with it roles
+// come in alphabetical order. Prefer ParseJobSpecText or the ordered_json
+// overload wherever the spec arrives as text.
+ParseResult ParseJobSpec(const nlohmann::ordered_json& doc);
 ParseResult ParseJobSpec(const nlohmann::json& doc);
-// Parses text first; a JSON syntax error is reported with its byte offset.
+// Parses text first (strict JSON, into ordered_json); a JSON syntax error is
+// reported with its byte offset. `tandem validate` is: ParseJobSpecText, print
+// each error's ToString() on its own line, exit 1 if there were any.
 ParseResult ParseJobSpecText(std::string_view text);
 
 // The physical devices a daemon may hand out (`--gpus 0,1,2,3`).

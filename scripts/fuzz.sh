@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds every libFuzzer target with clang into build-fuzz/ and runs each
+# (build-fuzz/fuzz/*_fuzz) for ${TANDEM_FUZZ_SECONDS:-20} seconds with its
+# seed corpus; fails when any target crashes, leaks or times out.
+#
+# Convention for fuzz targets: a CMake executable named <name>_fuzz, built
+# only when TANDEM_BUILD_FUZZ=ON with clang, with RUNTIME_OUTPUT_DIRECTORY
+# ${CMAKE_BINARY_DIR}/fuzz and -fsanitize=fuzzer. Seeds: the directories
+# listed for it in seeds_for below, else tests/fuzz/<name>/ when present.
+# A dictionary <name>.dict next to its source is used when present.
+# Usage: scripts/fuzz.sh [TARGET...]   (default: every *_fuzz target)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${TANDEM_FUZZ_BUILD_DIR:-build-fuzz}
+SECONDS_EACH=${TANDEM_FUZZ_SECONDS:-20}
+
+seeds_for() {
+  case "$1" in
+    spec_fuzz) echo "tests/specs examples" ;;
+    *) [[ -d "tests/fuzz/${1%_fuzz}" ]] && echo "tests/fuzz/${1%_fuzz}" ;;
+  esac
+  return 0
+}
+
+san="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g -O1"
+echo "[fuzz] configuring $BUILD_DIR (clang, TANDEM_BUILD_FUZZ=ON)"
+cmake -S . -B "$BUILD_DIR" -G Ninja \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
+  -DTANDEM_BUILD_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
+
+if (($#)); then
+  targets=("$@")
+else
+  mapfile -t targets < <(cmake --build "$BUILD_DIR" --target help | sed -n 's/^\([A-Za-z0-9_]*_fuzz\):.*/\1/p' | sort -u)
+fi
+if ((${#targets[@]} == 0)); then
+  echo "[fuzz] no *_fuzz targets (is clang installed?)" >&2
+  exit 1
+fi
+echo "[fuzz] building: ${targets[*]}"
+cmake --build "$BUILD_DIR" -j "${TANDEM_JOBS:-$(nproc)}" --target "${targets[@]}"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+failed=()
+for name in "${targets[@]}"; do
+  bin="$BUILD_DIR/fuzz/$name"
+  [[ -x "$bin" ]] || { echo "[fuzz] $bin was not built" >&2; failed+=("$name"); continue; }
+  work="$BUILD_DIR/fuzz-work/$name"
+  mkdir -p "$work/corpus" "$work/artifacts"
+  args=(-max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+        -artifact_prefix="$work/artifacts/")
+  dict=$(find . -path ./build\* -prune -o -name "$name.dict" -print | head -1)
+  [[ -n "$dict" ]] && args+=(-dict="$dict")
+  # The first corpus directory is where new inputs go; the seeds are read only.
+  read -r -a seeds <<<"$(seeds_for "$name")"
+  echo "[fuzz] running $name for ${SECONDS_EACH}s (seeds: ${seeds[*]:-none})"
+  if "$bin" "${args[@]}" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1; then
+    echo "[fuzz] $name ok ($(grep -o 'stat::number_of_executed_units:[[:space:]]*[0-9]*' "$work/log" | grep -o '[0-9]*$' || echo '?') runs)"
+  else
+    echo "[fuzz] $name FAILED; log: $work/log; crashing input under $work/artifacts/" >&2
+    tail -n 40 "$work/log" >&2
+    failed+=("$name")
+  fi
+done
+cd "$ROOT"
+if ((${#failed[@]})); then
+  echo "[fuzz] failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "[fuzz] all targets ok"
