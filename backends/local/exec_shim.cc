@@ -12,7 +12,7 @@
 //   2. does not die of SIGTERM, SIGINT or SIGHUP itself but forwards each to
 //      the command's process group;
 //   3. waits for the command and writes the exit record atomically (write
-//      FILE.tmp, fsync, rename, fsync the directory):
+//      FILE.tmp, fsync, rename):
 //        {"exit_code":N,"signal":S,"detail":"...","ended_at_ms":T}
 //      exit_code is -1 when the command died of signal S; a command that
 //      cannot be executed gives exit_code 127 and detail "exec failed: <why>";
@@ -116,20 +116,8 @@ void WriteExitRecord(const char* path, int exit_code, int sig, const char* detai
     unlink(tmp.data);
     return;
   }
-  // Make the rename durable.
-  Buf dir;
-  dir.Add(path);
-  char* slash = strrchr(dir.data, '/');
-  if (!slash) {
-    dir.len = 0;
-    dir.Add(".");
-  } else if (slash == dir.data) {
-    slash[1] = '\0';
-  } else {
-    *slash = '\0';
-  }
-  int dfd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) { fsync(dfd); close(dfd); }
+  // The directory is not fsync'd: the rename survives a daemon crash, which
+  // is what the record is for; after a machine crash the task is gone anyway.
 }
 
 [[noreturn]] void EndLike(int exit_code, int sig) {

@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include <boost/asio/post.hpp>
+
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
 #include "common/log.h"

@@ -30,8 +30,12 @@
 // until none is left, then lets the shim write its record. Markers are found
 // by scanning /proc/*/environ; a process that rewrote its environment or runs
 // as another user escapes this. The robust answer is a cgroup v2 per task
-// (cgroup.kill); this machine has no writable delegated cgroup2 hierarchy, so
-// that is future work.
+// (the shim joins <root>/<task> before starting the command; Kill writes
+// cgroup.kill). That is future work: this machine does have a writable
+// cgroup2 hierarchy (hybrid mode, /sys/fs/cgroup/unified, with cgroup.kill),
+// but v2 is not mounted at /sys/fs/cgroup on every host, and putting only the
+// command (not the shim, which must survive to write the record) in the
+// cgroup needs fork+join+exec in the shim instead of posix_spawnp.
 //
 // Orphans. EnableChildSubreaper() makes this process the reaper of orphaned
 // descendants (a double-forked task child is reparented here, not to init).
