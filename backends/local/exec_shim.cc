@@ -1,0 +1,224 @@
+// tandem-exec: the exec shim of the local backend (DESIGN.md "Components",
+// backends/local/local_executor.h). Depends on libc only; linked statically
+// where possible so it starts fast.
+//
+//   tandem-exec [--exit-path FILE] -- COMMAND [ARG...]
+//
+// The local executor spawns this shim as a session leader (its own session
+// and process group) with the task's final environment, cwd and stdio. The
+// shim
+//   1. starts COMMAND (looked up in the task's PATH) in a process group of its
+//      own (pgid = the command's pid);
+//   2. does not die of SIGTERM, SIGINT or SIGHUP itself but forwards each to
+//      the command's process group;
+//   3. waits for the command and writes the exit record atomically (write
+//      FILE.tmp, fsync, rename):
+//        {"exit_code":N,"signal":S,"detail":"...","ended_at_ms":T}
+//      exit_code is -1 when the command died of signal S; a command that
+//      cannot be executed gives exit_code 127 and detail "exec failed: <why>";
+//   4. ends the way the command ended: the same exit code, or the same
+//      signal (core dumps off).
+// The record is how a restarted daemon learns how a task ended while it was
+// down; the daemon treats it as authoritative.
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace {
+
+// A fixed-size text buffer: no allocation, no libstdc++.
+struct Buf {
+  char data[8192];
+  size_t len = 0;
+  void Add(const char* s) {
+    while (*s && len + 1 < sizeof data) data[len++] = *s++;
+    data[len] = '\0';
+  }
+  void AddJsonString(const char* s) {
+    Add("\"");
+    for (; *s; ++s) {
+      unsigned char c = static_cast<unsigned char>(*s);
+      char esc[8];
+      if (c == '"' || c == '\\') {
+        esc[0] = '\\'; esc[1] = static_cast<char>(c); esc[2] = '\0';
+        Add(esc);
+      } else if (c < 0x20) {
+        snprintf(esc, sizeof esc, "\\u%04x", c);
+        Add(esc);
+      } else {
+        esc[0] = static_cast<char>(c); esc[1] = '\0';
+        Add(esc);
+      }
+    }
+    Add("\"");
+  }
+  void AddLong(long long v) {
+    char n[32];
+    snprintf(n, sizeof n, "%lld", v);
+    Add(n);
+  }
+};
+
+void Say(const char* a, const char* b = "", const char* c = "", const char* d = "") {
+  Buf m;
+  m.Add("tandem-exec: "); m.Add(a); m.Add(b); m.Add(c); m.Add(d); m.Add("\n");
+  ssize_t ignored = write(STDERR_FILENO, m.data, m.len);
+  (void)ignored;
+}
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Writes the record to `path` atomically. Failures are reported on stderr
+// only: the task's outcome does not depend on the record.
+void WriteExitRecord(const char* path, int exit_code, int sig, const char* detail) {
+  if (!path || !*path) return;
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long long ms = static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  Buf rec;
+  rec.Add("{\"exit_code\":"); rec.AddLong(exit_code);
+  rec.Add(",\"signal\":"); rec.AddLong(sig);
+  rec.Add(",\"detail\":"); rec.AddJsonString(detail);
+  rec.Add(",\"ended_at_ms\":"); rec.AddLong(ms);
+  rec.Add("}\n");
+
+  Buf tmp;
+  tmp.Add(path); tmp.Add(".tmp");
+  int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) { Say("cannot write exit record ", tmp.data, ": ", strerror(errno)); return; }
+  bool ok = WriteAll(fd, rec.data, rec.len) && fsync(fd) == 0;
+  int err = errno;
+  close(fd);
+  if (!ok || rename(tmp.data, path) != 0) {
+    if (ok) err = errno;
+    Say("cannot write exit record ", path, ": ", strerror(err));
+    unlink(tmp.data);
+    return;
+  }
+  // The directory is not fsync'd: the rename survives a daemon crash, which
+  // is what the record is for; after a machine crash the task is gone anyway.
+}
+
+[[noreturn]] void EndLike(int exit_code, int sig) {
+  if (sig > 0) {
+    rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    sigprocmask(SIG_UNBLOCK, &one, nullptr);
+    kill(getpid(), sig);
+    _exit(128 + sig);  // a signal that does not terminate
+  }
+  _exit(exit_code & 0xff);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* exit_path = nullptr;
+  int i = 1;
+  for (; i < argc; ++i) {
+    if (strcmp(argv[i], "--exit-path") == 0 && i + 1 < argc) {
+      exit_path = argv[++i];
+    } else if (strcmp(argv[i], "--") == 0) {
+      ++i;
+      break;
+    } else {
+      Say("usage: tandem-exec [--exit-path FILE] -- COMMAND [ARG...]");
+      WriteExitRecord(exit_path, 127, 0, "tandem-exec: bad arguments");
+      return 127;
+    }
+  }
+  if (i >= argc) {
+    Say("no command given");
+    WriteExitRecord(exit_path, 127, 0, "exec failed: no command given");
+    return 127;
+  }
+  char** cmd = argv + i;
+
+  // A session (and process group) of our own, unless the spawner made one.
+  if (getsid(0) != getpid()) setsid();
+
+  // Signals we wait for synchronously: forwarded ones, and SIGCHLD.
+  sigset_t waited;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGTERM);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGHUP);
+  sigaddset(&waited, SIGCHLD);
+  signal(SIGCHLD, SIG_DFL);  // never auto-reap (SIG_IGN would)
+  sigprocmask(SIG_BLOCK, &waited, nullptr);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  pid_t child = -1;
+  int err = posix_spawnp(&child, cmd[0], nullptr, &attr, cmd, environ);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) {
+    Buf detail;
+    detail.Add("exec failed: ");
+    detail.Add(strerror(err));
+    Say("cannot execute '", cmd[0], "': ", strerror(err));
+    WriteExitRecord(exit_path, 127, 0, detail.data);
+    return 127;
+  }
+
+  int status = 0;
+  for (;;) {
+    siginfo_t si{};
+    int s = sigwaitinfo(&waited, &si);
+    if (s < 0) continue;  // EINTR
+    if (s == SIGCHLD) {
+      pid_t r = waitpid(child, &status, WNOHANG);
+      if (r == child) break;
+      continue;
+    }
+    kill(-child, s);  // forward to the command's process group
+  }
+
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    Buf detail;
+    detail.Add("killed by signal ");
+    detail.AddLong(sig);
+    detail.Add(" (");
+    detail.Add(strsignal(sig));
+    detail.Add(")");
+    WriteExitRecord(exit_path, -1, sig, detail.data);
+    EndLike(-1, sig);
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
+  WriteExitRecord(exit_path, code, 0, "");
+  EndLike(code, 0);
+}

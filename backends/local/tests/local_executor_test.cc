@@ -1,0 +1,287 @@
+// Local-backend behaviour beyond the shared suite, with real processes:
+// environment layering end to end, 200 concurrent tasks on leased ports,
+// killing a tree with an escaped (setsid, double-forked) grandchild, orphan
+// reaping as child subreaper, pid-reuse detection on re-attach, the exit
+// record, and no fd leaks over 1000 tasks.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "backends/local/local_executor.h"
+#include "backends/local/proc_table.h"
+#include "backends/local/tests/local_test_util.h"
+#include "backends/port_lease.h"
+
+namespace tandem::backends::testing {
+namespace {
+
+class LocalExecutorTest : public ExecutorTestBase, public ::testing::Test {
+ protected:
+  void SetUp() override { Init(LocalHarness()); }
+  void TearDown() override {
+    if (exec_) ExpectExactlyOnce();
+  }
+  LocalExecutor& local() { return *static_cast<LocalExecutor*>(exec_.get()); }
+  static std::string Marker(const TaskRef& ref) {
+    return "TANDEM_TASK_MARK=" + ref.data["marker"].get<std::string>();
+  }
+};
+
+std::map<std::string, std::string> ParseEnvOutput(const std::string& out) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST(LocalExecutorCreate, FailsWithoutTheShim) {
+  boost::asio::io_context io;
+  LocalExecutorOptions o;
+  o.exec_shim = "/nonexistent/tandem-exec";
+  auto e = LocalExecutor::Create(io, [](const std::string&, const TaskExit&) {}, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("/nonexistent/tandem-exec"), std::string::npos);
+}
+
+TEST_F(LocalExecutorTest, StartFailsCleanlyWhenTheCwdIsMissing) {
+  auto r = Request("nocwd", {"true"});
+  r.cwd = dir_.path() / "missing";
+  auto ref = exec_->Start(r);
+  ASSERT_FALSE(ref.ok());
+  EXPECT_NE(ref.status().message().find("missing"), std::string::npos) << ref.status().ToString();
+  EXPECT_EQ(local().supervised_count(), 0u);
+}
+
+TEST_F(LocalExecutorTest, EnvironmentIsLayeredInTheDocumentedOrder) {
+  ::setenv("TANDEM_LEAK_CHECK", "daemon-only", 1);
+  TaskEnvInput in;
+  in.job_env = {{"A", "job"}, {"B", "job"}, {"C", "job"}, {"D", "job"}, {"TANDEM_RANK", "999"}};
+  in.role_env = {{"B", "role"}, {"C", "role"}, {"D", "role"}};
+  in.replica_env = {{"C", "replica"}, {"D", "replica"}};
+  in.task_overrides = {{"D", "task"}};
+  in.rank = 2;
+  in.world_size = 3;
+  in.ports = {20001, 20002};
+  in.control = "unix:/tmp/ctl.sock";
+  auto r = Request("envorder", {"env"}, in);
+  ::unsetenv("TANDEM_LEAK_CHECK");
+  TaskRef ref = StartOrDie(r);
+  ASSERT_TRUE(WaitExit(r.task_id));
+  auto env = ParseEnvOutput(ReadWholeFile(r.stdout_path));
+
+  EXPECT_EQ(env["A"], "job");
+  EXPECT_EQ(env["B"], "role");
+  EXPECT_EQ(env["C"], "replica");
+  EXPECT_EQ(env["D"], "task");
+  EXPECT_EQ(env["TANDEM_RANK"], "2");  // tandem's variables win
+  EXPECT_EQ(env["TANDEM_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["TANDEM_PORTS"], "20001,20002");
+  EXPECT_EQ(env["TANDEM_TASK_ID"], r.task_id);
+  EXPECT_EQ(env["TANDEM_CONTROL"], "unix:/tmp/ctl.sock");
+  ASSERT_TRUE(env.count("CUDA_VISIBLE_DEVICES"));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "");  // CPU-only: sees no GPU
+  EXPECT_EQ(Marker(ref), "TANDEM_TASK_MARK=" + env["TANDEM_TASK_MARK"]);
+
+  std::set<std::string> allowed = {"A", "B", "C", "D", "TANDEM_TASK_MARK", "CUDA_VISIBLE_DEVICES",
+                                   "TANDEM_CONTROL"};
+  for (auto k : BaseEnvironmentAllowList()) allowed.insert(std::string(k));
+  for (const auto& [k, v] : env)
+    EXPECT_TRUE(allowed.count(k) || k.rfind("TANDEM_", 0) == 0) << "leaked: " << k;
+  EXPECT_FALSE(env.count("TANDEM_LEAK_CHECK"));
+  EXPECT_FALSE(env["PATH"].empty());
+}
+
+TEST_F(LocalExecutorTest, TwoHundredConcurrentTasksGetDistinctBindablePorts) {
+  auto reg = PortLeaseRegistry::Create();
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  const auto release = dir_.path() / "release";
+  std::vector<LaunchRequest> reqs;
+  for (int i = 0; i < 200; ++i) {
+    TaskEnvInput in;
+    in.rank = i;
+    in.world_size = 200;
+    std::string owner = "ports." + std::to_string(i);
+    auto ports = reg->Lease(owner, 2);
+    ASSERT_TRUE(ports.ok()) << ports.status().ToString();
+    in.ports = *ports;
+    auto r = Request("ports", {HelperPath(), "hold-ports", release.string()}, in);
+    StartOrDie(r);
+    reqs.push_back(r);
+  }
+  // Every task holds its ports at the same time before any is released.
+  size_t ready = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    while (ready < reqs.size() && FileContains(reqs[ready].stdout_path, "ready")) ++ready;
+    return ready == reqs.size();
+  }, std::chrono::seconds(60))) << ready << " of 200 ready";
+  EXPECT_TRUE(exits_.empty());
+  std::ofstream(release) << "go\n";
+  ASSERT_TRUE(WaitUntil([&] { return exits_.size() == reqs.size(); }, std::chrono::seconds(60)));
+
+  std::set<int> seen;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    std::string out = ReadWholeFile(reqs[i].stdout_path);
+    EXPECT_EQ(out.find("bind-failed"), std::string::npos) << out;
+    EXPECT_EQ(exits_[reqs[i].task_id].exit_code, 0) << out;
+    for (int p : reg->PortsOf("ports." + std::to_string(i))) {
+      EXPECT_TRUE(seen.insert(p).second) << "port " << p << " leased twice";
+      EXPECT_NE(out.find("bound " + std::to_string(p) + "\n"), std::string::npos) << out;
+    }
+    reg->Release("ports." + std::to_string(i));
+  }
+  EXPECT_EQ(seen.size(), 400u);
+  EXPECT_EQ(reg->leased_count(), 0u);
+}
+
+TEST_F(LocalExecutorTest, KillLeavesNoDescendantIncludingADoubleForkedOne) {
+  auto r = Request("tree", {HelperPath(), "escape", "60"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_TRUE(WaitUntil([&] { return FileContains(r.stdout_path, "grandchild "); }));
+  pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
+  auto gst = local::ReadProcStat(gc);
+  ASSERT_TRUE(gst && !gst->dead());
+  const pid_t shim = ref.data["pid"].get<pid_t>();
+  EXPECT_NE(gst->sid, shim) << "the grandchild left the task's session";
+  EXPECT_GE(local::FindProcessesWithEnv(Marker(ref)).size(), 3u);  // shim, helper, gc
+
+  auto st = exec_->Kill(ref);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(local::FindProcessesWithEnv(Marker(ref)).empty());
+  auto after = local::ReadProcStat(gc);
+  EXPECT_TRUE(!after || after->dead()) << "grandchild " << gc << " survived";
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->signal, SIGKILL);
+}
+
+TEST_F(LocalExecutorTest, SignalReachesADoubleForkedDescendant) {
+  auto r = Request("sigtree", {HelperPath(), "escape", "60"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_TRUE(WaitUntil([&] { return FileContains(r.stdout_path, "grandchild "); }));
+  pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
+  ASSERT_TRUE(exec_->Signal(ref, SIGTERM).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    auto s = local::ReadProcStat(gc);
+    return !s || s->dead();
+  }));
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->signal, SIGTERM);
+}
+
+TEST_F(LocalExecutorTest, KillRightAfterStartLeavesNothing) {
+  auto r = Request("early", {"sleep", "30"});
+  TaskRef ref = StartOrDie(r);
+  auto st = exec_->Kill(ref);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(local::FindProcessesWithEnv(Marker(ref)).empty());
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->signal, SIGKILL) << x->ToJson().dump();
+}
+
+TEST_F(LocalExecutorTest, TermSentToTheShimPidIsForwardedToTheCommand) {
+  auto r = Request("fwd", {"bash", "-c",
+                           "trap 'echo got-term; exit 0' TERM; echo ready; "
+                           "while true; do sleep 0.05; done"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_TRUE(WaitUntil([&] { return FileContains(r.stdout_path, "ready"); }));
+  ::kill(ref.data["pid"].get<pid_t>(), SIGTERM);  // what `kill <pid>` by a user does
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_TRUE(x->succeeded()) << x->ToJson().dump();
+  EXPECT_TRUE(FileContains(r.stdout_path, "got-term"));
+}
+
+TEST_F(LocalExecutorTest, ExitRecordIsWrittenAtomically) {
+  auto r = Request("record", {"sh", "-c", "exit 3"});
+  StartOrDie(r);
+  ASSERT_TRUE(WaitExit(r.task_id));
+  auto j = nlohmann::json::parse(ReadWholeFile(r.exit_path));
+  EXPECT_EQ(j["exit_code"], 3);
+  EXPECT_EQ(j["signal"], 0);
+  auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_NEAR(static_cast<double>(j["ended_at_ms"].get<int64_t>()), static_cast<double>(now_ms), 60000);
+  EXPECT_FALSE(std::filesystem::exists(r.exit_path.string() + ".tmp"));
+}
+
+TEST_F(LocalExecutorTest, ReattachWithAWrongStartTimeIsReportedGone) {
+  auto r = Request("reuse", {"sleep", "30"});
+  TaskRef ref = StartOrDie(r);
+  TaskRef wrong = ref;
+  wrong.task_id = r.task_id + ".wrong";
+  wrong.data["start_time"] = ref.data["start_time"].get<uint64_t>() + 1;
+  TaskRef other_boot = ref;
+  other_boot.task_id = r.task_id + ".boot";
+  other_boot.data["boot_id"] = "00000000-0000-0000-0000-000000000000";
+  Restart();
+
+  EXPECT_FALSE(exec_->Alive(wrong));
+  EXPECT_FALSE(exec_->Alive(other_boot));
+  ASSERT_TRUE(exec_->Reattach(wrong).ok());
+  ASSERT_TRUE(exec_->Reattach(other_boot).ok());
+  for (const auto& id : {wrong.task_id, other_boot.task_id}) {
+    auto x = WaitExit(id);
+    ASSERT_TRUE(x);
+    EXPECT_FALSE(x->status_known);
+    EXPECT_NE(x->detail.find("no exit record"), std::string::npos) << x->detail;
+  }
+  EXPECT_TRUE(exec_->Alive(ref)) << "the real task was not touched";
+  ASSERT_TRUE(exec_->Reattach(ref).ok());
+  ASSERT_TRUE(exec_->Kill(ref).ok());
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->signal, SIGKILL);
+}
+
+TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
+  ASSERT_TRUE(EnableChildSubreaper().ok());
+  LocalExecutorOptions o;
+  o.reap_orphans = true;
+  harness_ = LocalHarness(o);
+  Restart();
+  auto r = Request("orphan", {HelperPath(), "escape", "0"});
+  StartOrDie(r);
+  ASSERT_TRUE(WaitExit(r.task_id));
+  ASSERT_TRUE(WaitUntil([&] { return FileContains(r.stdout_path, "grandchild "); }));
+  pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
+  // The grandchild was reparented to us and must not linger as a zombie.
+  EXPECT_TRUE(WaitUntil([&] { return !local::ReadProcStat(gc); })) << "zombie " << gc;
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+}
+
+TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
+  // Warm up once so lazily opened descriptors (log sinks, epoll) are counted.
+  auto w = Request("warm", {"true"});
+  StartOrDie(w);
+  ASSERT_TRUE(WaitExit(w.task_id));
+  const size_t before = OpenFdCount();
+  for (int i = 0; i < 1000; ++i) {
+    auto r = Request("seq", {"true"});
+    r.stdout_path.clear();
+    r.stderr_path.clear();
+    StartOrDie(r);
+    auto x = WaitExit(r.task_id);
+    ASSERT_TRUE(x) << i;
+    ASSERT_TRUE(x->succeeded()) << i << " " << x->ToJson().dump();
+  }
+  EXPECT_EQ(OpenFdCount(), before);
+  EXPECT_EQ(local().supervised_count(), 0u);
+}
+
+}  // namespace
+}  // namespace tandem::backends::testing

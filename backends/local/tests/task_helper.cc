@@ -1,0 +1,80 @@
+// tandem_task_helper: a task for the local backend's tests (libc only).
+//
+//   hold-ports RELEASE_FILE   binds every port of TANDEM_PORTS (TCP, 0.0.0.0,
+//                             SO_REUSEADDR off, listening), prints
+//                             "bound P" or "bind-failed P <error>" per port,
+//                             then "ready"; holds them until RELEASE_FILE
+//                             exists (at most 60 s); exits 0 if every bind
+//                             succeeded, 3 otherwise.
+//   escape SECONDS            double-forks a grandchild that calls setsid()
+//                             (its own session and group, reparented away),
+//                             prints "grandchild PID", and then both sleep.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+int HoldPorts(const char* release_file) {
+  const char* ports = getenv("TANDEM_PORTS");
+  if (!ports || !*ports) {
+    printf("no TANDEM_PORTS\n");
+    return 3;
+  }
+  bool all_ok = true;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", ports);
+  for (char* save = nullptr, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(nullptr, ",", &save)) {
+    int port = atoi(tok);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(fd, 4) != 0) {
+      printf("bind-failed %d %s\n", port, strerror(errno));
+      all_ok = false;
+    } else {
+      printf("bound %d\n", port);  // the socket stays open until we exit
+    }
+  }
+  printf("ready\n");
+  fflush(stdout);
+  struct stat st;
+  for (int i = 0; i < 6000 && stat(release_file, &st) != 0; ++i) usleep(10000);
+  return all_ok ? 0 : 3;
+}
+
+int Escape(int seconds) {
+  pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    pid_t grandchild = fork();
+    if (grandchild == 0) {
+      printf("grandchild %d\n", getpid());
+      fflush(stdout);
+      sleep(static_cast<unsigned>(seconds));
+      _exit(0);
+    }
+    _exit(0);  // the grandchild is orphaned
+  }
+  waitpid(child, nullptr, 0);
+  sleep(static_cast<unsigned>(seconds));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && strcmp(argv[1], "hold-ports") == 0) return HoldPorts(argv[2]);
+  if (argc >= 3 && strcmp(argv[1], "escape") == 0) return Escape(atoi(argv[2]));
+  fprintf(stderr, "usage: tandem_task_helper hold-ports RELEASE_FILE | escape SECONDS\n");
+  return 2;
+}

@@ -1,0 +1,84 @@
+// Port leases (DESIGN.md "Placement, devices, ports, environment"): tasks get
+// ports from this registry, so replicas never collide with each other or with
+// the kernel's ephemeral ports.
+//
+// - Ports come from a lease range (default 20000-32767, configurable) minus
+//   the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range).
+// - Each candidate is verified by binding it (TCP, 0.0.0.0 and 127.0.0.1,
+//   SO_REUSEADDR off) before it is handed out; a port that is in use by
+//   anything on the machine is skipped.
+// - A port is never leased to two live owners. Owners are task ids.
+// - Release(owner) frees an owner's ports when its task ends; Adopt(owner,
+//   ports) restores a known lease after a daemon restart (without binding:
+//   the running task holds them).
+// - Candidates are scanned round-robin from where the last lease stopped, so a
+//   port just released (maybe still in TIME_WAIT) is reused last.
+// Not thread-safe: owned by the daemon's io_context like the rest of its state.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::backends {
+
+struct PortRange {
+  int first = 0;  // inclusive
+  int last = -1;  // inclusive
+  bool empty() const { return last < first; }
+  bool contains(int p) const { return p >= first && p <= last; }
+};
+
+struct PortLeaseOptions {
+  PortRange range{20000, 32767};
+  // Where the kernel's ephemeral range is read from; a missing file means
+  // "no ephemeral range to avoid".
+  std::filesystem::path ephemeral_range_file = "/proc/sys/net/ipv4/ip_local_port_range";
+  bool verify_by_binding = true;
+};
+
+// Reads "first last" from an ip_local_port_range file.
+StatusOr<PortRange> ReadEphemeralRange(const std::filesystem::path& file);
+
+// True if a TCP socket can bind `port` on 0.0.0.0 and on 127.0.0.1 now
+// (SO_REUSEADDR off; the sockets are closed again).
+bool PortIsFree(int port);
+
+class PortLeaseRegistry {
+ public:
+  // Fails when the range is invalid or lies entirely inside the ephemeral range.
+  static StatusOr<PortLeaseRegistry> Create(const PortLeaseOptions& options = {});
+
+  // Leases `count` more ports to `owner` (an owner may lease more than once).
+  // ResourceExhausted, with nothing leased, when not enough free ports exist.
+  StatusOr<std::vector<int>> Lease(const std::string& owner, int count);
+
+  // Frees every port of `owner`; a no-op for an unknown owner.
+  void Release(const std::string& owner);
+
+  // Records that `owner` holds `ports` (after a restart). AlreadyExists when
+  // a port is held by another owner; InvalidArgument when out of 1..65535.
+  // Ports outside the lease range are accepted (the range may have changed).
+  Status Adopt(const std::string& owner, const std::vector<int>& ports);
+
+  std::vector<int> PortsOf(const std::string& owner) const;
+  size_t leased_count() const { return holder_.size(); }
+  // The ranges candidates are drawn from (lease range minus ephemeral range).
+  const std::vector<PortRange>& candidate_ranges() const { return ranges_; }
+
+ private:
+  PortLeaseRegistry() = default;
+  int NextCandidate();  // advances the round-robin cursor
+
+  std::vector<PortRange> ranges_;
+  size_t total_ = 0;        // number of candidate ports
+  size_t cursor_ = 0;       // index into the concatenated ranges
+  bool verify_ = true;
+  std::map<int, std::string> holder_;                 // port -> owner
+  std::map<std::string, std::vector<int>> by_owner_;  // owner -> ports
+};
+
+}  // namespace tandem::backends
