@@ -10,7 +10,8 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # Extra packages for the test suite (services, validators, fuzzers).
-test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl)
+test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl
+  python3-prometheus-client)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}")

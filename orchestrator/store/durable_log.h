@@ -18,6 +18,11 @@
 // cannot be trusted to apply to the right state.
 //
 // Files in `dir`: snapshot.json, journal.log (and *.tmp during compaction).
+// The on-disk formats and the crash-safe compaction protocol (journal
+// generations) are described in journal_format.h and durable_log.cc.
+//
+// Threading: every method is called on the io thread (the daemon is
+// single-threaded); the log owns one sync thread that only runs fsync.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,22 @@ struct Recovered {
   std::vector<std::string> warnings;      // e.g. "journal.log:118: torn last record skipped"
 };
 
+// Knobs for Open. The default is what the daemon uses.
+struct DurableLogOptions {
+  // Fault injection for tests: runs on the sync thread before each fsync of
+  // the journal; a non-ok result is treated as that fsync failing.
+  std::function<Status()> before_sync;
+};
+
+// Counters since Open, for /metrics and tests.
+struct DurableLogStats {
+  uint64_t appends = 0;      // records written to the journal
+  uint64_t syncs = 0;        // journal fsyncs (group commits); < appends under load
+  uint64_t bytes = 0;        // journal bytes written
+  uint64_t compactions = 0;
+  uint64_t generation = 0;   // the journal generation now appended to
+};
+
 class DurableLog {
  public:
   using DurableCallback = std::function<void(Status)>;
@@ -50,22 +71,36 @@ class DurableLog {
   static StatusOr<std::unique_ptr<DurableLog>> Open(boost::asio::io_context& io,
                                                     const std::filesystem::path& dir,
                                                     Recovered* out);
+  static StatusOr<std::unique_ptr<DurableLog>> Open(boost::asio::io_context& io,
+                                                    const std::filesystem::path& dir,
+                                                    Recovered* out,
+                                                    const DurableLogOptions& options);
+  // Waits for the fsync in flight, then stops the sync thread. Callbacks not
+  // yet run are dropped (never called): the owner is going away too.
   virtual ~DurableLog() = default;
 
-  // Appends one record (a JSON object). It is durable once `on_durable(Ok)`
+  // Appends one record (a JSON object). The line is written before Append
+  // returns; the fsync never runs on the calling thread. It is durable once `on_durable(Ok)`
   // runs; on a write or fsync failure the callback gets the error and the
   // log refuses further appends (the daemon must not pretend state is safe).
+  // A record that is not an object, or not valid UTF-8, gets kInvalidArgument
+  // and is not written (the log stays usable). Callbacks run in append order.
   virtual void Append(const nlohmann::json& record, DurableCallback on_durable = {}) = 0;
 
-  // Blocks until everything appended so far is durable. For shutdown and tests.
+  // Blocks until everything appended so far is durable (or the log failed:
+  // then the error). For shutdown and tests.
   virtual Status Flush() = 0;
 
   // Replaces snapshot + journal by `snapshot` (the state after every record
   // appended so far). Blocking; call rarely (the daemon does it every N records).
+  // A failure before the new snapshot is in place leaves the log usable; a
+  // failure after it poisons the log (its journal would no longer count).
   virtual Status Compact(const nlohmann::json& snapshot) = 0;
 
   // Records appended since the last Compact (or Open).
   virtual uint64_t records_since_compaction() const = 0;
+
+  virtual DurableLogStats stats() const = 0;
 };
 
 // crc32c of `data` (Castagnoli), as used in journal lines.
