@@ -12,7 +12,7 @@
 #   status   prints each daemon's state and sinfo
 #   restart  restarts all daemons (or the one named) keeping state: running jobs survive
 set -euo pipefail
-SVC_NAME=slurm
+SVC_NAME=slurm  # used by lib/common.sh
 SCRIPT=$(readlink -f "${BASH_SOURCE[0]}")
 . "$(dirname "$SCRIPT")/lib/common.sh"
 
@@ -253,17 +253,35 @@ cmd_start() {
   svc_log "ready in $((SECONDS - t0))s: $(sinfo -h -N -n "$NODE" -o '%N %T cpus=%c gres=%G') SLURM_CONF=$CONF"
 }
 
-# Step daemons (slurmstepd) outlive slurmd by design. The ones of this cluster
-# hold files under $DIR open; find those by pid and stop them.
+# descendants PID: prints the pids of PID's descendants, deepest first.
+descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    descendants "$child"
+    echo "$child"
+  done
+}
+
+# Step daemons (slurmstepd) outlive slurmd by design, and a job that would not
+# end in time leaves them behind. The ones of this cluster hold files under
+# $DIR open (the slurmd log); those and the job processes under them are
+# killed by pid.
 stop_stepds() {
-  local p exe
-  for p in /proc/[0-9]*; do
-    exe=$(readlink "$p/exe" 2>/dev/null || true)
-    [[ "$exe" == */slurmstepd* ]] || continue
-    if ls -l "$p/fd" 2>/dev/null | grep -q -- "-> $DIR/"; then
-      svc_log "killing leftover slurmstepd pid=${p#/proc/}"
-      kill -KILL "${p#/proc/}" 2>/dev/null || true
-    fi
+  local exe pid victims found
+  for _ in 1 2 3; do
+    found=0
+    for exe in $(find /proc/[0-9]*/exe -maxdepth 0 -lname '*/slurmstepd*' 2>/dev/null); do
+      pid=${exe#/proc/}
+      pid=${pid%/exe}
+      find "/proc/$pid/fd" -maxdepth 1 -lname "$DIR/*" 2>/dev/null | grep -q . || continue
+      victims="$(descendants "$pid" | tr '\n' ' ')$pid"
+      svc_log "killing leftover slurmstepd pid=$pid and its processes: $victims"
+      # shellcheck disable=SC2086
+      kill -KILL $victims 2>/dev/null || true
+      found=1
+    done
+    ((found)) || return 0
+    sleep 0.3
   done
 }
 
@@ -272,7 +290,7 @@ cancel_all_jobs() {
   local jobs
   jobs=$(squeue -h -o '%i' 2>/dev/null || true)
   [[ -n "$jobs" ]] || return 0
-  svc_log "cancelling jobs: $(echo $jobs)"
+  svc_log "cancelling jobs: $(tr "\n" " " <<<"$jobs")"
   # shellcheck disable=SC2086
   scancel $jobs 2>/dev/null || true
   local deadline=$((SECONDS + 20))

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the service smoke tests (sourced). Loads the connection info that
 # scripts/services/*.sh wrote, makes a scratch directory, and gives small
 # assertion helpers. Exit 77 means "skipped" to ctest (SKIP_RETURN_CODE);

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for the test-service scripts in scripts/services/ (sourced,
 # not run: scripts/test.sh only runs scripts/services/*.sh, not this folder).
 # Every service keeps all of its state under $TANDEM_SERVICES_DIR/<service>
