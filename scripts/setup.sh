@@ -10,11 +10,14 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # Extra packages for the test suite (services, validators, fuzzers).
-test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl
+test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl python3
   python3-prometheus-client)
+# The test services (scripts/services/): a single-node Slurm and a Redis, with
+# the client libraries the Slurm and Redis backends build against.
+services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev jq)
 
 want=("${build_pkgs[@]}")
-[[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}")
+[[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}" "${services_pkgs[@]}")
 
 missing=()
 for p in "${want[@]}"; do

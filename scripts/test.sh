@@ -22,7 +22,12 @@ for s in scripts/services/*.sh; do
   name=$(basename "$s" .sh)
   "$s" start
   SERVICES+=("$name")
+  # Connection info for the tests (SLURM_CONF, TANDEM_REDIS_PORT, ...).
+  env_file=${TANDEM_SERVICES_DIR:-/tmp/tandem-services}/$name.env
+  if [[ -f "$env_file" ]]; then set -a; . "$env_file"; set +a; fi
 done
+# Service tests fail (instead of skipping) when their service is missing.
+export TANDEM_SERVICES_REQUIRED=1
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
