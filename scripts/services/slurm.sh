@@ -65,7 +65,7 @@ need_binaries() {
 write_config() {
   mkdir -p "$DIR"/{etc,state,spool,run,log,dev,tmp} "$MUNGE_DIR"
   chmod 0755 "$TANDEM_SERVICES_DIR" "$DIR" "$DIR"/{etc,state,spool,run,log,dev}
-  chmod 0700 "$MUNGE_DIR"
+  chmod 0755 "$MUNGE_DIR"  # clients of other users need the socket; the key stays 0600
   if [[ ! -s "$MUNGE_KEY" ]]; then
     mungekey --create --keyfile="$MUNGE_KEY" --force >/dev/null
   fi

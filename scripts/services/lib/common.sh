@@ -78,6 +78,6 @@ svc_tail_logs() {
   for f in "$@"; do
     [[ -e "$f" ]] || continue
     echo "----- last lines of $f -----" >&2
-    tail -n 40 "$f" >&2
+    grep -v pmix "$f" | tail -n 40 >&2  # (pmix: harmless plugin-load noise)
   done
 }
