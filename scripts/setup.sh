@@ -10,7 +10,7 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev)
 # Extra packages for the test suite (services, validators, fuzzers).
-test_pkgs=(clang libclang-rt-14-dev nodejs npm procps iproute2 curl python3
+test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
   python3-prometheus-client)
 # The test services (scripts/services/): a single-node Slurm and a Redis, with
 # the client libraries the Slurm and Redis backends build against.
@@ -18,6 +18,12 @@ services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server lib
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}" "${services_pkgs[@]}")
+
+# Node.js and npm for the JSON Schema validator: the machine image may ship
+# its own (newer) node/npm, which Debian's npm package conflicts with.
+if [[ "${1:-}" == "--test" ]] && ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  want+=(nodejs npm)
+fi
 
 missing=()
 for p in "${want[@]}"; do

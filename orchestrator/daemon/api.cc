@@ -123,11 +123,11 @@ int HttpStatusFor(const Status& st) {
   }
 }
 
-Api::Api(boost::asio::io_context& io, JobManager& jobs, metrics::Registry& metrics)
+Api::Api(boost::asio::io_context& io, JobManager& jobs, DaemonMetrics& metrics)
     : io_(io), jobs_(jobs), metrics_(metrics) {}
 
 void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
-  metrics_.Counter("tandem_http_requests_total", "HTTP requests by method", {{"method", req.method}}).Inc();
+  metrics_.http_requests->WithLabels({req.method.size() <= 10 ? req.method : "other"}).Inc();
   const auto parts = SplitPath(req.path);
   const bool get = req.method == "GET", post = req.method == "POST";
   auto method_not_allowed = [&] { ex->RespondError(405, "method_not_allowed", req.method + " " + req.path); };
@@ -252,10 +252,10 @@ void Api::Metrics(std::shared_ptr<Exchange> ex) {
     for (const auto& t : j.tasks) tasks_by_state[std::string(ToString(t.state))] += 1;
   }
   for (const auto& [s, n] : jobs_by_state)
-    metrics_.Gauge("tandem_jobs", "Jobs by state", {{"state", s}}).Set(n);
+    metrics_.jobs->WithLabels({s}).Set(n);
   for (const auto& [s, n] : tasks_by_state)
-    metrics_.Gauge("tandem_tasks", "Tasks by state", {{"state", s}}).Set(n);
-  ex->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.Render());
+    metrics_.tasks->WithLabels({s}).Set(n);
+  ex->Respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.registry.Render());
 }
 
 }  // namespace tandem::daemon

@@ -19,13 +19,13 @@
 
 #include "orchestrator/daemon/http_server.h"
 #include "orchestrator/daemon/job_manager.h"
-#include "orchestrator/metrics/registry.h"
+#include "orchestrator/daemon/daemon_metrics.h"
 
 namespace tandem::daemon {
 
 class Api {
  public:
-  Api(boost::asio::io_context& io, JobManager& jobs, metrics::Registry& metrics);
+  Api(boost::asio::io_context& io, JobManager& jobs, DaemonMetrics& metrics);
   void Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex);
 
  private:
@@ -36,7 +36,7 @@ class Api {
 
   boost::asio::io_context& io_;
   JobManager& jobs_;
-  metrics::Registry& metrics_;
+  DaemonMetrics& metrics_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -18,6 +18,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "backends/local/local_executor.h"
+#include "orchestrator/daemon/daemon_metrics.h"
 #include "backends/port_lease.h"
 #include "orchestrator/daemon/api.h"
 #include "orchestrator/daemon/http_server.h"
@@ -45,7 +46,8 @@ class Daemon {
   boost::asio::io_context& io_;
   DaemonSettings settings_;
   int lock_fd_ = -1;
-  metrics::Registry metrics_;
+  metrics::Registry registry_;
+  DaemonMetrics metrics_{registry_};
   std::unique_ptr<store::DurableLog> log_;
   std::unique_ptr<backends::PortLeaseRegistry> ports_;
   std::unique_ptr<backends::LocalExecutor> local_;

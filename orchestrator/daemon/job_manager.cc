@@ -60,7 +60,7 @@ fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
 
 JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
                        store::DurableLog& log, backends::Executor& local,
-                       backends::PortLeaseRegistry& ports, metrics::Registry& metrics)
+                       backends::PortLeaseRegistry& ports, DaemonMetrics& metrics)
     : io_(io), opts_(std::move(opts)), log_(log), local_(local), ports_(ports), metrics_(metrics) {}
 
 JobManager::~JobManager() = default;
@@ -167,7 +167,7 @@ void JobManager::Submit(const json& raw, SubmitCallback done) {
   }
   const std::string id = job.id;
   specs_.emplace(id, sp);
-  metrics_.Counter("tandem_jobs_submitted_total", "Jobs accepted by this daemon").Inc();
+  metrics_.jobs_submitted->Get().Inc();
   CommitThen({{"type", "job_submitted"}, {"seq", table_.next_seq}, {"job", job.ToJson()}},
              [this, id, done](Status st) {
                if (!st.ok()) return done(st.WithContext("journal"));
@@ -272,11 +272,9 @@ void JobManager::LaunchTask(Job& job, Task& task) {
             {"detail", started.status().message()}});
     return StopJob(job, "task " + task.name + " could not be launched");
   }
-  metrics_.Counter("tandem_task_launches_total", "Task launches, restarts included").Inc();
+  metrics_.task_launches->Get().Inc();
   if (task.launches == 0)
-    metrics_.Histogram("tandem_launch_latency_seconds", "Job submitted to task running (first launch)",
-                       {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5})
-        .Observe(static_cast<double>(NowMs() - job.submitted_ms) / 1000.0);
+    metrics_.launch_latency->Get().Observe(static_cast<double>(NowMs() - job.submitted_ms) / 1000.0);
   Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "running"},
           {"detail", ""}, {"ref", started->ToJson()}, {"ports", ports},
           {"launches", task.launches + 1}});
@@ -331,7 +329,7 @@ void JobManager::OnTaskExit(const std::string& task_id, const backends::TaskExit
             {"detail", detail + "; restart " + std::to_string(task->restarts + 1) + "/" +
                            std::to_string(rs.max_restarts) + " in " + std::to_string(delay_s) + "s"},
             {"exit", ex}, {"ports", json::array()}, {"restarts", task->restarts + 1}});
-    metrics_.Counter("tandem_task_restarts_total", "Task restarts by the restart policy").Inc();
+    metrics_.task_restarts->Get().Inc();
     return StartRestartTimer(*job, *task, std::chrono::milliseconds(static_cast<int64_t>(delay_s * 1000)));
   }
   if (ok) {
@@ -428,7 +426,7 @@ void JobManager::MaybeFinishJob(Job& job) {
   if (!job.physical_devices.empty())
     Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", json::array()}});
   Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
-  metrics_.Counter("tandem_jobs_finished_total", "Jobs that reached an end state", {{"state", state}}).Inc();
+  metrics_.jobs_finished->WithLabels({state}).Inc();
   log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
   Schedule();  // devices may have freed up
 }

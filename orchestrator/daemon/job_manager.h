@@ -37,7 +37,7 @@
 #include "backends/port_lease.h"
 #include "common/status.h"
 #include "orchestrator/daemon/job_model.h"
-#include "orchestrator/metrics/registry.h"
+#include "orchestrator/daemon/daemon_metrics.h"
 #include "orchestrator/spec/job_spec.h"
 #include "orchestrator/store/durable_log.h"
 
@@ -65,7 +65,7 @@ class JobManager {
 
   JobManager(boost::asio::io_context& io, JobManagerOptions opts, store::DurableLog& log,
              backends::Executor& local, backends::PortLeaseRegistry& ports,
-             metrics::Registry& metrics);
+             DaemonMetrics& metrics);
   ~JobManager();
 
   // Rebuilds state from what the log recovered, re-attaches running tasks,
@@ -112,7 +112,7 @@ class JobManager {
   store::DurableLog& log_;
   backends::Executor& local_;
   backends::PortLeaseRegistry& ports_;
-  metrics::Registry& metrics_;
+  DaemonMetrics& metrics_;
   JobTable table_;
   std::set<int> busy_gpus_;
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> timers_;  // by task or job id
