@@ -28,7 +28,7 @@ else
   echo "[setup] all Debian packages present"
 fi
 
-if [[ "${1:-}" == "--test" && ! -x tests/schema/node_modules/.bin/ajv ]] && [[ -f tests/schema/package.json ]]; then
+if [[ "${1:-}" == "--test" && ! -f tests/schema/node_modules/ajv/package.json ]] && [[ -f tests/schema/package.json ]]; then
   echo "[setup] installing the JSON Schema validator (npm)"
   (cd tests/schema && npm ci --silent --no-audit --no-fund 2>/dev/null || npm install --silent --no-audit --no-fund)
 fi
