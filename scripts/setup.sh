@@ -17,6 +17,11 @@ want=("${build_pkgs[@]}")
 
 missing=()
 for p in "${want[@]}"; do
+  # node and npm may come from elsewhere than Debian (e.g. NodeSource); use them.
+  case "$p" in
+    nodejs) command -v node >/dev/null 2>&1 && continue ;;
+    npm) command -v npm >/dev/null 2>&1 && continue ;;
+  esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
