@@ -27,6 +27,11 @@ fi
 
 missing=()
 for p in "${want[@]}"; do
+  # node and npm may come from elsewhere than Debian (e.g. NodeSource); use them.
+  case "$p" in
+    nodejs) command -v node >/dev/null 2>&1 && continue ;;
+    npm) command -v npm >/dev/null 2>&1 && continue ;;
+  esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
@@ -38,7 +43,7 @@ else
   echo "[setup] all Debian packages present"
 fi
 
-if [[ "${1:-}" == "--test" && ! -x tests/schema/node_modules/.bin/ajv ]] && [[ -f tests/schema/package.json ]]; then
+if [[ "${1:-}" == "--test" && ! -f tests/schema/node_modules/ajv/package.json ]] && [[ -f tests/schema/package.json ]]; then
   echo "[setup] installing the JSON Schema validator (npm)"
   (cd tests/schema && npm ci --silent --no-audit --no-fund 2>/dev/null || npm install --silent --no-audit --no-fund)
 fi

@@ -35,7 +35,7 @@ struct BackendSpec {
 struct RestartPolicy {
   enum class Kind { kNever, kOnFailure, kAlways };
   Kind kind = Kind::kNever;
-  int max_restarts = 0;        // restarts per task, after which the task fails
+  int max_restarts = 0;        // restarts per task, after which the task fails (3 when a spec's restart omits it)
   double backoff_initial_s = 1.0;  // first delay; doubles each restart
   double backoff_max_s = 30.0;
 };
