@@ -80,7 +80,7 @@ Result Tandem(int n) {
   {
     tandem::daemon::Daemon d(io, s);
     if (auto st = d.Start(); !st.ok()) { std::cerr << st.ToString() << "\n"; return {}; }
-    json spec = {{"name", "bench"}, {"backend", {{"kind", "local"}}},
+    nlohmann::ordered_json spec = {{"name", "bench"}, {"backend", {{"kind", "local"}}},
                  {"roles", {{"t", {{"command", {"true"}}, {"replicas", n}}}}}};
     std::vector<double> lat;
     Clock::time_point t0, last;

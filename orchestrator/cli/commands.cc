@@ -96,12 +96,12 @@ std::string FormatEvent(const json& ev) {
   return o.str();
 }
 
-StatusOr<json> LoadSpecForSubmit(const std::string& path) {
+StatusOr<nlohmann::ordered_json> LoadSpecForSubmit(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot read " + path);
   std::stringstream ss;
   ss << in.rdbuf();
-  json spec = json::parse(ss.str(), nullptr, false);
+  auto spec = nlohmann::ordered_json::parse(ss.str(), nullptr, false);
   if (spec.is_discarded()) return InvalidArgument(path + ": not valid JSON (run `tandem validate " + path + "`)");
   if (spec.is_object() && spec.contains("run_dir") && spec["run_dir"].is_string()) {
     fs::path rd = spec["run_dir"].get<std::string>();

@@ -20,7 +20,7 @@ enum ExitCode { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitUnreachable =
 
 // Reads a spec file and makes a relative run_dir absolute against the cwd,
 // since the daemon cannot know the submitter's cwd.
-StatusOr<nlohmann::json> LoadSpecForSubmit(const std::string& path);
+StatusOr<nlohmann::ordered_json> LoadSpecForSubmit(const std::string& path);
 
 int CmdValidate(const std::string& spec_path);
 int CmdSubmit(Client& c, const std::string& spec_path, bool wait);

@@ -180,7 +180,7 @@ void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
 }
 
 void Api::Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
-  json spec = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  auto spec = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded())
     return ex->RespondError(400, "invalid_json", "request body is not valid JSON");
   jobs_.Submit(spec, [ex](StatusOr<json> result) {

@@ -66,7 +66,8 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }
 
 std::string_view ReasonPhrase(int status) {
-  return http::obsolete_reason(static_cast<http::status>(status));
+  const auto r = http::obsolete_reason(static_cast<http::status>(status));
+  return std::string_view(r.data(), r.size());
 }
 
 }  // namespace
@@ -111,7 +112,8 @@ Status ToHttpRequest(http::request<http::string_body>& msg, HttpRequest* req) {
     req->headers[name] = std::string(f.value());
   }
   req->body = std::move(msg.body());
-  return ParseTarget(msg.target(), &req->path, &req->query);
+  const auto target = msg.target();
+  return ParseTarget(std::string_view(target.data(), target.size()), &req->path, &req->query);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ void JobManager::Unsubscribe(uint64_t token) {
 
 // ---------------------------------------------------------------- submit
 
-void JobManager::Submit(const json& raw, SubmitCallback done) {
+void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) {
   spec::ParseResult parsed = spec::ParseJobSpec(raw);
   if (!parsed.spec) return done(parsed.ToStatus());
   const spec::JobSpec& sp = *parsed.spec;
@@ -136,7 +136,7 @@ void JobManager::Submit(const json& raw, SubmitCallback done) {
   job.id = NewJobId(sp.name);
   while (table_.Find(job.id)) job.id = NewJobId(sp.name);
   job.name = sp.name;
-  job.spec = raw;
+  job.spec_text = raw.dump();
   job.backend = std::string(spec::BackendKindName(sp.backend.kind));
   job.logical_devices = sp.devices;
   const fs::path run_root = opts_.run_root.empty() ? opts_.state_dir / "runs" : opts_.run_root;
@@ -184,7 +184,7 @@ void JobManager::Submit(const json& raw, SubmitCallback done) {
 bool JobManager::GrantDevices(Job& job) {
   if (job.logical_devices.empty() || !job.physical_devices.empty()) return true;
   std::vector<int> grant;
-  if (job.spec.contains("devices") && job.spec["devices"].is_array()) {
+  if (SpecOf(job).raw.contains("devices") && SpecOf(job).raw["devices"].contains("ids")) {
     // An explicit list names inventory positions.
     for (int l : job.logical_devices) {
       int phys = opts_.gpus.at(static_cast<size_t>(l));
@@ -283,7 +283,7 @@ void JobManager::LaunchTask(Job& job, Task& task) {
 const spec::JobSpec& JobManager::SpecOf(const Job& job) {
   auto it = specs_.find(job.id);
   if (it != specs_.end()) return it->second;
-  auto parsed = spec::ParseJobSpec(job.spec);
+  auto parsed = spec::ParseJobSpecText(job.spec_text);
   // A journaled spec was valid when accepted; an empty spec (no roles) makes
   // every lookup fail cleanly if a later parser version disagrees.
   return specs_.emplace(job.id, parsed.spec ? *parsed.spec : spec::JobSpec{}).first->second;
@@ -446,7 +446,9 @@ Status JobManager::Recover(const store::Recovered& rec) {
     for (int g : job.physical_devices) busy_gpus_.insert(g);
     for (auto& t : job.tasks) {
       if (t.state == TaskState::kRunning) {
-        if (!t.ports.empty()) ports_.Adopt(t.id, t.ports);
+        if (!t.ports.empty())
+          if (Status ps = ports_.Adopt(t.id, t.ports); !ps.ok())
+            log::Warn("jobs", "ports of task={} not re-adopted: {}", t.id, ps.ToString());
         auto ref = backends::TaskRef::FromJson(t.ref);
         Status st = ref.ok() ? local_.Reattach(*ref) : ref.status();
         if (!st.ok()) {

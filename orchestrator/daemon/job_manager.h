@@ -75,7 +75,7 @@ class JobManager {
   // Validates, places and records a job; `done` gets the job's JSON once the
   // submission is durable, or an error (kInvalidArgument with one line per
   // spec violation; kResourceExhausted when it can never fit).
-  void Submit(const nlohmann::json& spec, SubmitCallback done);
+  void Submit(const nlohmann::ordered_json& spec, SubmitCallback done);
 
   // Requests cancellation. Ok if the job already ended (no-op).
   Status Cancel(std::string_view job_id);

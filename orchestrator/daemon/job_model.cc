@@ -122,7 +122,10 @@ json Job::ToJson(bool with_spec) const {
   json j = Summary();
   j["tasks"] = json::array();
   for (const auto& t : tasks) j["tasks"].push_back(t.ToJson());
-  if (with_spec) j["spec"] = spec;
+  if (with_spec) {
+    j["spec_text"] = spec_text;  // authoritative (document order), what replay parses
+    j["spec"] = json::parse(spec_text, nullptr, false);  // for people and API clients
+  }
   return j;
 }
 
@@ -134,7 +137,7 @@ StatusOr<Job> Job::FromJson(const json& j) {
     auto st = ParseJobState(j.at("state").get<std::string>());
     if (!st) return DataLoss("job " + job.id + ": unknown state");
     job.state = *st;
-    job.spec = j.value("spec", json::object());
+    job.spec_text = Get<std::string>(j, "spec_text", "{}");
     job.run_dir = Get<std::string>(j, "run_dir", "");
     job.backend = Get<std::string>(j, "backend", "local");
     job.logical_devices = Get<std::vector<int>>(j, "logical_devices", {});

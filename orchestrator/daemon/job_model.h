@@ -69,7 +69,8 @@ struct Job {
   std::string id;
   std::string name;
   JobState state = JobState::kPending;
-  nlohmann::json spec;      // as submitted (run_dir resolved)
+  std::string spec_text;    // the spec as submitted (run_dir resolved), in its document order:
+                            // role order decides placement, and nlohmann::json would sort keys
   std::string run_dir;
   std::string backend;      // "local", ...
   std::vector<int> logical_devices;   // the spec's devices, in order
