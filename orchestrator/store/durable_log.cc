@@ -29,8 +29,9 @@
 // records that recovery discards.
 //
 // Recovery (Open): remove stale *.tmp, read the snapshot, parse the journal
-// (journal_format.h), and truncate a torn tail (with fsync) before the first
-// append, so a new record never follows garbage. The directory is flock'ed
+// (journal_format.h), truncate a torn tail before the first append, so a new
+// record never follows garbage, and fsync the journal: everything returned in
+// Recovered is durable. The directory is flock'ed
 // for as long as the log is open: a second process on it fails.
 #include "orchestrator/store/durable_log.h"
 
@@ -379,12 +380,14 @@ StatusOr<std::unique_ptr<DurableLog>> DurableLog::Open(boost::asio::io_context& 
     journal.Reset(::open(journal_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
     if (!journal) return ErrnoStatus("open " + journal_path.string()).WithContext(ctx);
     end = static_cast<off_t>(truncate_to.value_or(journal_bytes->size()));
-    if (truncate_to) {
-      if (::ftruncate(journal.get(), end) != 0) {
-        return ErrnoStatus("truncate torn tail of " + journal_path.string()).WithContext(ctx);
-      }
-      TANDEM_RETURN_IF_ERROR(SyncData(journal.get(), journal_path), ctx);
+    if (truncate_to && ::ftruncate(journal.get(), end) != 0) {
+      return ErrnoStatus("truncate torn tail of " + journal_path.string()).WithContext(ctx);
     }
+    // What we recovered may have been in the page cache only (the previous
+    // process died before its fsync); the owner acts on it, so make it durable.
+    TANDEM_RETURN_IF_ERROR(SyncData(journal.get(), journal_path), ctx);
+    // Likewise the names: the last compaction may have died before its directory fsync.
+    TANDEM_RETURN_IF_ERROR(SyncDir(dir), ctx);
   }
   for (const std::string& w : rec.warnings) log::Warn("store", "recovery dir={} warning=\"{}\"", dir.string(), w);
   log::Info("store", "recovered dir={} generation={} snapshot={} records={}", dir.string(), generation,

@@ -11,6 +11,8 @@
 // all records so far produce; the snapshot is written to a temporary file,
 // fsync'd, renamed over snapshot.json, the directory fsync'd, and the journal
 // restarted empty. Recovery = snapshot + the journal's records after it.
+// Both files carry a generation number so that a crash between the two steps
+// never applies a record twice (protocol in durable_log.cc).
 //
 // Recovery is strict about the middle and lenient about the end: a torn or
 // corrupt *last* line (a crash during a write) is skipped with a warning; a
@@ -67,7 +69,9 @@ class DurableLog {
 
   // Opens (creating `dir` if needed), recovers what is there into `out`, and
   // prepares to append. Fails with kDataLoss on corruption that is not a torn
-  // tail. `io` runs the callbacks.
+  // tail (a torn tail is truncated away before the first append), and with
+  // kFailedPrecondition while another DurableLog has `dir` open (flock).
+  // `io` runs the callbacks and must outlive the log.
   static StatusOr<std::unique_ptr<DurableLog>> Open(boost::asio::io_context& io,
                                                     const std::filesystem::path& dir,
                                                     Recovered* out);

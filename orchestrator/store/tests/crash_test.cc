@@ -3,8 +3,9 @@
 // now and then, compacting in one mode) and reports each record on a pipe
 // once its on_durable callback ran. The parent kill -9s it at random moments,
 // recovers the directory, and checks that every reported record is there, in
-// order, once, and that nothing corrupt comes back. Then the next round's
-// child continues on the same directory.
+// order, once, and that nothing corrupt comes back; in half of the rounds it
+// first cuts the journal at a random byte after the last reported record, as
+// a power loss may. Then the next round's child continues on that directory.
 //
 // TANDEM_TEST_SEED=<n> replays a run (the seed is printed).
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +133,7 @@ struct Totals {
   int torn_tails = 0;
   int superseded = 0;
   int tmp_files_at_kill = 0;
+  int tails_cut = 0;
 };
 
 // Recovers `dir` in this process and checks it against what was reported.
@@ -161,6 +164,37 @@ void Verify(const fs::path& dir, int64_t last_reported, Totals* t, int round) {
   }
 }
 
+// Simulates a power loss on top of the kill: everything after the last record
+// known durable (`last_durable`) may never have been fsync'd, so the file may
+// end anywhere after it. Cuts the journal at a random byte there.
+// Returns whether it cut something.
+bool CutUnsyncedTail(const fs::path& dir, int64_t last_durable, std::mt19937_64& rng) {
+  const fs::path journal = dir / "journal.log";
+  std::error_code ec;
+  const uint64_t size = fs::file_size(journal, ec);
+  if (ec) return false;
+  std::string text(size, '\0');
+  {
+    FILE* f = std::fopen(journal.c_str(), "rb");
+    if (!f) return false;
+    size_t n = std::fread(text.data(), 1, size, f);
+    std::fclose(f);
+    if (n != size) return false;
+  }
+  size_t keep;
+  if (last_durable < 0) {
+    keep = text.find('\n');  // the header is written by rename: always whole
+  } else {
+    size_t at = text.find(" {\"i\":" + std::to_string(last_durable) + ",");
+    if (at == std::string::npos) return false;  // already in the snapshot
+    keep = text.find('\n', at);
+  }
+  if (keep == std::string::npos || keep + 1 >= size) return false;
+  const uint64_t cut_to = keep + 1 + rng() % (size - keep - 1);
+  fs::resize_file(journal, cut_to, ec);
+  return !ec;
+}
+
 uint64_t Seed() {
   if (const char* s = std::getenv("TANDEM_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   return std::random_device{}();
@@ -169,8 +203,9 @@ uint64_t Seed() {
 // Without kill_in_compaction: kill at a random time; otherwise right after
 // the child announces that many compactions, with a random delay of 0-40 ms
 // (a compaction here takes a few fsyncs, so the kill lands in every step).
-// A kill -9 cannot tear a single write(2), so torn tails are rare here; they
-// are covered by the deterministic tests in durable_log_test.cc.
+// A kill -9 cannot tear a single write(2); torn tails come from the
+// simulated power loss (CutUnsyncedTail) and from durable_log_test.cc.
+// In half of the rounds the unsynced tail is also cut (CutUnsyncedTail).
 void RunKillRounds(int rounds, int compact_every, size_t snapshot_pad, bool kill_in_compaction) {
   const uint64_t seed = Seed();
   std::printf("[ seed ] TANDEM_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
@@ -218,13 +253,17 @@ void RunKillRounds(int rounds, int compact_every, size_t snapshot_pad, bool kill
       ASSERT_GT(r.last_reported, last_reported) << "round " << round << ": reported ids went backwards";
       last_reported = r.last_reported;
     }
+    // Durable: what was reported, and what the last recovery returned (Open fsyncs it).
+    const int64_t durable = std::max<int64_t>(last_reported, static_cast<int64_t>(totals.recovered) - 1);
+    if (rng() % 2 && CutUnsyncedTail(dir.path(), durable, rng)) ++totals.tails_cut;
     Verify(dir.path(), last_reported, &totals, round);
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::printf("[ crash ] %d kill -9 rounds: %llu records recovered, last reported durable %lld, "
-              "torn tails skipped %d, interrupted compactions recovered %d, tmp files at kill %d\n",
+              "unsynced tails cut %d, torn tails skipped %d, interrupted compactions recovered %d, "
+              "tmp files at kill %d\n",
               rounds, static_cast<unsigned long long>(totals.recovered), static_cast<long long>(last_reported),
-              totals.torn_tails, totals.superseded, totals.tmp_files_at_kill);
+              totals.tails_cut, totals.torn_tails, totals.superseded, totals.tmp_files_at_kill);
 }
 
 TEST(DurableLogCrash, KillDuringAppendsLosesNothingReported) { RunKillRounds(8, 0, 0, false); }

@@ -329,6 +329,50 @@ TEST(DurableLog, CrashBetweenSnapshotAndJournalRestartAppliesNothingTwice) {
   EXPECT_TRUE(rec.warnings.empty());
 }
 
+TEST(DurableLog, CompactionFailingBeforeTheSnapshotIsInPlaceLeavesTheLogUsable) {
+  TempDir dir;
+  boost::asio::io_context io;
+  {
+    Recovered rec;
+    auto log = OpenOk(io, dir.path(), &rec);
+    log->Append({{"i", 0}});
+    std::filesystem::create_directory(dir / "snapshot.json.tmp");  // the tmp file cannot be created
+    Status st = log->Compact({{"count", 1}});
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("compact: write snapshot"), std::string::npos) << st.ToString();
+    EXPECT_EQ(log->Compact(json{{"bad", std::string("\xff")}}).code(), StatusCode::kInvalidArgument);
+    log->Append({{"i", 1}});
+    EXPECT_TRUE(log->Flush().ok());
+  }
+  std::filesystem::remove(dir / "snapshot.json.tmp");
+  Recovered rec;
+  auto log = OpenOk(io, dir.path(), &rec);
+  EXPECT_TRUE(rec.snapshot.is_null());
+  EXPECT_EQ(Ids(rec.records), Range(0, 2));
+}
+
+TEST(DurableLog, CompactionFailingAfterTheSnapshotPoisonsAndRecoversFromTheSnapshot) {
+  TempDir dir;
+  boost::asio::io_context io;
+  {
+    Recovered rec;
+    auto log = OpenOk(io, dir.path(), &rec);
+    for (int i = 0; i < 4; ++i) log->Append({{"i", i}});
+    std::filesystem::create_directory(dir / "journal.log.tmp");  // the new journal cannot be created
+    Status st = log->Compact({{"count", 4}});
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("restart journal"), std::string::npos) << st.ToString();
+    Status appended;
+    log->Append({{"i", 4}}, [&](Status s) { appended = s; });
+    ASSERT_TRUE(RunUntil(io, [&] { return !appended.ok(); })) << "a record after the commit point must be refused";
+  }
+  std::filesystem::remove(dir / "journal.log.tmp");
+  Recovered rec;
+  auto log = OpenOk(io, dir.path(), &rec);
+  EXPECT_EQ(rec.snapshot, (json{{"count", 4}}));
+  EXPECT_TRUE(rec.records.empty()) << "journal generation 0 is superseded, not applied twice";
+}
+
 TEST(DurableLog, JournalNewerThanSnapshotIsDataLoss) {
   TempDir dir;
   boost::asio::io_context io;
