@@ -370,7 +370,11 @@ Status LocalExecutor::Kill(const TaskRef& ref) {
 Status LocalExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(LocalRef r, ParseRef(ref), "reattach");
   auto it = tracked_.find(r.pid);
-  if (it != tracked_.end() && it->second.task_id == ref.task_id) return Status::Ok();
+  if (it != tracked_.end()) {
+    if (it->second.task_id == ref.task_id) return Status::Ok();  // already supervised
+    return AlreadyExists("reattach " + ref.task_id + ": pid " + std::to_string(r.pid) +
+                         " is supervised as task " + it->second.task_id);
+  }
 
   // Open the pidfd first, then check identity: the pidfd pins the process,
   // so a match afterwards proves it refers to the task and not a recycled pid.

@@ -87,6 +87,8 @@ class LocalExecutor final : public Executor {
   ~LocalExecutor() override;
 
   std::string_view kind() const override { return "local"; }
+  // The directories of stdout_path, stderr_path and exit_path, and cwd,
+  // must exist: a missing one fails Start (nothing is started).
   StatusOr<TaskRef> Start(const LaunchRequest& request) override;
   Status Signal(const TaskRef& ref, int sig) override;
   Status Kill(const TaskRef& ref) override;

@@ -246,6 +246,10 @@ TEST_F(LocalExecutorTest, ReattachWithAWrongStartTimeIsReportedGone) {
   }
   EXPECT_TRUE(exec_->Alive(ref)) << "the real task was not touched";
   ASSERT_TRUE(exec_->Reattach(ref).ok());
+  ASSERT_TRUE(exec_->Reattach(ref).ok()) << "idempotent";
+  TaskRef twin = ref;
+  twin.task_id = r.task_id + ".twin";
+  EXPECT_EQ(exec_->Reattach(twin).code(), StatusCode::kAlreadyExists);
   ASSERT_TRUE(exec_->Kill(ref).ok());
   auto x = WaitExit(r.task_id);
   ASSERT_TRUE(x);
@@ -302,6 +306,9 @@ TEST_F(LocalExecutorTest, ReattachedTaskKilledWithoutARecordIsStatusUnknown) {
 
 TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
   ASSERT_TRUE(EnableChildSubreaper().ok());
+  struct Off {
+    ~Off() { ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); }
+  } off;
   LocalExecutorOptions o;
   o.reap_orphans = true;
   harness_ = LocalHarness(o);
@@ -313,7 +320,6 @@ TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
   pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
   // The grandchild was reparented to us and must not linger as a zombie.
   EXPECT_TRUE(WaitUntil([&] { return !local::ReadProcStat(gc); })) << "zombie " << gc;
-  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
 }
 
 TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
