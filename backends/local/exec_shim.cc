@@ -13,9 +13,11 @@
 //      the command's process group;
 //   3. waits for the command and writes the exit record atomically (write
 //      FILE.tmp, fsync, rename):
-//        {"exit_code":N,"signal":S,"detail":"...","ended_at_ms":T}
+//        {"exit_code":N,"signal":S,"detail":"...","ended_at_ms":T,"marker":M}
 //      exit_code is -1 when the command died of signal S; a command that
 //      cannot be executed gives exit_code 127 and detail "exec failed: <why>";
+//      marker is the task's TANDEM_TASK_MARK, so a record left by an earlier
+//      run at the same path is never mistaken for this one;
 //   4. ends the way the command ended: the same exit code, or the same
 //      signal (core dumps off).
 // The record is how a restarted daemon learns how a task ended while it was
@@ -101,6 +103,11 @@ void WriteExitRecord(const char* path, int exit_code, int sig, const char* detai
   rec.Add(",\"signal\":"); rec.AddLong(sig);
   rec.Add(",\"detail\":"); rec.AddJsonString(detail);
   rec.Add(",\"ended_at_ms\":"); rec.AddLong(ms);
+  const char* marker = getenv("TANDEM_TASK_MARK");
+  if (marker) {
+    rec.Add(",\"marker\":");
+    rec.AddJsonString(marker);
+  }
   rec.Add("}\n");
 
   Buf tmp;

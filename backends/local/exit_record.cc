@@ -9,7 +9,7 @@
 
 namespace tandem::backends::local {
 
-std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path) {
+std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path, const std::string& marker) {
   if (path.empty()) return std::nullopt;
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -19,6 +19,10 @@ std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path) {
   if (!j.is_object() || !j.contains("exit_code") || !j["exit_code"].is_number_integer() ||
       !j.contains("signal") || !j["signal"].is_number_integer()) {
     log::Warn("local", "malformed exit record path={}", path.string());
+    return std::nullopt;
+  }
+  if (!j.contains("marker") || !j["marker"].is_string() || j["marker"].get<std::string>() != marker) {
+    log::Debug("local", "exit record of another run ignored path={}", path.string());
     return std::nullopt;
   }
   TaskExit x;

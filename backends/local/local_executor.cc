@@ -172,7 +172,6 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
 
   std::filesystem::path exit_path = req.exit_path;
   if (!exit_path.empty() && exit_path.is_relative()) exit_path = std::filesystem::absolute(exit_path);
-  if (!exit_path.empty()) ::unlink(exit_path.c_str());  // a stale record must not be read
 
   std::vector<std::string> argv;
   argv.reserve(req.argv.size() + 4);
@@ -235,16 +234,17 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
               {"boot_id", boot_id_},
               {"marker", marker},
               {"exit_path", exit_path.string()}};
-  Supervise(pid, pidfd, req.task_id, exit_path);
+  Supervise(pid, pidfd, req.task_id, exit_path, marker);
   log::Debug("local", "task started task={} pid={}", req.task_id, pid);
   return ref;
 }
 
 void LocalExecutor::Supervise(pid_t pid, int pidfd, const std::string& task_id,
-                              const std::filesystem::path& exit_path) {
+                              const std::filesystem::path& exit_path, const std::string& marker) {
   Tracked t;
   t.task_id = task_id;
   t.exit_path = exit_path;
+  t.marker = marker;
   t.serial = next_serial_++;
   t.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
   t.pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
@@ -267,7 +267,7 @@ void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   bool waited = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(t.pidfd->native_handle()),
                          &si, WEXITED | WNOHANG) == 0 && si.si_pid != 0;
   TaskExit exit;
-  if (auto rec = local::ReadExitRecord(t.exit_path)) {
+  if (auto rec = local::ReadExitRecord(t.exit_path, t.marker)) {
     exit = *rec;
   } else if (waited) {
     exit = local::ExitFromSiginfo(si);
@@ -370,7 +370,11 @@ Status LocalExecutor::Kill(const TaskRef& ref) {
 Status LocalExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(LocalRef r, ParseRef(ref), "reattach");
   auto it = tracked_.find(r.pid);
-  if (it != tracked_.end() && it->second.task_id == ref.task_id) return Status::Ok();
+  if (it != tracked_.end()) {
+    if (it->second.task_id == ref.task_id) return Status::Ok();  // already supervised
+    return AlreadyExists("reattach " + ref.task_id + ": pid " + std::to_string(r.pid) +
+                         " is supervised as task " + it->second.task_id);
+  }
 
   // Open the pidfd first, then check identity: the pidfd pins the process,
   // so a match afterwards proves it refers to the task and not a recycled pid.
@@ -378,7 +382,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   if (pidfd >= 0) {
     auto st = local::ReadProcStat(r.pid);
     if (st && st->start_time == r.start_time) {
-      Supervise(r.pid, pidfd, ref.task_id, r.exit_path);
+      Supervise(r.pid, pidfd, ref.task_id, r.exit_path, r.marker);
       log::Info("local", "task reattached task={} pid={}", ref.task_id, r.pid);
       return Status::Ok();
     }
@@ -386,10 +390,10 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   }
   // Gone (or a different process now holds the pid): report what is known.
   boost::asio::post(io_, [weak = std::weak_ptr<int>(alive_), this, task_id = ref.task_id,
-                          exit_path = r.exit_path] {
+                          exit_path = r.exit_path, marker = r.marker] {
     if (!weak.lock()) return;
     TaskExit exit;
-    if (auto rec = local::ReadExitRecord(exit_path)) {
+    if (auto rec = local::ReadExitRecord(exit_path, marker)) {
       exit = *rec;
     } else {
       exit.status_known = false;

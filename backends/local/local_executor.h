@@ -9,7 +9,8 @@
 // The shim starts the command in its own process group, forwards
 // SIGTERM/SIGINT/SIGHUP to it, and writes the exit record (exit_record.h).
 // The daemon is never forked. Start() does no /proc scan, fsync or sleep: one
-// spawn, one pidfd_open, one read of /proc/<pid>/stat.
+// spawn, one pidfd_open, one read of /proc/<pid>/stat. (A record left at
+// exit_path by an earlier run is told apart by its marker, not unlinked.)
 //
 // TaskRef.data: {pid, pgid, sid (all the shim's pid), start_time (field 22 of
 // /proc/<pid>/stat), boot_id, marker, exit_path}.
@@ -86,6 +87,8 @@ class LocalExecutor final : public Executor {
   ~LocalExecutor() override;
 
   std::string_view kind() const override { return "local"; }
+  // The directories of stdout_path, stderr_path and exit_path, and cwd,
+  // must exist: a missing one fails Start (nothing is started).
   StatusOr<TaskRef> Start(const LaunchRequest& request) override;
   Status Signal(const TaskRef& ref, int sig) override;
   Status Kill(const TaskRef& ref) override;
@@ -100,6 +103,7 @@ class LocalExecutor final : public Executor {
   struct Tracked {
     std::string task_id;
     std::filesystem::path exit_path;
+    std::string marker;
     uint64_t serial = 0;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
   };
@@ -107,7 +111,7 @@ class LocalExecutor final : public Executor {
   LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit, LocalExecutorOptions options,
                 std::string boot_id);
   void Supervise(pid_t pid, int pidfd, const std::string& task_id,
-                 const std::filesystem::path& exit_path);
+                 const std::filesystem::path& exit_path, const std::string& marker);
   void OnEnded(pid_t pid, uint64_t serial);
   void WaitForChildren();
   void ReapOrphans();

@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -208,9 +209,10 @@ TEST_F(LocalExecutorTest, TermSentToTheShimPidIsForwardedToTheCommand) {
 
 TEST_F(LocalExecutorTest, ExitRecordIsWrittenAtomically) {
   auto r = Request("record", {"sh", "-c", "exit 3"});
-  StartOrDie(r);
+  TaskRef ref = StartOrDie(r);
   ASSERT_TRUE(WaitExit(r.task_id));
   auto j = nlohmann::json::parse(ReadWholeFile(r.exit_path));
+  EXPECT_EQ(j["marker"], ref.data["marker"]);
   EXPECT_EQ(j["exit_code"], 3);
   EXPECT_EQ(j["signal"], 0);
   auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -229,6 +231,8 @@ TEST_F(LocalExecutorTest, ReattachWithAWrongStartTimeIsReportedGone) {
   other_boot.task_id = r.task_id + ".boot";
   other_boot.data["boot_id"] = "00000000-0000-0000-0000-000000000000";
   Restart();
+  // A record left by an earlier run at the same path is not this task's.
+  std::ofstream(r.exit_path) << R"({"exit_code":0,"signal":0,"ended_at_ms":1,"marker":"0123456789abcdef0123456789abcdef"})";
 
   EXPECT_FALSE(exec_->Alive(wrong));
   EXPECT_FALSE(exec_->Alive(other_boot));
@@ -242,14 +246,69 @@ TEST_F(LocalExecutorTest, ReattachWithAWrongStartTimeIsReportedGone) {
   }
   EXPECT_TRUE(exec_->Alive(ref)) << "the real task was not touched";
   ASSERT_TRUE(exec_->Reattach(ref).ok());
+  ASSERT_TRUE(exec_->Reattach(ref).ok()) << "idempotent";
+  TaskRef twin = ref;
+  twin.task_id = r.task_id + ".twin";
+  EXPECT_EQ(exec_->Reattach(twin).code(), StatusCode::kAlreadyExists);
   ASSERT_TRUE(exec_->Kill(ref).ok());
   auto x = WaitExit(r.task_id);
   ASSERT_TRUE(x);
   EXPECT_EQ(x->signal, SIGKILL);
 }
 
+// Starts the shim the way an earlier daemon would have, but from a shell that
+// exits at once, so the task is not our child (as after a real restart), and
+// returns the TaskRef that daemon would have journaled.
+TaskRef StartForeignTask(const std::filesystem::path& dir, const std::string& name,
+                         const std::string& script) {
+  const std::string marker = "f0f0f0f0f0f0f0f0" + std::to_string(::getpid()) + name;
+  const auto exit_path = dir / (name + ".exit.json");
+  const auto pid_file = dir / (name + ".pid");
+  const auto launcher = dir / (name + ".launch.sh");
+  std::ofstream(launcher) << "env -i PATH=/usr/bin:/bin TANDEM_TASK_MARK=" << marker << " '"
+                          << ShimPath().string() << "' --exit-path '" << exit_path.string()
+                          << "' -- sh -c '" << script << "' </dev/null >/dev/null 2>&1 &\n"
+                          << "echo $! > '" << pid_file.string() << "'\n";
+  EXPECT_EQ(std::system(("sh " + launcher.string()).c_str()), 0);
+  TaskRef ref;
+  ref.backend = "local";
+  ref.task_id = "foreign." + name;
+  pid_t pid = std::stoi(ReadWholeFile(pid_file));
+  auto st = local::ReadProcStat(pid);
+  EXPECT_TRUE(st.has_value());
+  ref.data = {{"pid", pid}, {"pgid", pid}, {"sid", pid},
+              {"start_time", st ? st->start_time : 0}, {"boot_id", *local::ReadBootId()},
+              {"marker", marker}, {"exit_path", exit_path.string()}};
+  return ref;
+}
+
+TEST_F(LocalExecutorTest, ReattachToATaskThatIsNotOurChildReadsTheExitRecord) {
+  TaskRef ref = StartForeignTask(dir_.path(), "notchild", "sleep 0.3; exit 6");
+  ASSERT_TRUE(exec_->Alive(ref));
+  ASSERT_TRUE(exec_->Reattach(ref).ok());
+  auto x = WaitExit(ref.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_TRUE(x->status_known) << x->ToJson().dump();
+  EXPECT_EQ(x->exit_code, 6);
+}
+
+TEST_F(LocalExecutorTest, ReattachedTaskKilledWithoutARecordIsStatusUnknown) {
+  TaskRef ref = StartForeignTask(dir_.path(), "norecord", "sleep 30");
+  ASSERT_TRUE(exec_->Reattach(ref).ok());
+  ::kill(ref.data["pid"].get<pid_t>(), SIGKILL);  // the shim dies before writing anything
+  auto x = WaitExit(ref.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_FALSE(x->status_known) << x->ToJson().dump();
+  EXPECT_NE(x->detail.find("no exit record"), std::string::npos);
+  EXPECT_TRUE(exec_->Kill(ref).ok());  // the orphaned sleep carries the marker
+  EXPECT_TRUE(local::FindProcessesWithEnv(Marker(ref)).empty());
+}
+
 TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
   ASSERT_TRUE(EnableChildSubreaper().ok());
+  struct Off {
+    ~Off() { ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0); }
+  } off;
   LocalExecutorOptions o;
   o.reap_orphans = true;
   harness_ = LocalHarness(o);
@@ -261,7 +320,6 @@ TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
   pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
   // The grandchild was reparented to us and must not linger as a zombie.
   EXPECT_TRUE(WaitUntil([&] { return !local::ReadProcStat(gc); })) << "zombie " << gc;
-  ::prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
 }
 
 TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
