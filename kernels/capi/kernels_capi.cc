@@ -1,0 +1,86 @@
+// C ABI over the CUDA kernels (kernels_capi.h): converts Status to -1 plus a
+// thread-local message. No logic of its own.
+#include "kernels/capi/kernels_capi.h"
+
+#include <string>
+
+#include "kernels/tree_attention/tree_attention_cuda.h"
+
+namespace {
+thread_local std::string g_last_error;
+
+int Report(const tandem::Status& st) {
+  if (st.ok()) return 0;
+  g_last_error = st.ToString();
+  return -1;
+}
+
+struct PlanHandle {
+  tandem::kernels::TreeAttentionPlan host;
+  tandem::kernels::TreeAttentionPlanBuffer device;
+  int64_t tree_pairs = 0;
+};
+
+tandem::kernels::TreeAttentionShape Shape(int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale) {
+  return tandem::kernels::TreeAttentionShape{T, hq, hkv, d, scale};
+}
+}  // namespace
+
+extern "C" {
+
+const char* tandem_kernels_last_error(void) { return g_last_error.c_str(); }
+
+void* tandem_tree_plan_create(int32_t num_tokens, int32_t num_segments, const int32_t* seg_start,
+                              const int32_t* seg_length, const int32_t* seg_parent) {
+  tandem::kernels::Forest f;
+  f.num_tokens = num_tokens;
+  for (int32_t i = 0; i < num_segments; ++i) f.segments.push_back({seg_start[i], seg_length[i], seg_parent[i]});
+  auto plan = tandem::kernels::BuildTreeAttentionPlan(f);
+  if (!plan.ok()) {
+    Report(plan.status());
+    return nullptr;
+  }
+  auto dev = tandem::kernels::TreeAttentionPlanBuffer::Upload(*plan, nullptr);
+  if (!dev.ok()) {
+    Report(dev.status());
+    return nullptr;
+  }
+  auto* h = new PlanHandle{std::move(*plan), std::move(*dev), tandem::kernels::TreePairs(f)};
+  return h;
+}
+
+int tandem_tree_plan_stats(const void* plan, int64_t* stats3) {
+  const auto* h = static_cast<const PlanHandle*>(plan);
+  stats3[0] = h->host.tile_pairs;
+  stats3[1] = h->tree_pairs;
+  stats3[2] = h->host.num_tiles;
+  return 0;
+}
+
+void tandem_tree_plan_destroy(void* plan) { delete static_cast<PlanHandle*>(plan); }
+
+int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                              const void* q, const void* k, const void* v, void* out, float* lse, void* stream,
+                              int variant) {
+  const auto* h = static_cast<const PlanHandle*>(plan);
+  using B = __nv_bfloat16;
+  return Report(tandem::kernels::TreeAttentionForwardCuda(
+      h->device.view(), Shape(T, hq, hkv, d, scale), static_cast<const B*>(q), static_cast<const B*>(k),
+      static_cast<const B*>(v), static_cast<B*>(out), lse, static_cast<cudaStream_t>(stream),
+      variant == 0 ? tandem::kernels::TreeAttentionKernel::kSimple : tandem::kernels::TreeAttentionKernel::kTensorCore));
+}
+
+int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                              const void* q, const void* k, const void* v, const void* out, const void* dout,
+                              const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
+                              int variant) {
+  const auto* h = static_cast<const PlanHandle*>(plan);
+  using B = __nv_bfloat16;
+  return Report(tandem::kernels::TreeAttentionBackwardCuda(
+      h->device.view(), Shape(T, hq, hkv, d, scale), static_cast<const B*>(q), static_cast<const B*>(k),
+      static_cast<const B*>(v), static_cast<const B*>(out), static_cast<const B*>(dout), lse, delta,
+      static_cast<B*>(dq), static_cast<B*>(dk), static_cast<B*>(dv), static_cast<cudaStream_t>(stream),
+      variant == 0 ? tandem::kernels::TreeAttentionKernel::kSimple : tandem::kernels::TreeAttentionKernel::kTensorCore));
+}
+
+}  // extern "C"

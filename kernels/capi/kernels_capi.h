@@ -1,0 +1,31 @@
+/* C ABI over the CUDA kernels, for benchmarks and tests driven from Python
+ * (ctypes on torch tensors' data_ptr()). Every function returns 0 on success
+ * and -1 on error; tandem_kernels_last_error() then says why (thread-local).
+ * Pointers are device pointers; `stream` is a cudaStream_t (0: default). */
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+const char* tandem_kernels_last_error(void);
+
+/* Tree attention. A plan is built from the segment table (forest.h) and
+ * uploaded; destroy frees it. stats: [tile_pairs, tree_pairs, num_tiles]. */
+void* tandem_tree_plan_create(int32_t num_tokens, int32_t num_segments, const int32_t* seg_start,
+                              const int32_t* seg_length, const int32_t* seg_parent);
+int tandem_tree_plan_stats(const void* plan, int64_t* stats3);
+void tandem_tree_plan_destroy(void* plan);
+/* variant: 0 simple (baseline), 1 tensor core. bf16 q/k/v/out, fp32 lse. */
+int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                              const void* q, const void* k, const void* v, void* out, float* lse, void* stream,
+                              int variant);
+int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                              const void* q, const void* k, const void* v, const void* out, const void* dout,
+                              const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
+                              int variant);
+
+#ifdef __cplusplus
+}
+#endif
