@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/lm_head_loss/lm_head_loss_cuda.h"
 #include "kernels/tree_attention/tree_attention_cuda.h"
 
 namespace {
@@ -23,6 +24,19 @@ struct PlanHandle {
 
 tandem::kernels::TreeAttentionShape Shape(int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale) {
   return tandem::kernels::TreeAttentionShape{T, hq, hkv, d, scale};
+}
+// One cuBLAS handle per thread, created on first use, kept for the process.
+cublasHandle_t Blas() {
+  thread_local cublasHandle_t h = [] {
+    cublasHandle_t x = nullptr;
+    if (cublasCreate(&x) != CUBLAS_STATUS_SUCCESS) x = nullptr;
+    return x;
+  }();
+  return h;
+}
+
+tandem::kernels::LmHeadLossShape LossShape(int64_t n, int32_t h, int32_t v, int64_t m, float t) {
+  return tandem::kernels::LmHeadLossShape{n, h, v, m, t};
 }
 }  // namespace
 
@@ -81,6 +95,37 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
       static_cast<const B*>(v), static_cast<const B*>(out), static_cast<const B*>(dout), lse, delta,
       static_cast<B*>(dq), static_cast<B*>(dk), static_cast<B*>(dv), static_cast<cudaStream_t>(stream),
       variant == 0 ? tandem::kernels::TreeAttentionKernel::kSimple : tandem::kernels::TreeAttentionKernel::kTensorCore));
+}
+
+int tandem_lm_head_loss_workspace_bytes(int64_t n, int32_t h, int32_t v, int64_t m, int64_t chunk_rows,
+                                        int64_t* bytes) {
+  *bytes = static_cast<int64_t>(tandem::kernels::LmHeadLossWorkspaceBytes(LossShape(n, h, v, m, 1.f), chunk_rows));
+  return 0;
+}
+
+int tandem_lm_head_loss_fwd(int64_t n, int32_t h, int32_t v, int64_t m, float temperature, const void* hidden,
+                            const void* weight, const int32_t* rows, const int32_t* labels, float* logprob,
+                            float* entropy, float* lse, void* workspace, int64_t workspace_bytes, int64_t chunk_rows,
+                            void* stream) {
+  if (Blas() == nullptr) return Report(tandem::Internal("cublasCreate failed"));
+  using B = __nv_bfloat16;
+  return Report(tandem::kernels::LmHeadLossForwardCuda(
+      Blas(), LossShape(n, h, v, m, temperature), static_cast<const B*>(hidden), static_cast<const B*>(weight), rows,
+      labels, logprob, entropy, lse, workspace, static_cast<size_t>(workspace_bytes), chunk_rows,
+      static_cast<cudaStream_t>(stream)));
+}
+
+int tandem_lm_head_loss_bwd(int64_t n, int32_t h, int32_t v, int64_t m, float temperature, const void* hidden,
+                            const void* weight, const int32_t* rows, const int32_t* labels, const float* lse,
+                            const float* entropy, const float* grad_logprob, const float* grad_entropy,
+                            float* grad_hidden, float* grad_weight, void* workspace, int64_t workspace_bytes,
+                            int64_t chunk_rows, void* stream) {
+  if (Blas() == nullptr) return Report(tandem::Internal("cublasCreate failed"));
+  using B = __nv_bfloat16;
+  return Report(tandem::kernels::LmHeadLossBackwardCuda(
+      Blas(), LossShape(n, h, v, m, temperature), static_cast<const B*>(hidden), static_cast<const B*>(weight), rows,
+      labels, lse, entropy, grad_logprob, grad_entropy, grad_hidden, grad_weight, workspace,
+      static_cast<size_t>(workspace_bytes), chunk_rows, static_cast<cudaStream_t>(stream)));
 }
 
 }  // extern "C"

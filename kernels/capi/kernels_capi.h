@@ -26,6 +26,21 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
                               const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
                               int variant);
 
+/* Chunked LM-head loss (lm_head_loss_cuda.h); bf16 hidden/weight, int32
+ * rows/labels, fp32 everything else. Uses a cuBLAS handle owned by the
+ * library (one per thread). */
+int tandem_lm_head_loss_workspace_bytes(int64_t n, int32_t h, int32_t v, int64_t m, int64_t chunk_rows,
+                                        int64_t* bytes);
+int tandem_lm_head_loss_fwd(int64_t n, int32_t h, int32_t v, int64_t m, float temperature, const void* hidden,
+                            const void* weight, const int32_t* rows, const int32_t* labels, float* logprob,
+                            float* entropy, float* lse, void* workspace, int64_t workspace_bytes, int64_t chunk_rows,
+                            void* stream);
+int tandem_lm_head_loss_bwd(int64_t n, int32_t h, int32_t v, int64_t m, float temperature, const void* hidden,
+                            const void* weight, const int32_t* rows, const int32_t* labels, const float* lse,
+                            const float* entropy, const float* grad_logprob, const float* grad_entropy,
+                            float* grad_hidden, float* grad_weight, void* workspace, int64_t workspace_bytes,
+                            int64_t chunk_rows, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 #include "kernels/tree_attention/forest.h"
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 namespace tandem::kernels {
@@ -114,6 +115,10 @@ StatusOr<TreeAttentionPlan> BuildTreeAttentionPlan(const Forest& f) {
   plan.kend = KeyVisibleEnd(f);
   const std::vector<int32_t> seg_of = TokenSegments(f);
   const int32_t nt = plan.num_tiles;
+  plan.tile_kend_min.assign(nt, INT32_MAX);
+  for (int32_t k = 0; k < f.num_tokens; ++k) {
+    plan.tile_kend_min[k / kTreeTile] = std::min(plan.tile_kend_min[k / kTreeTile], plan.kend[k]);
+  }
 
   plan.q_ptr.assign(nt + 1, 0);
   std::vector<std::pair<int32_t, int32_t>> iv;

@@ -60,6 +60,10 @@ struct TreeAttentionPlan {
   int32_t num_tokens = 0;
   int32_t num_tiles = 0;                 // ceil(num_tokens / kTreeTile)
   std::vector<int32_t> kend;             // [num_tokens]
+  // min kend over the tile's keys: a key tile [k0, k0+64) with k0+64 <= T is
+  // visible to every query of [q0, q0+64) iff k0+64 <= q0 and this >= q0+64,
+  // so the kernels skip the per-element mask on such tiles.
+  std::vector<int32_t> tile_kend_min;    // [num_tiles]
   // Forward / dQ: for query tile i, key-tile intervals
   // kv_ranges[2j], kv_ranges[2j+1] (half-open) for j in [q_ptr[i], q_ptr[i+1]).
   std::vector<int32_t> q_ptr;            // [num_tiles + 1]

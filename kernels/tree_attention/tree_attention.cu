@@ -55,17 +55,23 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
     float s[8][4];
     GemmRowsRowsT<D>(s, qs + warp * 16 * Smem<D>::kLd, ks + stage * kE, lane);
     const int k0 = cur.tile * kTile;
+    // Tiles wholly visible to the whole query tile skip the per-element mask.
+    const bool full = k0 + kTile <= q0 && k0 + kTile <= a.T && __ldg(a.tile_kend_min + cur.tile) >= q0 + kTile;
+    if (!full) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int row = e < 2 ? row0 : row1;
+          const int kend = col < a.T ? __ldg(a.kend + col) : 0;
+          if (!(col <= row && row < kend)) s[nt][e] = -INFINITY;
+        }
+      }
+    }
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const int kend = col < a.T ? __ldg(a.kend + col) : 0;
-        const bool vis = col <= row && row < kend;
-        s[nt][e] = vis ? s[nt][e] * sl2 : -INFINITY;
-      }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
       mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
@@ -74,17 +80,18 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
     }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // Running max m in log2 units of the scaled scores.
+    const float mn0 = fmaxf(m0, mx0 * sl2), mn1 = fmaxf(m1, mx1 * sl2);
     const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
     const float c0 = exp2f(m0 - mu0), c1 = exp2f(m1 - mu1);
     l0 *= c0;
     l1 *= c1;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mu0);
-      s[nt][1] = exp2f(s[nt][1] - mu0);
-      s[nt][2] = exp2f(s[nt][2] - mu1);
-      s[nt][3] = exp2f(s[nt][3] - mu1);
+      s[nt][0] = exp2f(fmaf(s[nt][0], sl2, -mu0));
+      s[nt][1] = exp2f(fmaf(s[nt][1], sl2, -mu0));
+      s[nt][2] = exp2f(fmaf(s[nt][2], sl2, -mu1));
+      s[nt][3] = exp2f(fmaf(s[nt][3], sl2, -mu1));
       l0 += s[nt][0] + s[nt][1];
       l1 += s[nt][2] + s[nt][3];
     }

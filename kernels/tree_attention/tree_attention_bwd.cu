@@ -58,15 +58,18 @@ __global__ void __launch_bounds__(kThreads) DqTC(TreeAttnArgs a) {
     GemmRowsRowsT<D>(s, qs + warp * 16 * Smem<D>::kLd, ks + stage * kE, lane);
     GemmRowsRowsT<D>(dp, dos + warp * 16 * Smem<D>::kLd, vs + stage * kE, lane);
     const int k0 = cur.tile * kTile;
+    const bool full = k0 + kTile <= q0 && k0 + kTile <= a.T && __ldg(a.tile_kend_min + cur.tile) >= q0 + kTile;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-        const int row = e < 2 ? row0 : row1;
-        const int kend = col < a.T ? __ldg(a.kend + col) : 0;
-        const bool vis = col <= row && row < kend;
-        const float p = vis ? exp2f(s[nt][e] * sl2 - (e < 2 ? lse0 : lse1)) : 0.f;
+        float p = exp2f(fmaf(s[nt][e], sl2, -(e < 2 ? lse0 : lse1)));
+        if (!full) {
+          const int col = k0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int row = e < 2 ? row0 : row1;
+          const int kend = col < a.T ? __ldg(a.kend + col) : 0;
+          p = (col <= row && row < kend) ? p : 0.f;
+        }
         s[nt][e] = p * (dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
       }
     }
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
   const int krow0 = k0 + warp * 16 + lane / 4, krow1 = krow0 + 8;
   const int kend0 = krow0 < a.T ? a.kend[krow0] : 0, kend1 = krow1 < a.T ? a.kend[krow1] : 0;
   const float sl2 = a.scale * kLog2e;
+  const int tile_kend_min = a.tile_kend_min[kt];
 
   // Items: (head h, query tile) for h in the group, tiles from the transposed plan.
   int h = hk * G;
@@ -141,14 +145,15 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
     GemmRowsRowsT<D>(s, ks + warp * 16 * Smem<D>::kLd, qs + stage * kE, lane);
     GemmRowsRowsT<D>(dp, vs + warp * 16 * Smem<D>::kLd, dos + stage * kE, lane);
     const int q0 = cur.tile * kTile;
+    const bool full = k0 + kTile <= q0 && k0 + kTile <= a.T && tile_kend_min >= q0 + kTile;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
         const int q = q0 + c;
-        const bool vis = e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1);
-        const float p = vis ? exp2f(s[nt][e] * sl2 - lse_s[stage * kTile + c]) : 0.f;
+        float p = exp2f(fmaf(s[nt][e], sl2, -lse_s[stage * kTile + c]));
+        if (!full) p = (e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1)) ? p : 0.f;
         s[nt][e] = p;
         dp[nt][e] = p * (dp[nt][e] - delta_s[stage * kTile + c]);  // dS^T
       }

@@ -31,7 +31,7 @@ Status CheckArgs(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& 
                            " tokens, shape has " + std::to_string(shape.num_tokens));
   }
   if (shape.num_tokens > 0 && (plan.kend == nullptr || plan.q_ptr == nullptr || plan.kv_ranges == nullptr ||
-                               plan.k_ptr == nullptr || plan.q_ranges == nullptr)) {
+                               plan.k_ptr == nullptr || plan.q_ranges == nullptr || plan.tile_kend_min == nullptr)) {
     return InvalidArgument("tree attention (cuda): plan has null arrays");
   }
   for (const void* p : tensors) {
@@ -48,6 +48,7 @@ detail::TreeAttnArgs MakeArgs(const TreeAttentionDevicePlan& plan, const TreeAtt
   a.kv_ranges = plan.kv_ranges;
   a.k_ptr = plan.k_ptr;
   a.q_ranges = plan.q_ranges;
+  a.tile_kend_min = plan.tile_kend_min;
   a.num_tiles = plan.num_tiles;
   a.T = s.num_tokens;
   a.Hq = s.num_q_heads;
@@ -75,8 +76,8 @@ TreeAttentionPlanBuffer::~TreeAttentionPlanBuffer() {
 
 StatusOr<TreeAttentionPlanBuffer> TreeAttentionPlanBuffer::Upload(const TreeAttentionPlan& plan,
                                                                   cudaStream_t stream) {
-  const std::vector<const std::vector<int32_t>*> parts = {&plan.kend, &plan.q_ptr, &plan.kv_ranges, &plan.k_ptr,
-                                                          &plan.q_ranges};
+  const std::vector<const std::vector<int32_t>*> parts = {&plan.kend,  &plan.q_ptr,    &plan.kv_ranges,
+                                                          &plan.k_ptr, &plan.q_ranges, &plan.tile_kend_min};
   size_t total = 0;
   for (const auto* p : parts) total += p->size();
   std::vector<int32_t> host;
@@ -89,12 +90,13 @@ StatusOr<TreeAttentionPlanBuffer> TreeAttentionPlanBuffer::Upload(const TreeAtte
                                     "copy plan"));
   TANDEM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy plan"));
   const int32_t* d = static_cast<const int32_t*>(buf.mem_);
-  const int32_t* ptrs[5];
+  const int32_t* ptrs[6];
   for (size_t i = 0; i < parts.size(); ++i) {
     ptrs[i] = d;
     d += parts[i]->size();
   }
-  buf.view_ = TreeAttentionDevicePlan{ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], plan.num_tokens, plan.num_tiles};
+  buf.view_ = TreeAttentionDevicePlan{ptrs[0], ptrs[1], ptrs[2],        ptrs[3],
+                                      ptrs[4], ptrs[5], plan.num_tokens, plan.num_tiles};
   return buf;
 }
 

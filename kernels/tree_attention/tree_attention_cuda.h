@@ -26,6 +26,7 @@ struct TreeAttentionDevicePlan {
   const int32_t* kv_ranges = nullptr;
   const int32_t* k_ptr = nullptr;
   const int32_t* q_ranges = nullptr;
+  const int32_t* tile_kend_min = nullptr;
   int32_t num_tokens = 0;
   int32_t num_tiles = 0;
 };

@@ -16,6 +16,7 @@ struct TreeAttnArgs {
   const int32_t* kv_ranges;
   const int32_t* k_ptr;
   const int32_t* q_ranges;
+  const int32_t* tile_kend_min;
   int32_t num_tiles;
   // shape
   int32_t T, Hq, Hkv, D;

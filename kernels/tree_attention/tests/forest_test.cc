@@ -3,6 +3,8 @@
 // round trip and reduction ratios.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <set>
 
 #include "kernels/testing/compare.h"
@@ -89,6 +91,19 @@ TEST(Forest, KeyVisibleEndEqualsAncestorDefinitionAndPlanCoversEveryPair) {
       }
     }
     EXPECT_EQ(pairs, TreePairs(f));
+    // A tile the kernels treat as wholly visible has every pair visible.
+    for (int32_t kt = 0; kt < plan.num_tiles; ++kt) {
+      int32_t mn = INT32_MAX;
+      for (int32_t k = kt * kTreeTile; k < std::min(f.num_tokens, (kt + 1) * kTreeTile); ++k) mn = std::min(mn, kend[k]);
+      ASSERT_EQ(plan.tile_kend_min[kt], mn);
+      for (int32_t qt = 0; qt < plan.num_tiles; ++qt) {
+        const int32_t q0 = qt * kTreeTile, k0 = kt * kTreeTile;
+        if (!(k0 + kTreeTile <= q0 && k0 + kTreeTile <= f.num_tokens && mn >= q0 + kTreeTile)) continue;
+        for (int32_t q = q0; q < q0 + kTreeTile; ++q) {
+          for (int32_t k = k0; k < k0 + kTreeTile; ++k) ASSERT_TRUE(VisibleByDefinition(f, seg_of, q, k));
+        }
+      }
+    }
     // The plan visits every tile pair holding a visible pair, and no others.
     EXPECT_EQ(needed, fwd);
   }
