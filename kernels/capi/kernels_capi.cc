@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/lm_head_loss/lm_head_loss_cuda.h"
+#include "kernels/moe/moe_cuda.h"
 #include "kernels/tree_attention/tree_attention_cuda.h"
 
 namespace {
@@ -37,6 +38,16 @@ cublasHandle_t Blas() {
 
 tandem::kernels::LmHeadLossShape LossShape(int64_t n, int32_t h, int32_t v, int64_t m, float t) {
   return tandem::kernels::LmHeadLossShape{n, h, v, m, t};
+}
+tandem::kernels::MoeShape Moe(int64_t t, int32_t h, int32_t i, int32_t e, int32_t k) {
+  return tandem::kernels::MoeShape{t, h, i, e, k};
+}
+cudaStream_t S(void* s) { return static_cast<cudaStream_t>(s); }
+using Bf = __nv_bfloat16;
+const Bf* CB(const void* p) { return static_cast<const Bf*>(p); }
+Bf* MB(void* p) { return static_cast<Bf*>(p); }
+tandem::kernels::MoeGemm Mode(int m) {
+  return m == 0 ? tandem::kernels::MoeGemm::kPerExpertLoop : tandem::kernels::MoeGemm::kGrouped;
 }
 }  // namespace
 
@@ -126,6 +137,52 @@ int tandem_lm_head_loss_bwd(int64_t n, int32_t h, int32_t v, int64_t m, float te
       Blas(), LossShape(n, h, v, m, temperature), static_cast<const B*>(hidden), static_cast<const B*>(weight), rows,
       labels, lse, entropy, grad_logprob, grad_entropy, grad_hidden, grad_weight, workspace,
       static_cast<size_t>(workspace_bytes), chunk_rows, static_cast<cudaStream_t>(stream)));
+}
+
+int tandem_moe_router(int64_t t, int32_t e, int32_t k, int softmax, int renorm, const float* logits, float* scores,
+                      int32_t* topk_idx, float* topk_weight, int32_t* counts, float* score_sum, void* stream) {
+  tandem::kernels::MoeShape s = Moe(t, 8, 8, e, k);
+  s.score = softmax ? tandem::kernels::RouterScore::kSoftmax : tandem::kernels::RouterScore::kSigmoid;
+  s.renormalize = renorm != 0;
+  return Report(tandem::kernels::MoeRouterCuda(s, logits, scores, topk_idx, topk_weight, counts, score_sum, S(stream)));
+}
+
+int tandem_moe_permute_ws_bytes(int64_t t, int32_t e, int32_t k, int64_t* bytes) {
+  *bytes = static_cast<int64_t>(tandem::kernels::MoePermuteWorkspaceBytes(Moe(t, 8, 8, e, k)));
+  return 0;
+}
+
+int tandem_moe_permute_plan(int64_t t, int32_t e, int32_t k, const int32_t* topk_idx, int32_t* offsets,
+                            int32_t* perm_pos, int32_t* perm_src, void* ws, int64_t ws_bytes, void* stream) {
+  return Report(tandem::kernels::MoePermutePlanCuda(Moe(t, 8, 8, e, k), topk_idx, offsets, perm_pos, perm_src, ws,
+                                                    static_cast<size_t>(ws_bytes), S(stream)));
+}
+
+int tandem_moe_gather(int64_t t, int32_t h, int32_t k, const void* x, const int32_t* perm_src, void* xp, void* stream) {
+  return Report(tandem::kernels::MoePermuteRowsCuda(Moe(t, h, 8, k, k), CB(x), perm_src, MB(xp), S(stream)));
+}
+
+int tandem_moe_unpermute(int64_t t, int32_t h, int32_t k, const void* yp, const float* topk_weight,
+                         const int32_t* perm_pos, void* out, void* stream) {
+  return Report(tandem::kernels::MoeUnpermuteCuda(Moe(t, h, 8, k, k), CB(yp), topk_weight, perm_pos, MB(out), S(stream)));
+}
+
+int tandem_moe_experts_fwd(int64_t t, int32_t h, int32_t i, int32_t e, int32_t k, const int32_t* host_offsets,
+                           const void* xp, const void* w_gate_up, const void* w_down, void* gu, void* act, void* yp,
+                           void* stream, int gemm_mode) {
+  const std::vector<int32_t> off(host_offsets, host_offsets + e + 1);
+  return Report(tandem::kernels::MoeExpertsForwardCuda(Blas(), Moe(t, h, i, e, k), off, CB(xp), CB(w_gate_up),
+                                                       CB(w_down), MB(gu), MB(act), MB(yp), S(stream), Mode(gemm_mode)));
+}
+
+int tandem_moe_experts_bwd(int64_t t, int32_t h, int32_t i, int32_t e, int32_t k, const int32_t* host_offsets,
+                           const void* xp, const void* w_gate_up, const void* w_down, const void* gu, const void* act,
+                           const void* dyp, void* dxp, float* dw_gate_up, float* dw_down, void* dgu, void* dact,
+                           void* stream, int gemm_mode) {
+  const std::vector<int32_t> off(host_offsets, host_offsets + e + 1);
+  return Report(tandem::kernels::MoeExpertsBackwardCuda(Blas(), Moe(t, h, i, e, k), off, CB(xp), CB(w_gate_up),
+                                                        CB(w_down), CB(gu), CB(act), CB(dyp), MB(dxp), dw_gate_up,
+                                                        dw_down, MB(dgu), MB(dact), S(stream), Mode(gemm_mode)));
 }
 
 }  // extern "C"

@@ -41,6 +41,24 @@ int tandem_lm_head_loss_bwd(int64_t n, int32_t h, int32_t v, int64_t m, float te
                             float* grad_hidden, float* grad_weight, void* workspace, int64_t workspace_bytes,
                             int64_t chunk_rows, void* stream);
 
+/* MoE (moe_cuda.h). softmax=1 softmax else sigmoid. gemm_mode: 0 per-expert
+ * loop, 1 grouped. host_offsets: E+1 int32 in host memory. */
+int tandem_moe_router(int64_t t, int32_t e, int32_t k, int softmax, int renorm, const float* logits, float* scores,
+                      int32_t* topk_idx, float* topk_weight, int32_t* counts, float* score_sum, void* stream);
+int tandem_moe_permute_ws_bytes(int64_t t, int32_t e, int32_t k, int64_t* bytes);
+int tandem_moe_permute_plan(int64_t t, int32_t e, int32_t k, const int32_t* topk_idx, int32_t* offsets,
+                            int32_t* perm_pos, int32_t* perm_src, void* ws, int64_t ws_bytes, void* stream);
+int tandem_moe_gather(int64_t t, int32_t h, int32_t k, const void* x, const int32_t* perm_src, void* xp, void* stream);
+int tandem_moe_unpermute(int64_t t, int32_t h, int32_t k, const void* yp, const float* topk_weight,
+                         const int32_t* perm_pos, void* out, void* stream);
+int tandem_moe_experts_fwd(int64_t t, int32_t h, int32_t i, int32_t e, int32_t k, const int32_t* host_offsets,
+                           const void* xp, const void* w_gate_up, const void* w_down, void* gu, void* act, void* yp,
+                           void* stream, int gemm_mode);
+int tandem_moe_experts_bwd(int64_t t, int32_t h, int32_t i, int32_t e, int32_t k, const int32_t* host_offsets,
+                           const void* xp, const void* w_gate_up, const void* w_down, const void* gu, const void* act,
+                           const void* dyp, void* dxp, float* dw_gate_up, float* dw_down, void* dgu, void* dact,
+                           void* stream, int gemm_mode);
+
 #ifdef __cplusplus
 }
 #endif
