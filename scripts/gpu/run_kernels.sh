@@ -6,6 +6,7 @@
 # Usage: scripts/gpu/run_kernels.sh [build] [test] [bench]   (default: all)
 #   TANDEM_GTEST_SOURCE_DIR  GoogleTest sources when GTest is not installed
 #   TANDEM_BENCH_ARGS        extra arguments for the benchmark scripts
+#   TANDEM_BENCHES           which kernels to benchmark (default: every kernels/*/bench/*_bench.py)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -40,7 +41,7 @@ fi
 
 if [[ " $STAGES " == *" bench "* ]]; then
   LIB="$BUILD/lib/libtandem_kernels_capi.so"
-  for b in kernels/*/bench/*_bench.py; do
+  for b in ${TANDEM_BENCHES:-kernels/*/bench/*_bench.py}; do
     name=$(basename "$b" .py)
     echo "[gpu] $name"
     timeout 420 python3 "$b" "$LIB" --json "$OUT/$name.json" ${TANDEM_BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | tail -25
