@@ -45,20 +45,39 @@ struct GemmBatch {
   }
 };
 
-Status RunBatch(cublasHandle_t h, const GemmBatch& g, cudaDataType_t ctype, MoeGemm mode, const char* what) {
+Status RunBatch(cublasHandle_t h, const GemmBatch& g, cudaDataType_t ctype, MoeGemm mode, cudaStream_t stream,
+                const char* what) {
   const float one = 1.f, zero = 0.f;
   const size_t count = g.m.size();
   if (count == 0) return Status::Ok();
   if (mode == MoeGemm::kGrouped) {
+    // Sizes, leading dimensions and scalars are host arrays; the pointer
+    // arrays must live in device memory (stream-ordered allocation).
     std::vector<cublasOperation_t> ta(count, g.ta), tb(count, g.tb);
     std::vector<float> alpha(count, 1.f), beta(count, 0.f);
     std::vector<int> sizes(count, 1);
-    const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-        h, ta.data(), tb.data(), g.m.data(), g.n.data(), g.k.data(), alpha.data(), g.a.data(), CUDA_R_16BF,
-        g.lda.data(), g.b.data(), CUDA_R_16BF, g.ldb.data(), beta.data(), g.c.data(), ctype, g.ldc.data(),
-        static_cast<int>(count), sizes.data(), CUBLAS_COMPUTE_32F);
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) return Blas(st, what);
-    // Not supported for these types here: fall through to the loop.
+    std::vector<const void*> ptrs;
+    ptrs.reserve(3 * count);
+    ptrs.insert(ptrs.end(), g.a.begin(), g.a.end());
+    ptrs.insert(ptrs.end(), g.b.begin(), g.b.end());
+    ptrs.insert(ptrs.end(), g.c.begin(), g.c.end());
+    void* dptrs = nullptr;
+    TANDEM_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&dptrs, sizeof(void*) * ptrs.size(), stream), "pointer array"));
+    Status st = Cuda(cudaMemcpyAsync(dptrs, ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, stream),
+                     "pointer array");
+    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    if (st.ok()) {
+      auto** dp = static_cast<const void**>(dptrs);
+      bs = cublasGemmGroupedBatchedEx(h, ta.data(), tb.data(), g.m.data(), g.n.data(), g.k.data(), alpha.data(), dp,
+                                      CUDA_R_16BF, g.lda.data(), dp + count, CUDA_R_16BF, g.ldb.data(), beta.data(),
+                                      const_cast<void* const*>(dp + 2 * count), ctype, g.ldc.data(),
+                                      static_cast<int>(count), sizes.data(), CUBLAS_COMPUTE_32F);
+    }
+    const Status freed = Cuda(cudaFreeAsync(dptrs, stream), "pointer array");
+    TANDEM_RETURN_IF_ERROR(st);
+    TANDEM_RETURN_IF_ERROR(freed);
+    // Types the grouped API does not take here fall back to the loop below.
+    if (bs != CUBLAS_STATUS_NOT_SUPPORTED) return Blas(bs, what);
   }
   for (size_t i = 0; i < count; ++i) {
     TANDEM_RETURN_IF_ERROR(Blas(cublasGemmEx(h, g.ta, g.tb, g.m[i], g.n[i], g.k[i], &one, g.a[i], CUDA_R_16BF, g.lda[i],
@@ -173,9 +192,9 @@ Status MoeExpertsForwardCuda(cublasHandle_t h, const MoeShape& s, const std::vec
     up.Add(2 * I, n, H, wgu + e * H * 2 * I, 2 * I, xp + r0 * H, H, gu + r0 * 2 * I, 2 * I);
     down.Add(H, n, I, wd + e * I * H, H, act + r0 * I, I, yp + r0 * H, H);
   }
-  TANDEM_RETURN_IF_ERROR(RunBatch(h, up, CUDA_R_16BF, mode, "gate/up GEMMs"));
+  TANDEM_RETURN_IF_ERROR(RunBatch(h, up, CUDA_R_16BF, mode, stream, "gate/up GEMMs"));
   TANDEM_RETURN_IF_ERROR(Cuda(detail::LaunchSwiglu(off.back(), s.inter, gu, act, stream), "swiglu"));
-  return RunBatch(h, down, CUDA_R_16BF, mode, "down GEMMs");
+  return RunBatch(h, down, CUDA_R_16BF, mode, stream, "down GEMMs");
 }
 
 Status MoeExpertsBackwardCuda(cublasHandle_t h, const MoeShape& s, const std::vector<int32_t>& off, const bf16* xp,
@@ -201,11 +220,11 @@ Status MoeExpertsBackwardCuda(cublasHandle_t h, const MoeShape& s, const std::ve
     dxp_g.Add(H, n, 2 * I, wgu + e * H * 2 * I, 2 * I, dgu + r0 * 2 * I, 2 * I, dxp + r0 * H, H);
     dwgu_g.Add(2 * I, H, n, dgu + r0 * 2 * I, 2 * I, xp + r0 * H, H, dwgu + e * H * 2 * I, 2 * I);
   }
-  TANDEM_RETURN_IF_ERROR(RunBatch(h, dact_g, CUDA_R_16BF, mode, "dact GEMMs"));
-  TANDEM_RETURN_IF_ERROR(RunBatch(h, dwd_g, CUDA_R_32F, mode, "dw_down GEMMs"));
+  TANDEM_RETURN_IF_ERROR(RunBatch(h, dact_g, CUDA_R_16BF, mode, stream, "dact GEMMs"));
+  TANDEM_RETURN_IF_ERROR(RunBatch(h, dwd_g, CUDA_R_32F, mode, stream, "dw_down GEMMs"));
   TANDEM_RETURN_IF_ERROR(Cuda(detail::LaunchSwigluBackward(off.back(), s.inter, gu, dact, dgu, stream), "swiglu bwd"));
-  TANDEM_RETURN_IF_ERROR(RunBatch(h, dxp_g, CUDA_R_16BF, mode, "dxp GEMMs"));
-  return RunBatch(h, dwgu_g, CUDA_R_32F, mode, "dw_gate_up GEMMs");
+  TANDEM_RETURN_IF_ERROR(RunBatch(h, dxp_g, CUDA_R_16BF, mode, stream, "dxp GEMMs"));
+  return RunBatch(h, dwgu_g, CUDA_R_32F, mode, stream, "dw_gate_up GEMMs");
 }
 
 }  // namespace tandem::kernels
