@@ -46,7 +46,7 @@ def main():
     lib.tandem_moe_gather.argtypes = [i64, i32, i32, P, P, P, P]
     lib.tandem_moe_unpermute.argtypes = [i64, i32, i32, P, P, P, P, P]
     lib.tandem_moe_experts_fwd.argtypes = [i64, i32, i32, i32, i32] + [P] * 8 + [ctypes.c_int]
-    lib.tandem_moe_experts_bwd.argtypes = [i64, i32, i32, i32, i32] + [P] * 14 + [ctypes.c_int]
+    lib.tandem_moe_experts_bwd.argtypes = [i64, i32, i32, i32, i32] + [P] * 13 + [ctypes.c_int]
 
     def ok(rc):
         if rc != 0:

@@ -16,7 +16,12 @@ namespace {
 
 using testing::DeviceBuffer;
 
-testing::Tolerance Tol(const std::vector<float>& ref) { return {5e-2 * testing::Rms(ref) + 1e-5, 3e-2}; }
+// gu, act and dyp are stored in bf16 (as in any bf16 MoE), so an element of a
+// weight gradient, a sum over the expert's rows, carries their roundings: its
+// error has a standard deviation near 1% of the tensor's RMS (seen on the
+// H200: one element in 1e5 at 5 sigma). Elements are bounded at 10 sigma and
+// the whole tensor by the relative L2 error, which catches wrong results.
+testing::Tolerance Tol(const std::vector<float>& ref) { return {1e-1 * testing::Rms(ref) + 1e-5, 3e-2}; }
 
 void ExpectClose(const std::vector<float>& out, const std::vector<float>& ref, const char* what) {
   EXPECT_EQ(testing::CheckClose(out, ref, Tol(ref)), "") << what;
