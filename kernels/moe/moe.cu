@@ -208,13 +208,38 @@ __device__ __forceinline__ uint4 Pack(const float (&acc)[8]) {
   return out;
 }
 
-// out[t] = sum_j w[t,j] src[perm_pos[t*k+j]] (w null: 1). Warp per token.
+// out[t] = sum_j w[t,j] src[perm_pos[t*k+j]] (w null: 1). Warp per token;
+// for k <= kMaxK the k row indices and weights sit in registers and the k
+// 16-byte loads of a chunk are issued before any is used.
+constexpr int kMaxK = 8;
 __global__ void SumRowsKernel(int64_t T, int32_t H, int32_t K, const uint4* src, const float* weight,
                               const int32_t* perm_pos, uint4* out) {
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;
   const int V = H / 8;
+  if (K <= kMaxK) {
+    int64_t row[kMaxK];
+    float w[kMaxK];
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j) {
+      const int32_t r = j < K ? perm_pos[t * K + j] : -1;
+      row[j] = r >= 0 ? static_cast<int64_t>(r) * V : -1;
+      w[j] = (j < K && weight != nullptr) ? weight[t * K + j] : 1.f;
+    }
+    for (int c = lane; c < V; c += 32) {
+      uint4 v[kMaxK];
+#pragma unroll
+      for (int j = 0; j < kMaxK; ++j) v[j] = row[j] >= 0 ? src[row[j] + c] : make_uint4(0, 0, 0, 0);
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < kMaxK; ++j) {
+        if (row[j] >= 0) AddScaled(acc, v[j], w[j]);
+      }
+      out[t * V + c] = Pack(acc);
+    }
+    return;
+  }
   for (int c = lane; c < V; c += 32) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int j = 0; j < K; ++j) {

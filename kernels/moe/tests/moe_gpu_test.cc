@@ -172,6 +172,15 @@ TEST(MoeGpu, ExpertLayerMatchesOracle) {
       for (int t = 0; t < 129; ++t) topk[2 * t] = 9, topk[2 * t + 1] = 3;
       RunLayer(rng, s, topk, mode);
     }
+    {
+      // top-10 (more than the unpermute kernel keeps in registers).
+      const MoeShape s{40, 64, 32, 16, 10};
+      std::vector<int32_t> topk(400);
+      for (int t = 0; t < 40; ++t) {
+        for (int j = 0; j < 10; ++j) topk[t * 10 + j] = (t + j) % 16;
+      }
+      RunLayer(rng, s, topk, mode);
+    }
   }
 }
 
