@@ -47,7 +47,8 @@ using Bf = __nv_bfloat16;
 const Bf* CB(const void* p) { return static_cast<const Bf*>(p); }
 Bf* MB(void* p) { return static_cast<Bf*>(p); }
 tandem::kernels::MoeGemm Mode(int m) {
-  return m == 0 ? tandem::kernels::MoeGemm::kPerExpertLoop : tandem::kernels::MoeGemm::kGrouped;
+  return m == 0 ? tandem::kernels::MoeGemm::kPerExpertLoop
+                : m == 1 ? tandem::kernels::MoeGemm::kGrouped : tandem::kernels::MoeGemm::kAuto;
 }
 }  // namespace
 

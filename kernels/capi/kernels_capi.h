@@ -42,7 +42,7 @@ int tandem_lm_head_loss_bwd(int64_t n, int32_t h, int32_t v, int64_t m, float te
                             int64_t chunk_rows, void* stream);
 
 /* MoE (moe_cuda.h). softmax=1 softmax else sigmoid. gemm_mode: 0 per-expert
- * loop, 1 grouped. host_offsets: E+1 int32 in host memory. */
+ * loop, 1 grouped, 2 auto. host_offsets: E+1 int32 in host memory. */
 int tandem_moe_router(int64_t t, int32_t e, int32_t k, int softmax, int renorm, const float* logits, float* scores,
                       int32_t* topk_idx, float* topk_weight, int32_t* counts, float* score_sum, void* stream);
 int tandem_moe_permute_ws_bytes(int64_t t, int32_t e, int32_t k, int64_t* bytes);

@@ -88,6 +88,16 @@ Status RunBatch(cublasHandle_t h, const GemmBatch& g, cudaDataType_t ctype, MoeG
   return Status::Ok();
 }
 
+MoeGemm Resolve(MoeGemm mode, const MoeShape& s, const std::vector<int32_t>& off) {
+  if (mode != MoeGemm::kAuto) return mode;
+  int32_t nonempty = 0;
+  for (int32_t e = 0; e < s.experts; ++e) nonempty += off[e + 1] > off[e] ? 1 : 0;
+  if (nonempty == 0) return MoeGemm::kPerExpertLoop;
+  const double avg_rows = static_cast<double>(off.back()) / nonempty;
+  const double flops = 2.0 * avg_rows * s.hidden * 2.0 * s.inter;  // the gate/up GEMM of one expert
+  return flops >= 4e9 ? MoeGemm::kPerExpertLoop : MoeGemm::kGrouped;
+}
+
 Status CheckOffsets(const MoeShape& s, const std::vector<int32_t>& off) {
   if (off.size() != static_cast<size_t>(s.experts) + 1 || off.front() != 0 || off.back() > s.tokens * s.top_k) {
     return InvalidArgument("moe experts: host_offsets must have E+1 entries from 0 to at most T*k");
@@ -182,6 +192,7 @@ Status MoeExpertsForwardCuda(cublasHandle_t h, const MoeShape& s, const std::vec
   TANDEM_RETURN_IF_ERROR(CheckRows(s, "moe experts forward (cuda)"));
   TANDEM_RETURN_IF_ERROR(CheckOffsets(s, off));
   TANDEM_RETURN_IF_ERROR(NotNull({xp, wgu, wd, gu, act, yp}, "moe experts forward (cuda)"));
+  mode = Resolve(mode, s, off);
   TANDEM_RETURN_IF_ERROR(Blas(cublasSetStream(h, stream), "cublasSetStream"));
   const int64_t H = s.hidden, I = s.inter;
   GemmBatch up{CUBLAS_OP_N, CUBLAS_OP_N, {}, {}, {}, {}, {}, {}, {}, {}, {}};
@@ -204,6 +215,7 @@ Status MoeExpertsBackwardCuda(cublasHandle_t h, const MoeShape& s, const std::ve
   TANDEM_RETURN_IF_ERROR(CheckRows(s, "moe experts backward (cuda)"));
   TANDEM_RETURN_IF_ERROR(CheckOffsets(s, off));
   TANDEM_RETURN_IF_ERROR(NotNull({xp, wgu, wd, gu, act, dyp, dxp, dwgu, dwd, dgu, dact}, "moe experts backward"));
+  mode = Resolve(mode, s, off);
   TANDEM_RETURN_IF_ERROR(Blas(cublasSetStream(h, stream), "cublasSetStream"));
   const int64_t H = s.hidden, I = s.inter;
   // Empty experts get zero weight gradients; the others are overwritten.

@@ -51,19 +51,23 @@ Status MoeUnpermuteCuda(const MoeShape& s, const bf16* yp, const float* topk_wei
 Status MoeUnpermuteBackwardCuda(const MoeShape& s, const bf16* dout, const bf16* yp, const float* topk_weight,
                                 const int32_t* perm_pos, bf16* dyp, float* dtopk_weight, cudaStream_t stream);
 
-enum class MoeGemm { kPerExpertLoop, kGrouped };
+// kAuto: the loop when the average expert GEMM is large (>= 4 GFLOP; there
+// cuBLAS's per-GEMM kernels beat its grouped path: 446 vs 239 TFLOP/s at
+// H=7168 I=2048, 256 rows per expert, H200 2026-11-30), else grouped (227 vs
+// 101 at H=2048 I=768, where the loop is launch-bound).
+enum class MoeGemm { kPerExpertLoop, kGrouped, kAuto };
 
 // Expert FFN over the permuted rows: gu [T*k, 2I], act [T*k, I] (kept for the
 // backward) and yp [T*k, H]. w_gate_up [E, H, 2I], w_down [E, I, H].
 Status MoeExpertsForwardCuda(cublasHandle_t h, const MoeShape& s, const std::vector<int32_t>& host_offsets,
                              const bf16* xp, const bf16* w_gate_up, const bf16* w_down, bf16* gu, bf16* act, bf16* yp,
-                             cudaStream_t stream, MoeGemm gemm = MoeGemm::kGrouped);
+                             cudaStream_t stream, MoeGemm gemm = MoeGemm::kAuto);
 // dxp [T*k, H] bf16; dw_gate_up [E, H, 2I] and dw_down [E, I, H] fp32
 // (overwritten, zero for empty experts); dgu [T*k, 2I] and dact [T*k, I] bf16
 // are scratch.
 Status MoeExpertsBackwardCuda(cublasHandle_t h, const MoeShape& s, const std::vector<int32_t>& host_offsets,
                               const bf16* xp, const bf16* w_gate_up, const bf16* w_down, const bf16* gu,
                               const bf16* act, const bf16* dyp, bf16* dxp, float* dw_gate_up, float* dw_down,
-                              bf16* dgu, bf16* dact, cudaStream_t stream, MoeGemm gemm = MoeGemm::kGrouped);
+                              bf16* dgu, bf16* dact, cudaStream_t stream, MoeGemm gemm = MoeGemm::kAuto);
 
 }  // namespace tandem::kernels

@@ -153,8 +153,8 @@ TEST(MoeGpu, ExpertLayerMatchesOracle) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  for (MoeGemm mode : {MoeGemm::kPerExpertLoop, MoeGemm::kGrouped}) {
-    SCOPED_TRACE(mode == MoeGemm::kGrouped ? "grouped" : "loop");
+  for (MoeGemm mode : {MoeGemm::kPerExpertLoop, MoeGemm::kGrouped, MoeGemm::kAuto}) {
+    SCOPED_TRACE(mode == MoeGemm::kGrouped ? "grouped" : mode == MoeGemm::kAuto ? "auto" : "loop");
     {
       const MoeShape s{300, 64, 32, 8, 2};
       std::vector<int32_t> topk(600);
