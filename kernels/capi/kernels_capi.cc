@@ -23,6 +23,12 @@ struct PlanHandle {
   int64_t tree_pairs = 0;
 };
 
+tandem::kernels::TreeAttentionKernel Variant(int v) {
+  return v == 0   ? tandem::kernels::TreeAttentionKernel::kSimple
+         : v == 1 ? tandem::kernels::TreeAttentionKernel::kTensorCore
+                  : tandem::kernels::TreeAttentionKernel::kTensorCoreOverlapV;
+}
+
 tandem::kernels::TreeAttentionShape Shape(int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale) {
   return tandem::kernels::TreeAttentionShape{T, hq, hkv, d, scale};
 }
@@ -92,8 +98,7 @@ int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t h
   using B = __nv_bfloat16;
   return Report(tandem::kernels::TreeAttentionForwardCuda(
       h->device.view(), Shape(T, hq, hkv, d, scale), static_cast<const B*>(q), static_cast<const B*>(k),
-      static_cast<const B*>(v), static_cast<B*>(out), lse, static_cast<cudaStream_t>(stream),
-      variant == 0 ? tandem::kernels::TreeAttentionKernel::kSimple : tandem::kernels::TreeAttentionKernel::kTensorCore));
+      static_cast<const B*>(v), static_cast<B*>(out), lse, static_cast<cudaStream_t>(stream), Variant(variant)));
 }
 
 int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
@@ -106,7 +111,7 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
       h->device.view(), Shape(T, hq, hkv, d, scale), static_cast<const B*>(q), static_cast<const B*>(k),
       static_cast<const B*>(v), static_cast<const B*>(out), static_cast<const B*>(dout), lse, delta,
       static_cast<B*>(dq), static_cast<B*>(dk), static_cast<B*>(dv), static_cast<cudaStream_t>(stream),
-      variant == 0 ? tandem::kernels::TreeAttentionKernel::kSimple : tandem::kernels::TreeAttentionKernel::kTensorCore));
+      Variant(variant)));
 }
 
 int tandem_lm_head_loss_workspace_bytes(int64_t n, int32_t h, int32_t v, int64_t m, int64_t chunk_rows,

@@ -16,13 +16,17 @@ namespace {
 
 using namespace tc;
 
-template <int D>
+// kOverlapV: V gets one smem stage instead of two (4 tiles of smem instead
+// of 5, so 3 blocks per SM at d=128 instead of 2); the load of V for the next
+// tile is issued after this tile's P.V and overlaps the next S = Q.K^T and
+// softmax, while K stays double-buffered.
+template <int D, bool kOverlapV>
 __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kE = Smem<D>::kTileElems;
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* ks = qs + kE;      // 2 stages
-  __nv_bfloat16* vs = ks + 2 * kE;  // 2 stages
+  __nv_bfloat16* vs = ks + 2 * kE;  // 1 or 2 stages
   const int qt = blockIdx.x, h = blockIdx.y, hk = h / (a.Hq / a.Hkv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = qt * kTile;
@@ -31,10 +35,9 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
 
   TileCursor cur(a.q_ptr, a.kv_ranges, qt);
   LoadTileAsync<D>(qs, a.q, q0, a.T, a.Hq, h);
-  if (cur.tile >= 0) {
-    LoadTileAsync<D>(ks, a.k, cur.tile * kTile, a.T, a.Hkv, hk);
-    LoadTileAsync<D>(vs, a.v, cur.tile * kTile, a.T, a.Hkv, hk);
-  }
+  if (cur.tile >= 0) LoadTileAsync<D>(ks, a.k, cur.tile * kTile, a.T, a.Hkv, hk);
+  if (kOverlapV) CpAsyncCommit();  // group: Q + K0, then group: V0
+  if (cur.tile >= 0) LoadTileAsync<D>(vs, a.v, cur.tile * kTile, a.T, a.Hkv, hk);
   CpAsyncCommit();
 
   float o[D / 8][4];
@@ -44,13 +47,20 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
   int stage = 0;
   while (cur.tile >= 0) {
     const int next = cur.Next();
-    if (next >= 0) {
-      LoadTileAsync<D>(ks + (stage ^ 1) * kE, a.k, next * kTile, a.T, a.Hkv, hk);
-      LoadTileAsync<D>(vs + (stage ^ 1) * kE, a.v, next * kTile, a.T, a.Hkv, hk);
+    if (kOverlapV) {
+      CpAsyncWait<1>();  // pending were [K_i, V_i]: K_i has landed
+      __syncthreads();
+      if (next >= 0) LoadTileAsync<D>(ks + (stage ^ 1) * kE, a.k, next * kTile, a.T, a.Hkv, hk);
+      CpAsyncCommit();
+    } else {
+      if (next >= 0) {
+        LoadTileAsync<D>(ks + (stage ^ 1) * kE, a.k, next * kTile, a.T, a.Hkv, hk);
+        LoadTileAsync<D>(vs + (stage ^ 1) * kE, a.v, next * kTile, a.T, a.Hkv, hk);
+      }
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      __syncthreads();
     }
-    CpAsyncCommit();
-    CpAsyncWait<1>();
-    __syncthreads();
 
     float s[8][4];
     GemmRowsRowsT<D>(s, qs + warp * 16 * Smem<D>::kLd, ks + stage * kE, lane);
@@ -104,8 +114,16 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
     }
     m0 = mn0;
     m1 = mn1;
-    GemmRegsRows<D>(o, s, vs + stage * kE, lane);
+    if (kOverlapV) {
+      CpAsyncWait<1>();  // pending were [V_i, K_next]: V_i has landed
+      __syncthreads();
+    }
+    GemmRegsRows<D>(o, s, vs + (kOverlapV ? 0 : stage * kE), lane);
     __syncthreads();
+    if (kOverlapV) {
+      if (next >= 0) LoadTileAsync<D>(vs, a.v, next * kTile, a.T, a.Hkv, hk);
+      CpAsyncCommit();
+    }
     cur.Advance();
     stage ^= 1;
   }
@@ -136,19 +154,27 @@ __global__ void __launch_bounds__(kThreads) ForwardTC(TreeAttnArgs a) {
 
 }  // namespace
 
-template <int D>
+template <int D, bool kOverlapV>
 static cudaError_t LaunchForwardTC(const TreeAttnArgs& a, cudaStream_t s) {
-  const int smem = 5 * Smem<D>::kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
-  cudaError_t e = cudaFuncSetAttribute(ForwardTC<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int smem = (kOverlapV ? 4 : 5) * Smem<D>::kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
+  cudaError_t e = cudaFuncSetAttribute(ForwardTC<D, kOverlapV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  ForwardTC<D><<<dim3(a.num_tiles, a.Hq), kThreads, smem, s>>>(a);
+  ForwardTC<D, kOverlapV><<<dim3(a.num_tiles, a.Hq), kThreads, smem, s>>>(a);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchForwardTensorCore(const TreeAttnArgs& a, cudaStream_t s) {
-  if (a.D == 128) return LaunchForwardTC<128>(a, s);
+  if (a.D == 128) return LaunchForwardTC<128, false>(a, s);
 #ifndef TANDEM_CUDA_CI_SUBSET
-  if (a.D == 64) return LaunchForwardTC<64>(a, s);
+  if (a.D == 64) return LaunchForwardTC<64, false>(a, s);
+#endif
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchForwardTensorCoreOverlapV(const TreeAttnArgs& a, cudaStream_t s) {
+  if (a.D == 128) return LaunchForwardTC<128, true>(a, s);
+#ifndef TANDEM_CUDA_CI_SUBSET
+  if (a.D == 64) return LaunchForwardTC<64, true>(a, s);
 #endif
   return cudaErrorInvalidValue;
 }

@@ -111,8 +111,9 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
   a.v = v;
   a.o = out;
   a.lse = lse;
-  const cudaError_t e = kernel == TreeAttentionKernel::kSimple ? detail::LaunchForwardSimple(a, stream)
-                                                               : detail::LaunchForwardTensorCore(a, stream);
+  const cudaError_t e = kernel == TreeAttentionKernel::kSimple       ? detail::LaunchForwardSimple(a, stream)
+                        : kernel == TreeAttentionKernel::kTensorCore ? detail::LaunchForwardTensorCore(a, stream)
+                                                                     : detail::LaunchForwardTensorCoreOverlapV(a, stream);
   return CudaStatus(e, "tree attention forward launch");
 }
 

@@ -50,7 +50,9 @@ class TreeAttentionPlanBuffer {
   TreeAttentionDevicePlan view_;
 };
 
-enum class TreeAttentionKernel { kSimple, kTensorCore };
+// kTensorCoreOverlapV changes the forward only (one V stage, V load
+// overlapped with the next tile's scores); its backward is kTensorCore's.
+enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV };
 
 // out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
