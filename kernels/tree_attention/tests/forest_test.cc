@@ -1,0 +1,155 @@
+// Packed forest and builder: validation, depths, the kend visibility rule
+// against the ancestor definition, the tile plan's coverage, and the builder's
+// round trip and reduction ratios.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+#include "kernels/testing/compare.h"
+#include "kernels/tree_attention/forest.h"
+#include "kernels/tree_attention/forest_builder.h"
+#include "kernels/tree_attention/tests/random_forest.h"
+
+namespace tandem::kernels {
+namespace {
+
+using testing::FreshSeed;
+
+// Ancestor-or-self walk: the definition the kend rule must equal.
+bool VisibleByDefinition(const Forest& f, const std::vector<int32_t>& seg_of, int32_t q, int32_t k) {
+  if (k > q) return false;
+  for (int32_t s = seg_of[q]; s >= 0; s = f.segments[s].parent) {
+    if (s == seg_of[k]) return true;
+  }
+  return false;
+}
+
+TEST(Forest, RejectsMalformedTables) {
+  EXPECT_FALSE(ValidateForest(Forest{5, {{0, 3, -1}, {4, 1, 0}}}).ok());  // gap
+  EXPECT_FALSE(ValidateForest(Forest{4, {{0, 3, -1}, {3, 0, 0}}}).ok());  // empty segment
+  EXPECT_FALSE(ValidateForest(Forest{4, {{0, 3, 1}, {3, 1, -1}}}).ok());  // parent after child
+  // Not preorder: segment 3's parent 1 is not on the path of segment 2.
+  EXPECT_FALSE(ValidateForest(Forest{8, {{0, 2, -1}, {2, 2, 0}, {4, 2, 0}, {6, 2, 1}}}).ok());
+  EXPECT_FALSE(ValidateForest(Forest{9, {{0, 3, -1}}}).ok());  // wrong total
+  EXPECT_TRUE(ValidateForest(Forest{8, {{0, 2, -1}, {2, 2, 0}, {4, 2, 1}, {6, 2, 0}}}).ok());
+  EXPECT_TRUE(ValidateForest(Forest{0, {}}).ok());
+  EXPECT_FALSE(BuildTreeAttentionPlan(Forest{5, {{0, 3, -1}}}).ok());
+}
+
+TEST(Forest, PositionIdsAreTrieDepths) {
+  // prompt(3) -> a(2), b(1) -> b1(2)
+  Forest f{8, {{0, 3, -1}, {3, 2, 0}, {5, 1, 0}, {6, 2, 2}}};
+  ASSERT_TRUE(ValidateForest(f).ok());
+  EXPECT_EQ(PositionIds(f), (std::vector<int32_t>{0, 1, 2, 3, 4, 3, 4, 5}));
+  EXPECT_EQ(KeyVisibleEnd(f), (std::vector<int32_t>{8, 8, 8, 5, 5, 8, 8, 8}));
+  EXPECT_EQ(TreePairs(f), 1 + 2 + 3 + 4 + 5 + 4 + 5 + 6);
+}
+
+TEST(Forest, KeyVisibleEndEqualsAncestorDefinitionAndPlanCoversEveryPair) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    testing::ForestParams p;
+    p.max_depth = 1 + trial * 2;
+    p.max_fanout = 1 + trial % 16;
+    p.max_seg_len = trial % 3 == 0 ? 1 : 70;  // one-token segments, or segments across tiles
+    p.roots = 1 + trial % 3;
+    p.max_tokens = 300;
+    const Forest f = testing::RandomForest(rng, p);
+    ASSERT_TRUE(ValidateForest(f).ok()) << ValidateForest(f).ToString();
+    const std::vector<int32_t> seg_of = TokenSegments(f);
+    const std::vector<int32_t> kend = KeyVisibleEnd(f);
+    auto plan_or = BuildTreeAttentionPlan(f);
+    ASSERT_TRUE(plan_or.ok());
+    const TreeAttentionPlan& plan = *plan_or;
+    std::set<std::pair<int, int>> fwd, bwd;
+    for (int32_t qt = 0; qt < plan.num_tiles; ++qt) {
+      for (int32_t j = plan.q_ptr[qt]; j < plan.q_ptr[qt + 1]; ++j) {
+        for (int32_t kt = plan.kv_ranges[2 * j]; kt < plan.kv_ranges[2 * j + 1]; ++kt) fwd.insert({qt, kt});
+      }
+    }
+    for (int32_t kt = 0; kt < plan.num_tiles; ++kt) {
+      for (int32_t j = plan.k_ptr[kt]; j < plan.k_ptr[kt + 1]; ++j) {
+        for (int32_t qt = plan.q_ranges[2 * j]; qt < plan.q_ranges[2 * j + 1]; ++qt) bwd.insert({qt, kt});
+      }
+    }
+    EXPECT_EQ(fwd, bwd) << "transposed plan differs";
+    EXPECT_EQ(static_cast<int64_t>(fwd.size()), plan.tile_pairs);
+    std::set<std::pair<int, int>> needed;
+    int64_t pairs = 0;
+    for (int32_t q = 0; q < f.num_tokens; ++q) {
+      for (int32_t k = 0; k < f.num_tokens; ++k) {
+        const bool def = VisibleByDefinition(f, seg_of, q, k);
+        ASSERT_EQ(def, k <= q && q < kend[k]) << "q=" << q << " k=" << k;
+        if (def) {
+          ++pairs;
+          needed.insert({q / kTreeTile, k / kTreeTile});
+        }
+      }
+    }
+    EXPECT_EQ(pairs, TreePairs(f));
+    // A tile the kernels treat as wholly visible has every pair visible.
+    for (int32_t kt = 0; kt < plan.num_tiles; ++kt) {
+      int32_t mn = INT32_MAX;
+      for (int32_t k = kt * kTreeTile; k < std::min(f.num_tokens, (kt + 1) * kTreeTile); ++k) mn = std::min(mn, kend[k]);
+      ASSERT_EQ(plan.tile_kend_min[kt], mn);
+      for (int32_t qt = 0; qt < plan.num_tiles; ++qt) {
+        const int32_t q0 = qt * kTreeTile, k0 = kt * kTreeTile;
+        if (!(k0 + kTreeTile <= q0 && k0 + kTreeTile <= f.num_tokens && mn >= q0 + kTreeTile)) continue;
+        for (int32_t q = q0; q < q0 + kTreeTile; ++q) {
+          for (int32_t k = k0; k < k0 + kTreeTile; ++k) ASSERT_TRUE(VisibleByDefinition(f, seg_of, q, k));
+        }
+      }
+    }
+    // The plan visits every tile pair holding a visible pair, and no others.
+    EXPECT_EQ(needed, fwd);
+  }
+}
+
+TEST(ForestBuilder, RoundTripsAndReportsReductions) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int P = 37, R = 11, G = 6;
+  auto seqs = testing::RandomGroup(rng, P, R, G);
+  // Plus a sequence that is a prefix of another and a duplicate, and an unrelated one.
+  seqs.push_back(std::vector<int32_t>(seqs[0].begin(), seqs[0].begin() + P + 3));
+  seqs.push_back(seqs[1]);
+  seqs.push_back({5000, 5001, 5002});
+  auto packed_or = BuildPackedForest(seqs);
+  ASSERT_TRUE(packed_or.ok());
+  const PackedForest& pk = *packed_or;
+  EXPECT_EQ(UnpackSequences(pk), seqs);
+  EXPECT_EQ(pk.forest.num_tokens, P + G * R + 3);
+  // Position ids are the index inside each original sequence.
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int32_t i = pk.seq_offsets[s]; i < pk.seq_offsets[s + 1]; ++i) {
+      ASSERT_EQ(pk.position_ids[pk.seq_positions[i]], i - pk.seq_offsets[s]);
+    }
+  }
+  EXPECT_EQ(pk.forest.segments.size(), 1u + G + 1u);
+
+  // A pure group: the formulas from BENCHMARKS.md.
+  auto group = BuildPackedForest(testing::RandomGroup(rng, 512, 256, 8));
+  ASSERT_TRUE(group.ok());
+  const double T = 512 + 256;
+  EXPECT_DOUBLE_EQ(group->TokenReduction(), 8 * T / (512 + 8 * 256));
+  const double flat = 8 * T * (T + 1) / 2;
+  const double tree = 512.0 * 513 / 2 + 8 * (256.0 * 512 + 256.0 * 257 / 2);
+  EXPECT_DOUBLE_EQ(group->PairReduction(), flat / tree);
+
+  // Gather back to the flat order.
+  std::vector<float> rows(pk.forest.num_tokens * 2);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
+  std::vector<float> flat_rows(pk.seq_positions.size() * 2);
+  GatherFlatRows(pk, rows.data(), 2, flat_rows.data());
+  for (size_t i = 0; i < pk.seq_positions.size(); ++i) ASSERT_EQ(flat_rows[2 * i + 1], 2.f * pk.seq_positions[i] + 1);
+
+  EXPECT_FALSE(BuildPackedForest({{1, 2}, {}}).ok());
+}
+
+}  // namespace
+}  // namespace tandem::kernels

@@ -1,0 +1,72 @@
+// Tree attention on CUDA (sm_90a): bf16 q/k/v/out, fp32 accumulation and lse
+// (issue #4; layouts and the mask model as in tree_attention.h / forest.h).
+// Raw device pointers, shapes and a stream; no LibTorch. Every launcher checks
+// its arguments and the launch, and returns a Status.
+//
+// Variants kept side by side: kSimple, the first correct version (fp32 CUDA
+// cores, the baseline in the benchmark); kTensorCore (mma.sync bf16 tiles,
+// FlashAttention-2 style online softmax); kTensorCoreOverlapV (forward with
+// one V stage, 0-10% faster on the H200, the default).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/tree_attention/forest.h"
+#include "kernels/tree_attention/tree_attention.h"
+
+namespace tandem::kernels {
+
+// Device copies of a TreeAttentionPlan's arrays (see forest.h).
+struct TreeAttentionDevicePlan {
+  const int32_t* kend = nullptr;
+  const int32_t* q_ptr = nullptr;
+  const int32_t* kv_ranges = nullptr;
+  const int32_t* k_ptr = nullptr;
+  const int32_t* q_ranges = nullptr;
+  const int32_t* tile_kend_min = nullptr;
+  int32_t num_tokens = 0;
+  int32_t num_tiles = 0;
+};
+
+// Owns one device allocation holding a plan; movable, frees on destruction.
+class TreeAttentionPlanBuffer {
+ public:
+  TreeAttentionPlanBuffer() = default;
+  TreeAttentionPlanBuffer(TreeAttentionPlanBuffer&& o) noexcept;
+  TreeAttentionPlanBuffer& operator=(TreeAttentionPlanBuffer&& o) noexcept;
+  TreeAttentionPlanBuffer(const TreeAttentionPlanBuffer&) = delete;
+  TreeAttentionPlanBuffer& operator=(const TreeAttentionPlanBuffer&) = delete;
+  ~TreeAttentionPlanBuffer();
+
+  // Copies the plan to the device (synchronously on `stream`).
+  static StatusOr<TreeAttentionPlanBuffer> Upload(const TreeAttentionPlan& plan, cudaStream_t stream);
+  const TreeAttentionDevicePlan& view() const { return view_; }
+
+ private:
+  void* mem_ = nullptr;
+  TreeAttentionDevicePlan view_;
+};
+
+// kTensorCoreOverlapV changes the forward only (one V stage, V load
+// overlapped with the next tile's scores); its backward is kTensorCore's.
+enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV };
+
+// out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
+Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
+                                const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                __nv_bfloat16* out, float* lse, cudaStream_t stream,
+                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreOverlapV);
+
+// Gradients of sum(out * dout). `delta` is a workspace of Hq*T floats.
+// dq [T, Hq, D], dk and dv [T, Hkv, D] are overwritten (bf16).
+Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
+                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                 const __nv_bfloat16* out, const __nv_bfloat16* dout, const float* lse, float* delta,
+                                 __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
+                                 TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCore);
+
+}  // namespace tandem::kernels
