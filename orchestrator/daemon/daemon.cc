@@ -72,7 +72,8 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.grace = std::chrono::milliseconds(static_cast<int64_t>(settings_.grace_s * 1000));
   jopts.compact_every = settings_.compact_every;
   jopts.run_root = run_root;
-  jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, *local_, *ports_, metrics_);
+  std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
+  jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
 
   api_ = std::make_unique<Api>(io_, *jobs_, metrics_);

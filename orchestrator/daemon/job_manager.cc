@@ -59,9 +59,9 @@ fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
 }  // namespace
 
 JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
-                       store::DurableLog& log, backends::Executor& local,
+                       store::DurableLog& log, std::map<std::string, backends::Executor*> executors,
                        backends::PortLeaseRegistry& ports, DaemonMetrics& metrics)
-    : io_(io), opts_(std::move(opts)), log_(log), local_(local), ports_(ports), metrics_(metrics) {}
+    : io_(io), opts_(std::move(opts)), log_(log), executors_(std::move(executors)), ports_(ports), metrics_(metrics) {}
 
 JobManager::~JobManager() = default;
 
@@ -81,9 +81,9 @@ void JobManager::CommitThen(json record, std::function<void(Status)> on_durable)
   log_.Append(record, std::move(on_durable));
   Event ev{++event_seq_, record};
   ev.body["seq"] = ev.seq;
-  if (Job* job = table_.Find(record.value("job", std::string()))) WriteEventLine(*job, ev.body);
-  else if (record.contains("job") && record["job"].is_object())
-    if (Job* j2 = table_.Find(record["job"].value("id", ""))) WriteEventLine(*j2, ev.body);
+  const json& jref = record["job"];
+  const std::string job_id = jref.is_string() ? jref.get<std::string>() : jref.value("id", "");
+  if (Job* job = table_.Find(job_id)) WriteEventLine(*job, ev.body);
   ++publishing_;
   for (auto& [token, cb] : subscribers_) cb(ev);  // a callback may unsubscribe: deferred below
   if (--publishing_ == 0) {
@@ -121,9 +121,12 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
   spec::ParseResult parsed = spec::ParseJobSpec(raw);
   if (!parsed.spec) return done(parsed.ToStatus());
   const spec::JobSpec& sp = *parsed.spec;
-  if (sp.backend.kind != spec::BackendKind::kLocal)
+  if (!executors_.count(std::string(spec::BackendKindName(sp.backend.kind)))) {
+    std::string enabled;
+    for (const auto& [kind, ex] : executors_) enabled += (enabled.empty() ? "\"" : ", \"") + kind + "\"";
     return done(FailedPrecondition("backend.kind: \"" + std::string(spec::BackendKindName(sp.backend.kind)) +
-                                   "\" is not enabled in this daemon (only \"local\")"));
+                                   "\" is not enabled in this daemon (enabled: " + enabled + ")"));
+  }
   spec::Inventory inv{opts_.gpus};
   if (Status st = spec::CheckFitsInventory(sp, inv); !st.ok()) return done(st);
   // Placement in the job's logical namespace; physical ids are bound at grant time.
@@ -265,7 +268,8 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   std::error_code ec;
   fs::remove(req.exit_path, ec);
 
-  auto started = local_.Start(req);
+  backends::Executor* ex = ExecutorOf(job);
+  auto started = ex ? ex->Start(req) : StatusOr<backends::TaskRef>(FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon"));
   if (!started.ok()) {
     ports_.Release(task.id);
     Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
@@ -278,6 +282,11 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "running"},
           {"detail", ""}, {"ref", started->ToJson()}, {"ports", ports},
           {"launches", task.launches + 1}});
+}
+
+backends::Executor* JobManager::ExecutorOf(const Job& job) {
+  auto it = executors_.find(job.backend);
+  return it == executors_.end() ? nullptr : it->second;
 }
 
 const spec::JobSpec& JobManager::SpecOf(const Job& job) {
@@ -378,8 +387,8 @@ void JobManager::StopJob(Job& job, std::string reason) {
       Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "cancelled"},
               {"detail", "not started: " + reason}});
     } else if (t.state == TaskState::kRunning) {
-      if (auto ref = backends::TaskRef::FromJson(t.ref); ref.ok()) {
-        if (Status st = local_.Signal(*ref, SIGTERM); !st.ok())
+      if (auto ref = backends::TaskRef::FromJson(t.ref); ref.ok() && ExecutorOf(job)) {
+        if (Status st = ExecutorOf(job)->Signal(*ref, SIGTERM); !st.ok())
           log::Warn("jobs", "SIGTERM task={} failed: {}", t.id, st.ToString());
       }
     }
@@ -393,9 +402,9 @@ void JobManager::StopJob(Job& job, std::string reason) {
     for (auto& t : j->tasks) {
       if (t.state != TaskState::kRunning) continue;
       auto ref = backends::TaskRef::FromJson(t.ref);
-      if (!ref.ok()) continue;
+      if (!ref.ok() || !ExecutorOf(*j)) continue;
       log::Warn("jobs", "grace period over, killing task={}", t.id);
-      if (Status st = local_.Kill(*ref); !st.ok()) log::Error("jobs", "kill task={}: {}", t.id, st.ToString());
+      if (Status st = ExecutorOf(*j)->Kill(*ref); !st.ok()) log::Error("jobs", "kill task={}: {}", t.id, st.ToString());
     }
   });
   timers_[job.id + "/stop"] = std::move(timer);
@@ -450,7 +459,10 @@ Status JobManager::Recover(const store::Recovered& rec) {
           if (Status ps = ports_.Adopt(t.id, t.ports); !ps.ok())
             log::Warn("jobs", "ports of task={} not re-adopted: {}", t.id, ps.ToString());
         auto ref = backends::TaskRef::FromJson(t.ref);
-        Status st = ref.ok() ? local_.Reattach(*ref) : ref.status();
+        backends::Executor* ex = ExecutorOf(job);
+        Status st = !ref.ok() ? ref.status()
+                    : ex ? ex->Reattach(*ref)
+                         : FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon");
         if (!st.ok()) {
           Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "lost"},
                   {"detail", "could not re-attach: " + st.message()}});

@@ -63,8 +63,10 @@ class JobManager {
   using SubmitCallback = std::function<void(StatusOr<nlohmann::json>)>;
   using EventCallback = std::function<void(const Event&)>;
 
+  // `executors` maps a backend kind ("local", "slurm", "redis") to the
+  // executor that runs jobs of that kind; a job of another kind is refused.
   JobManager(boost::asio::io_context& io, JobManagerOptions opts, store::DurableLog& log,
-             backends::Executor& local, backends::PortLeaseRegistry& ports,
+             std::map<std::string, backends::Executor*> executors, backends::PortLeaseRegistry& ports,
              DaemonMetrics& metrics);
   ~JobManager();
 
@@ -110,7 +112,8 @@ class JobManager {
   boost::asio::io_context& io_;
   JobManagerOptions opts_;
   store::DurableLog& log_;
-  backends::Executor& local_;
+  backends::Executor* ExecutorOf(const Job& job);  // never null for an accepted job
+  std::map<std::string, backends::Executor*> executors_;
   backends::PortLeaseRegistry& ports_;
   DaemonMetrics& metrics_;
   JobTable table_;

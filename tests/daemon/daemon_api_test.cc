@@ -1,6 +1,8 @@
 // tandemd end to end through its HTTP API, with real processes: submit, run,
 // placement and environment, restart policy, cancel of a process tree,
 // malformed input, and the TCP listener's token.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -36,7 +38,7 @@ TEST_F(DaemonApiTest, RunsAColocatedJobWithPlacementAndEnvironmentOrder) {
   json spec = {
       {"name", "coloc"},
       {"backend", {{"kind", "local"}}},
-      {"devices", 4},
+      {"devices", {{"count", 4}}},
       {"env", {{"LAYER", "job"}, {"JOB_ONLY", "j"}}},
       {"roles",
        {{"actor",
@@ -64,9 +66,9 @@ TEST_F(DaemonApiTest, RunsAColocatedJobWithPlacementAndEnvironmentOrder) {
 
 TEST_F(DaemonApiTest, QueuesAJobUntilDevicesFree) {
   json a = BashJob("holder", "sleep 1", 1, {{"gpus_per_replica", 4}});
-  a["devices"] = 4;
+  a["devices"] = {{"count", 4}};
   json b = BashJob("waiter", "echo CVD=$CUDA_VISIBLE_DEVICES", 1, {{"gpus_per_replica", 2}});
-  b["devices"] = 2;
+  b["devices"] = {{"count", 2}};
   const std::string ida = d_->Submit(a), idb = d_->Submit(b);
   EXPECT_EQ(d_->JobState(idb), "pending");
   EXPECT_EQ(d_->WaitJob(ida), "succeeded");
@@ -74,7 +76,7 @@ TEST_F(DaemonApiTest, QueuesAJobUntilDevicesFree) {
   EXPECT_NE(TaskOut(d_->Job(idb), "main.0").find("CVD=4,5"), std::string::npos);
   // A job that can never fit is refused at submit.
   json c = BashJob("huge", "true", 1, {{"gpus_per_replica", 8}});
-  c["devices"] = 8;
+  c["devices"] = {{"count", 8}};
   auto r = d_->client().Request("POST", "/v1/jobs", c.dump());
   ASSERT_TRUE(r.ok());
   EXPECT_GE(r->status, 400);
@@ -178,7 +180,7 @@ TEST_F(DaemonApiTest, MalformedRequestsAreAnsweredNotFatal) {
   EXPECT_EQ(r->status, 405);
 
   // Raw garbage on the socket, then a half-sent request left hanging.
-  for (const std::string garbage : {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n"), std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n")}) {
+  for (const std::string& garbage : {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n"), std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n")}) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;

@@ -37,7 +37,9 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
   }
   // While the daemon is down, the quick tasks end; the waiters keep running.
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  for (pid_t p : waiter_pids) EXPECT_TRUE(ProcessAlive(p)) << "task " << p << " died with the daemon";
+  for (pid_t p : waiter_pids) {
+    EXPECT_TRUE(ProcessAlive(p)) << "task " << p << " died with the daemon";
+  }
 
   DaemonProcess d(dir);
   d.Start();
@@ -48,8 +50,11 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
   ASSERT_TRUE(WaitFor([&] { return d.Job(id)["tasks"][2].value("state", "") == "succeeded"; })) << d.Job(id).dump(2);
   EXPECT_EQ(d.Job(id)["tasks"][2]["last_exit"].value("exit_code", -1), 0);
   // The waiters were re-adopted: same pids, still running, and their exit is seen.
-  for (const auto& t : d.Job(id)["tasks"])
-    if (t.value("role", "") == "waiter") EXPECT_EQ(t.value("state", ""), "running");
+  for (const auto& t : d.Job(id)["tasks"]) {
+    if (t.value("role", "") == "waiter") {
+      EXPECT_EQ(t.value("state", ""), "running");
+    }
+  }
   std::ofstream(go) << "go";
   ASSERT_EQ(d.WaitJob(id), "succeeded") << d.Job(id).dump(2);
   // History: the events before the crash are still there.
