@@ -12,6 +12,12 @@ export TANDEM_BUILD_DIR=${TANDEM_BUILD_DIR:-build-test}
 echo "[test] building in $TANDEM_BUILD_DIR (Sanitize, -Werror)"
 scripts/build.sh -DCMAKE_BUILD_TYPE=Sanitize -DTANDEM_WERROR=ON -DTANDEM_BUILD_FUZZ=OFF
 
+# libFuzzer targets (spec parser, journal recovery, HTTP request path), bounded;
+# before ctest so that ctest's summary is the last thing printed.
+if [[ -z "${TANDEM_SKIP_FUZZ:-}" ]]; then
+  TANDEM_FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-20} scripts/fuzz.sh
+fi
+
 SERVICES=()
 cleanup() {
   for s in "${SERVICES[@]}"; do "$ROOT/scripts/services/$s.sh" stop || true; done

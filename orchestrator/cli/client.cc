@@ -28,13 +28,15 @@ StatusOr<Response> DoRequest(Socket& sock, const Endpoint& ep, const std::string
   req.body() = body;
   req.prepare_payload();
   req.keep_alive(false);
-  boost::system::error_code ec;
-  http::write(sock, req, ec);
-  if (ec) return Unavailable("send request: " + ec.message());
+  boost::system::error_code ec, write_ec;
+  // A server may answer (413) and close before it read the whole body: the
+  // write then fails, but the answer is still there to read.
+  http::write(sock, req, write_ec);
   boost::beast::flat_buffer buf;
   http::response_parser<http::string_body> parser;
   parser.body_limit(1ull << 34);
   http::read(sock, buf, parser, ec);
+  if (ec && write_ec) return Unavailable("send request: " + write_ec.message());
   if (ec) return Unavailable("read response: " + ec.message());
   return Response{static_cast<int>(parser.get().result_int()), std::move(parser.get().body())};
 }

@@ -130,28 +130,33 @@ TEST_F(DaemonApiTest, CancelKillsTheWholeTreeIncludingADoubleForkedGrandchild) {
 }
 
 TEST_F(DaemonApiTest, TwoHundredConcurrentTasksGetDistinctPorts) {
-  // Every task binds its two ports for real while all 200 run.
-  const std::string script =
-      "python3 -c 'import os,socket,time\n"
-      "ss=[]\n"
-      "for p in os.environ[\"TANDEM_PORTS\"].split(\",\"):\n"
-      "  s=socket.socket(); s.bind((\"0.0.0.0\", int(p))); s.listen(); ss.append(s)\n"
-      "print(\"bound\", os.environ[\"TANDEM_PORTS\"], flush=True)\n"
-      "time.sleep(1.5)'";
-  const std::string id = d_->Submit(BashJob("ports", script, 200, {{"ports", 2}}));
+  // Every task binds its two ports for real and holds them until all 200 are up.
+  const fs::path helper = BinDir().parent_path() / "tests" / "tandem_task_helper";
+  const fs::path release = dir_ / "release";
+  const std::string id = d_->Submit(BashJob("ports", helper.string() + " hold-ports " + release.string(), 200,
+                                            {{"ports", 2}, {"command", {helper.string(), "hold-ports", release.string()}}}));
   ASSERT_FALSE(id.empty());
-  ASSERT_EQ(d_->WaitJob(id, std::chrono::seconds(120)), "succeeded") << d_->Job(id)["detail"];
   json job = d_->Job(id);
+  auto ready = [&] {
+    for (const auto& t : job["tasks"])
+      if (TaskOut(job, t.value("name", "")).find("ready") == std::string::npos) return false;
+    return true;
+  };
+  ASSERT_TRUE(WaitFor(ready, std::chrono::seconds(120))) << "not all 200 tasks bound their ports";
+  std::ofstream(release) << "go";
+  ASSERT_EQ(d_->WaitJob(id, std::chrono::seconds(120)), "succeeded") << d_->Job(id)["detail"];
   std::set<std::string> seen;
   for (const auto& t : job["tasks"]) {
-    const std::string out = TaskOut(job, t.value("name", ""));
-    ASSERT_EQ(out.rfind("bound ", 0), 0u) << t.dump();
-    std::stringstream ss(out.substr(6));
-    std::string p;
-    while (std::getline(ss, p, ',')) {
-      while (!p.empty() && std::isspace(static_cast<unsigned char>(p.back()))) p.pop_back();
-      EXPECT_TRUE(seen.insert(p).second) << "port " << p << " handed out twice";
+    std::stringstream out(TaskOut(job, t.value("name", "")));
+    std::string word, port;
+    int bound = 0;
+    while (out >> word) {
+      if (word != "bound") continue;
+      out >> port;
+      ++bound;
+      EXPECT_TRUE(seen.insert(port).second) << "port " << port << " handed out twice";
     }
+    EXPECT_EQ(bound, 2) << t.dump();
   }
   EXPECT_EQ(seen.size(), 400u);
 }

@@ -31,7 +31,8 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
       for (const auto& t : j["tasks"]) running += t.value("state", "") == "running";
       return running == 4;
     }));
-    for (const auto& t : d.Job(id)["tasks"])
+    const json job = d.Job(id);
+    for (const auto& t : job["tasks"])
       if (t.value("role", "") == "waiter") waiter_pids.push_back(t["ref"]["data"].value("pid", 0));
     d.Kill9();
   }
@@ -47,10 +48,17 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
   ASSERT_TRUE(j.is_object()) << d.log();
   EXPECT_EQ(j.value("state", ""), "running");
   // The quick tasks ended while nobody watched; their exit codes come from the exit records.
-  ASSERT_TRUE(WaitFor([&] { return d.Job(id)["tasks"][2].value("state", "") == "succeeded"; })) << d.Job(id).dump(2);
-  EXPECT_EQ(d.Job(id)["tasks"][2]["last_exit"].value("exit_code", -1), 0);
+  auto task = [&](const std::string& name) {
+    for (const auto& t : d.Job(id)["tasks"])
+      if (t.value("name", "") == name) return t;
+    return json();
+  };
+  ASSERT_TRUE(WaitFor([&] { return task("quick.0").value("state", "") == "succeeded"; })) << d.Job(id).dump(2);
+  EXPECT_EQ(task("quick.0")["last_exit"].value("exit_code", -1), 0);
+  EXPECT_EQ(task("quick2.0")["last_exit"].value("exit_code", -1), 0);
   // The waiters were re-adopted: same pids, still running, and their exit is seen.
-  for (const auto& t : d.Job(id)["tasks"]) {
+  const json after = d.Job(id);
+  for (const auto& t : after["tasks"]) {
     if (t.value("role", "") == "waiter") {
       EXPECT_EQ(t.value("state", ""), "running");
     }
