@@ -36,6 +36,32 @@ struct Proc {
   }
 };
 
+// Every field the schema requires of a message of this type is present
+// (schemas/control.schema.json, following a $ref to the command base).
+void ExpectConforms(const json& msg) {
+  static const json schema = [] {
+    const char* src = std::getenv("TANDEM_SOURCE_DIR");
+    std::ifstream in(std::string(src ? src : ".") + "/schemas/control.schema.json");
+    return json::parse(in, nullptr, false);
+  }();
+  ASSERT_TRUE(schema.is_object()) << "schemas/control.schema.json is not JSON";
+  ASSERT_TRUE(msg.contains("type")) << msg.dump();
+  std::string type = msg["type"];
+  ASSERT_TRUE(schema["$defs"].contains(type)) << "type " << type << " not in the schema";
+  const json& def = schema["$defs"][type];
+  EXPECT_EQ(def["properties"]["type"]["const"], type);
+  std::vector<std::string> required = def.value("required", std::vector<std::string>{});
+  if (def.contains("$ref")) {
+    auto base = schema["$defs"]["command_base"].value("required", std::vector<std::string>{});
+    required.insert(required.end(), base.begin(), base.end());
+  }
+  for (const auto& field : required) EXPECT_TRUE(msg.contains(field)) << type << " lacks " << field << ": " << msg.dump();
+  if (msg.contains("residency")) {
+    for (const char* f : {"used", "total", "source"})
+      EXPECT_TRUE(msg["residency"]["device"].contains(f)) << msg.dump();
+  }
+}
+
 pid_t StartProbe(const TestServer& server, std::vector<std::string> extra) {
   std::vector<std::string> argv = {Bin("tandem-worker"), "probe", "--tag", "weights=8MiB:backup", "--tag",
                                    "kv_cache=16MiB", "--backend", "cpu", "--cpu-capacity", "1GiB"};
@@ -48,6 +74,7 @@ TEST(Probe, ObeysEveryCommandAndVerifiesAfterResume) {
   Proc p{StartProbe(server, {})};
   auto hello = server.Handshake();
   ASSERT_TRUE(hello);
+  ExpectConforms(*hello);
   EXPECT_EQ((*hello)["role"], "rollout");
   EXPECT_EQ((*hello)["rank"], 1);
   ASSERT_EQ((*hello)["tags"].size(), 2u);
@@ -103,9 +130,11 @@ TEST(Probe, ObeysEveryCommandAndVerifiesAfterResume) {
   a = server.Command("continue");
   ASSERT_TRUE(a);
   EXPECT_EQ((*a)["type"], "ack");
+  ExpectConforms(*a);
   a = server.Command("release", {{"tags", {"optimizer"}}});
   ASSERT_TRUE(a);
   EXPECT_EQ((*a)["code"], "not_found");
+  ExpectConforms(*a);
   a = server.Command("explode");
   ASSERT_TRUE(a);
   EXPECT_EQ((*a)["code"], "unknown_command");
@@ -145,6 +174,7 @@ TEST(Probe, ControllerDrivesCyclesWithRequestPhase) {
   while (phases.size() < 6 || metrics < 2) {
     auto m = server.Read();
     ASSERT_TRUE(m) << "controller went quiet after " << phases.size() << " phases";
+    ExpectConforms(*m);
     if ((*m)["type"] == "metrics") {
       ++metrics;
       continue;
@@ -166,7 +196,7 @@ TEST(Probe, ControllerDrivesCyclesWithRequestPhase) {
 
 TEST(Probe, KilledMidReleaseIsSeenAsAClosedConnection) {
   TestServer server;
-  Proc p{Spawn({Bin("tandem-worker"), "probe", "--tag", "weights=256MiB:backup", "--backend", "cpu"},
+  Proc p{Spawn({Bin("tandem-worker"), "probe", "--tag", "weights=64MiB:backup", "--backend", "cpu"},
                {{"TANDEM_CONTROL", server.endpoint()}})};
   ASSERT_TRUE(server.Handshake(milliseconds(60'000)));
   server.Send({{"type", "release"}, {"id", 1}, {"tags", {"weights"}}});

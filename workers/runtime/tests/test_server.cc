@@ -46,7 +46,8 @@ TestServer::~TestServer() {
   boost::system::error_code ec;
   socket_.close(ec);
   acceptor_.close(ec);
-  std::filesystem::remove_all(dir_, ec);
+  std::error_code fs_ec;
+  std::filesystem::remove_all(dir_, fs_ec);
 }
 
 bool TestServer::Accept(milliseconds timeout) {

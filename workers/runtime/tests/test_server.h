@@ -4,7 +4,13 @@
 // Python example) and stop them by pid.
 #pragma once
 
-#include <boost/asio.hpp>
+#include <utility>  // before asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/types.h>
 
