@@ -187,7 +187,9 @@ TEST(Probe, ControllerDrivesCyclesWithRequestPhase) {
     auto a = server.Command(cmd, {{"tags", {"kv_cache"}}});
     ASSERT_TRUE(a);
     EXPECT_EQ((*a)["type"], "ack");
-    if (phase == "sync") EXPECT_EQ((*m)["version"], phases.size() / 3);
+    if (phase == "sync") {
+      EXPECT_EQ((*m)["version"], phases.size() / 3);
+    }
     server.Send({{"type", "phase_done"}, {"id", (*m)["id"]}, {"phase", phase}});
   }
   EXPECT_EQ(phases, (std::vector<std::string>{"rollout", "train", "sync", "rollout", "train", "sync"}));
