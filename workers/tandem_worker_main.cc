@@ -1,0 +1,93 @@
+// tandem-worker: the native worker binary (DESIGN.md "Workers and kernels").
+// Subcommands: `probe` (probe_worker.h). The LibTorch roles (actor, rollout,
+// teacher) join later. Exceptions stop at this edge and become exit status 1
+// with a log line; bad flags exit 2 with CLI11's message.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "common/log.h"
+#include "workers/probe_worker.h"
+
+int main(int argc, char** argv) {
+  tandem::log::Init();
+  CLI::App app{"tandem-worker: native workers for tandem (probe)"};
+  app.require_subcommand(1);
+
+  tandem::worker::ProbeOptions o;
+  std::vector<std::string> tags;
+  std::string control;
+  std::string phases;
+  std::string capacity;
+  int phase_timeout_ms = 60'000, connect_timeout_ms = 10'000, reconnect_ms = 0;
+  auto* probe = app.add_subcommand("probe", "allocate tagged pools, fill them, obey the control protocol, verify after resume");
+  probe->add_option("--tag", tags, "NAME=SIZE[:backup|:discard], e.g. weights=64MiB:backup (repeatable)")->required();
+  probe->add_option("--control", control, "unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL; none: run cycles locally)");
+  probe->add_option("--backend", o.backend, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  probe->add_option("--device", o.device, "CUDA device ordinal (worker namespace)");
+  probe->add_option("--cpu-capacity", capacity, "total reported by the CPU backend (default MemTotal), e.g. 8GiB");
+  probe->add_flag("--controller", o.controller, "drive --cycles cycles by sending request_phase");
+  probe->add_option("--cycles", o.cycles, "cycles to run (controller or local)")->check(CLI::NonNegativeNumber);
+  probe->add_option("--phases", phases, "comma-separated phases per cycle (default rollout,train,sync)");
+  probe->add_option("--phase-timeout-ms", phase_timeout_ms, "wait for phase_done");
+  probe->add_option("--connect-timeout-ms", connect_timeout_ms, "wait for the daemon to listen");
+  probe->add_option("--reconnect-ms", reconnect_ms, "after a lost connection, reconnect within this window (0: exit 1)");
+  probe->add_option("--corrupt-tag", o.corrupt_tag, "test hook: flip a byte of this tag before each release");
+  probe->add_option("--role", o.hello.role, "role in hello (default $TANDEM_ROLE or 'probe')");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    tandem::control::Hello env = tandem::control::HelloFromEnvironment();
+    std::string role = o.hello.role;
+    o.hello = env;
+    if (!role.empty()) o.hello.role = role;
+    if (o.hello.role.empty()) o.hello.role = "probe";
+    for (const auto& t : tags) {
+      auto spec = tandem::memory::ParseTagSpec(t);
+      if (!spec.ok()) {
+        std::cerr << "tandem-worker probe: " << spec.status().message() << "\n";
+        return 2;
+      }
+      o.tags.push_back(*spec);
+    }
+    if (!capacity.empty()) {
+      auto c = tandem::memory::ParseBytes(capacity);
+      if (!c.ok()) {
+        std::cerr << "tandem-worker probe: --cpu-capacity: " << c.status().message() << "\n";
+        return 2;
+      }
+      o.cpu_capacity = *c;
+    }
+    if (control.empty())
+      if (const char* env_control = std::getenv("TANDEM_CONTROL")) control = env_control;
+    if (!control.empty()) {
+      auto ep = tandem::control::ParseEndpoint(control);
+      if (!ep.ok()) {
+        std::cerr << "tandem-worker probe: " << ep.status().message() << "\n";
+        return 2;
+      }
+      o.endpoint = *ep;
+    }
+    if (!phases.empty()) {
+      o.phases.clear();
+      for (size_t start = 0; start <= phases.size();) {
+        size_t comma = phases.find(',', start);
+        if (comma == std::string::npos) comma = phases.size();
+        if (comma > start) o.phases.push_back(phases.substr(start, comma - start));
+        start = comma + 1;
+      }
+    }
+    o.phase_timeout = std::chrono::milliseconds(phase_timeout_ms);
+    o.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+    o.reconnect_window = std::chrono::milliseconds(reconnect_ms);
+    return tandem::worker::RunProbe(o);
+  } catch (const std::exception& e) {
+    tandem::log::Error("worker", "unexpected exception: {}", e.what());
+    return 1;
+  }
+}
