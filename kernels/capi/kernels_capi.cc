@@ -26,6 +26,7 @@ struct PlanHandle {
 tandem::kernels::TreeAttentionKernel Variant(int v) {
   return v == 0   ? tandem::kernels::TreeAttentionKernel::kSimple
          : v == 1 ? tandem::kernels::TreeAttentionKernel::kTensorCore
+         : v == 3 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWide
                   : tandem::kernels::TreeAttentionKernel::kTensorCoreOverlapV;
 }
 

@@ -6,7 +6,8 @@
 // Variants kept side by side: kSimple, the first correct version (fp32 CUDA
 // cores, the baseline in the benchmark); kTensorCore (mma.sync bf16 tiles,
 // FlashAttention-2 style online softmax); kTensorCoreOverlapV (forward with
-// one V stage, 0-10% faster on the H200, the default).
+// one V stage, 0-10% faster on the H200); kTensorCoreWide (forward, 128-row
+// blocks, two m16 tiles per warp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,7 +54,10 @@ class TreeAttentionPlanBuffer {
 
 // kTensorCoreOverlapV changes the forward only (one V stage, V load
 // overlapped with the next tile's scores); its backward is kTensorCore's.
-enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV };
+// kTensorCoreWide changes the forward only: 128 query rows per block, 32 per
+// warp, over the union of two plan tiles' key lists; its backward is
+// kTensorCore's.
+enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTensorCoreWide };
 
 // out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
