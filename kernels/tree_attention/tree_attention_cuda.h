@@ -63,7 +63,7 @@ enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTen
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                 __nv_bfloat16* out, float* lse, cudaStream_t stream,
-                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreOverlapV);
+                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreWide);
 
 // Gradients of sum(out * dout). `delta` is a workspace of Hq*T floats.
 // dq [T, Hq, D], dk and dv [T, Hkv, D] are overwritten (bf16).
