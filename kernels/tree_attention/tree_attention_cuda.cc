@@ -115,6 +115,8 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
   const cudaError_t e = kernel == TreeAttentionKernel::kSimple       ? detail::LaunchForwardSimple(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCore ? detail::LaunchForwardTensorCore(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCoreWide ? detail::LaunchForwardTensorCoreWide(a, stream)
+                        : kernel == TreeAttentionKernel::kTensorCoreWideLazy
+                            ? detail::LaunchForwardTensorCoreWideLazy(a, stream)
                                                                          : detail::LaunchForwardTensorCoreOverlapV(a, stream);
   return CudaStatus(e, "tree attention forward launch");
 }

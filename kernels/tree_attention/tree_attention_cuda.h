@@ -56,8 +56,9 @@ class TreeAttentionPlanBuffer {
 // overlapped with the next tile's scores); its backward is kTensorCore's.
 // kTensorCoreWide changes the forward only: 128 query rows per block, 32 per
 // warp, over the union of two plan tiles' key lists; its backward is
-// kTensorCore's.
-enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTensorCoreWide };
+// kTensorCore's. kTensorCoreWideLazy: the same, rescaling the accumulators
+// only when a row's max grows by more than 2^8 (tree_attention_fwd_wide.cu).
+enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTensorCoreWide, kTensorCoreWideLazy };
 
 // out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,

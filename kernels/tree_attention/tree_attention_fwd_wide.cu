@@ -7,6 +7,12 @@
 // (the second plan tile's diagonal for warps 0-1), and skips the mask on
 // tiles wholly visible to its rows. Mask, softmax and plan as in
 // tree_attention.cu (forest.h: visible iff k <= q < kend[k]).
+//
+// kLazy (kTensorCoreWideLazy): the running max of a row moves only when the
+// tile's max exceeds it by more than kLazyLog2 (log2 units), so most tiles skip
+// rescaling the 32 x D accumulators (a fifth of the loop's instructions);
+// P = exp2(s - m) then stays below 2^kLazyLog2 (fine in fp32 l and bf16 P),
+// and o / l and lse = m + log2(l) are exact for any m used consistently.
 #include <cfloat>
 
 #include "kernels/tree_attention/tree_attention_tiles.cuh"
@@ -89,7 +95,9 @@ __device__ __forceinline__ void GemmPV2(float (&acc)[2][D / 8][4], const uint32_
   }
 }
 
-template <int D>
+constexpr float kLazyLog2 = 8.f;
+
+template <int D, bool kLazy>
 __global__ void __launch_bounds__(kThreads, 2) ForwardWide(TreeAttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kE = Smem<D>::kTileElems;
@@ -169,10 +177,29 @@ __global__ void __launch_bounds__(kThreads, 2) ForwardWide(TreeAttnArgs a) {
           mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
           mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-        const float mn0 = fmaxf(m[2 * mi], mx0 * sl2), mn1 = fmaxf(m[2 * mi + 1], mx1 * sl2);
+        float mn0 = fmaxf(m[2 * mi], mx0 * sl2), mn1 = fmaxf(m[2 * mi + 1], mx1 * sl2);
+        bool rescale = true;
+        if (kLazy) {
+          // Keep the old max unless the new one is more than kLazyLog2 above it
+          // (-inf to finite always moves; NaN compares false only for -inf - -inf).
+          if (!(mn0 - m[2 * mi] > kLazyLog2)) mn0 = m[2 * mi];
+          if (!(mn1 - m[2 * mi + 1] > kLazyLog2)) mn1 = m[2 * mi + 1];
+          rescale = __any_sync(0xffffffffu, mn0 != m[2 * mi] || mn1 != m[2 * mi + 1]);
+        }
         const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-        const float c0 = exp2f(m[2 * mi] - mu0), c1 = exp2f(m[2 * mi + 1] - mu1);
-        float l0 = l[2 * mi] * c0, l1 = l[2 * mi + 1] * c1;
+        float l0 = l[2 * mi], l1 = l[2 * mi + 1];
+        if (rescale) {
+          const float c0 = exp2f(m[2 * mi] - mu0), c1 = exp2f(m[2 * mi + 1] - mu1);
+          l0 *= c0;
+          l1 *= c1;
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+            o[mi][i][0] *= c0;
+            o[mi][i][1] *= c0;
+            o[mi][i][2] *= c1;
+            o[mi][i][3] *= c1;
+          }
+        }
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
           s[mi][nt][0] = exp2f(fmaf(s[mi][nt][0], sl2, -mu0));
@@ -186,13 +213,6 @@ __global__ void __launch_bounds__(kThreads, 2) ForwardWide(TreeAttnArgs a) {
         l[2 * mi + 1] = l1;
         m[2 * mi] = mn0;
         m[2 * mi + 1] = mn1;
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          o[mi][i][0] *= c0;
-          o[mi][i][1] *= c0;
-          o[mi][i][2] *= c1;
-          o[mi][i][3] *= c1;
-        }
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           p[mi][kk][0] = PackBf16(s[mi][2 * kk][0], s[mi][2 * kk][1]);
@@ -237,21 +257,29 @@ __global__ void __launch_bounds__(kThreads, 2) ForwardWide(TreeAttnArgs a) {
   }
 }
 
-template <int D>
+template <int D, bool kLazy>
 cudaError_t LaunchWide(const TreeAttnArgs& a, cudaStream_t s) {
   const int smem = 6 * Smem<D>::kTileElems * static_cast<int>(sizeof(__nv_bfloat16));
-  cudaError_t e = cudaFuncSetAttribute(ForwardWide<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e = cudaFuncSetAttribute(ForwardWide<D, kLazy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  ForwardWide<D><<<dim3((a.num_tiles + 1) / 2, a.Hq), kThreads, smem, s>>>(a);
+  ForwardWide<D, kLazy><<<dim3((a.num_tiles + 1) / 2, a.Hq), kThreads, smem, s>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t LaunchForwardTensorCoreWide(const TreeAttnArgs& a, cudaStream_t s) {
-  if (a.D == 128) return LaunchWide<128>(a, s);
+  if (a.D == 128) return LaunchWide<128, false>(a, s);
 #ifndef TANDEM_CUDA_CI_SUBSET
-  if (a.D == 64) return LaunchWide<64>(a, s);
+  if (a.D == 64) return LaunchWide<64, false>(a, s);
+#endif
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchForwardTensorCoreWideLazy(const TreeAttnArgs& a, cudaStream_t s) {
+  if (a.D == 128) return LaunchWide<128, true>(a, s);
+#ifndef TANDEM_CUDA_CI_SUBSET
+  if (a.D == 64) return LaunchWide<64, true>(a, s);
 #endif
   return cudaErrorInvalidValue;
 }

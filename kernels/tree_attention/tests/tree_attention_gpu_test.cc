@@ -41,6 +41,7 @@ void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel) {
                (kernel == TreeAttentionKernel::kSimple        ? " simple"
                 : kernel == TreeAttentionKernel::kTensorCore ? " tensorcore"
                 : kernel == TreeAttentionKernel::kTensorCoreWide ? " tensorcore-wide"
+                : kernel == TreeAttentionKernel::kTensorCoreWideLazy ? " tensorcore-wide-lazy"
                                                                 : " tensorcore-overlapV"));
   auto plan = BuildTreeAttentionPlan(f);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -146,7 +147,8 @@ TEST(TreeAttentionGpuArgs, RejectsBadArguments) {
 INSTANTIATE_TEST_SUITE_P(Variants, TreeAttentionGpu,
                          ::testing::Values(TreeAttentionKernel::kSimple, TreeAttentionKernel::kTensorCore,
                                            TreeAttentionKernel::kTensorCoreOverlapV,
-                                           TreeAttentionKernel::kTensorCoreWide));
+                                           TreeAttentionKernel::kTensorCoreWide,
+                                           TreeAttentionKernel::kTensorCoreWideLazy));
 
 }  // namespace
 }  // namespace tandem::kernels
