@@ -7,7 +7,9 @@
 // cores, the baseline in the benchmark); kTensorCore (mma.sync bf16 tiles,
 // FlashAttention-2 style online softmax); kTensorCoreOverlapV (forward with
 // one V stage, 0-10% faster on the H200); kTensorCoreWide (forward, 128-row
-// blocks, two m16 tiles per warp).
+// blocks, two m16 tiles per warp, 1.04-1.3x over kTensorCoreOverlapV);
+// kTensorCoreWideLazy (the same with lazy rescaling, another 1.03-1.05x, the
+// default forward). Figures: docs/benchmarks.md.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -64,7 +66,7 @@ enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTen
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                 __nv_bfloat16* out, float* lse, cudaStream_t stream,
-                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreWide);
+                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreWideLazy);
 
 // Gradients of sum(out * dout). `delta` is a workspace of Hq*T floats.
 // dq [T, Hq, D], dk and dv [T, Hkv, D] are overwritten (bf16).
