@@ -26,6 +26,8 @@ struct PlanHandle {
 tandem::kernels::TreeAttentionKernel Variant(int v) {
   return v == 0   ? tandem::kernels::TreeAttentionKernel::kSimple
          : v == 1 ? tandem::kernels::TreeAttentionKernel::kTensorCore
+         : v == 3 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWide
+         : v == 4 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWideLazy
                   : tandem::kernels::TreeAttentionKernel::kTensorCoreOverlapV;
 }
 

@@ -18,7 +18,8 @@ void* tandem_tree_plan_create(int32_t num_tokens, int32_t num_segments, const in
 int tandem_tree_plan_stats(const void* plan, int64_t* stats3);
 void tandem_tree_plan_destroy(void* plan);
 /* variant: 0 simple (baseline), 1 tensor core, 2 tensor core with one V stage
- * (forward). bf16 q/k/v/out, fp32 lse. */
+ * (forward), 3 tensor core with 128-row blocks (forward), 4 the same with lazy
+ * rescaling (forward). bf16 q/k/v/out, fp32 lse. */
 int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
                               const void* q, const void* k, const void* v, void* out, float* lse, void* stream,
                               int variant);

@@ -1,6 +1,7 @@
 // Tree attention on CUDA: argument checks, plan upload and dispatch to the
 // kernel variants (tree_attention_cuda.h). Host code only; the kernels are in
-// tree_attention_simple.cu, tree_attention.cu and tree_attention_bwd.cu.
+// tree_attention_simple.cu, tree_attention.cu, tree_attention_fwd_wide.cu and
+// tree_attention_bwd.cu.
 #include "kernels/tree_attention/tree_attention_cuda.h"
 
 #include <cstring>
@@ -113,7 +114,10 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
   a.lse = lse;
   const cudaError_t e = kernel == TreeAttentionKernel::kSimple       ? detail::LaunchForwardSimple(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCore ? detail::LaunchForwardTensorCore(a, stream)
-                                                                     : detail::LaunchForwardTensorCoreOverlapV(a, stream);
+                        : kernel == TreeAttentionKernel::kTensorCoreWide ? detail::LaunchForwardTensorCoreWide(a, stream)
+                        : kernel == TreeAttentionKernel::kTensorCoreWideLazy
+                            ? detail::LaunchForwardTensorCoreWideLazy(a, stream)
+                                                                         : detail::LaunchForwardTensorCoreOverlapV(a, stream);
   return CudaStatus(e, "tree attention forward launch");
 }
 

@@ -6,7 +6,10 @@
 // Variants kept side by side: kSimple, the first correct version (fp32 CUDA
 // cores, the baseline in the benchmark); kTensorCore (mma.sync bf16 tiles,
 // FlashAttention-2 style online softmax); kTensorCoreOverlapV (forward with
-// one V stage, 0-10% faster on the H200, the default).
+// one V stage, 0-10% faster on the H200); kTensorCoreWide (forward, 128-row
+// blocks, two m16 tiles per warp, 1.04-1.3x over kTensorCoreOverlapV);
+// kTensorCoreWideLazy (the same with lazy rescaling, another 1.03-1.05x, the
+// default forward). Figures: docs/benchmarks.md.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -53,13 +56,17 @@ class TreeAttentionPlanBuffer {
 
 // kTensorCoreOverlapV changes the forward only (one V stage, V load
 // overlapped with the next tile's scores); its backward is kTensorCore's.
-enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV };
+// kTensorCoreWide changes the forward only: 128 query rows per block, 32 per
+// warp, over the union of two plan tiles' key lists; its backward is
+// kTensorCore's. kTensorCoreWideLazy: the same, rescaling the accumulators
+// only when a row's max grows by more than 2^8 (tree_attention_fwd_wide.cu).
+enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTensorCoreWide, kTensorCoreWideLazy };
 
 // out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                 __nv_bfloat16* out, float* lse, cudaStream_t stream,
-                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreOverlapV);
+                                TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCoreWideLazy);
 
 // Gradients of sum(out * dout). `delta` is a workspace of Hq*T floats.
 // dq [T, Hq, D], dk and dv [T, Hkv, D] are overwritten (bf16).

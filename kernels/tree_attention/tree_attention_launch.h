@@ -33,6 +33,8 @@ cudaError_t LaunchForwardSimple(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchBackwardSimple(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchForwardTensorCore(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchForwardTensorCoreOverlapV(const TreeAttnArgs& a, cudaStream_t s);
+cudaError_t LaunchForwardTensorCoreWide(const TreeAttnArgs& a, cudaStream_t s);
+cudaError_t LaunchForwardTensorCoreWideLazy(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchBackwardTensorCore(const TreeAttnArgs& a, cudaStream_t s);
 
 }  // namespace tandem::kernels::detail

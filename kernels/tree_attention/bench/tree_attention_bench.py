@@ -5,7 +5,9 @@ For each (P, R, G): one trie (a prompt of P tokens, G responses of R tokens),
 d=128, 16 heads. Side by side in one run, timed with CUDA events (median):
   - SDPA (flash, causal) on the duplicated flat batch [G, H, P+R, d]
   - FlexAttention with a block mask on the same trie (kend rule as mask_mod)
-  - ours: the simple baseline kernel and the tensor-core kernel (C ABI, ctypes)
+  - ours: the simple baseline kernel and the tensor-core kernels (C ABI, ctypes):
+    variant 1 tc, 2 tc2 (one V stage), 3 wide (128-row blocks), 4 lazy (wide,
+    lazy rescaling)
 Prints useful TFLOP/s (unmasked pairs only) and the wall-time speedup over the
 flat batch against the attention-pair reduction; ratios last.
 Usage: tree_attention_bench.py LIB.so [--shapes P,R,G ...] [--no-flex] [--json OUT]
@@ -133,7 +135,7 @@ def run_shape(lib, P, R, G, use_flex, results):
     dof_ref[1:, :, :P] = 0
     of.backward(dof_ref)
     o_flat = of.detach().transpose(1, 2).reshape(G * T, H, D)
-    for variant, name in ((1, "tc"), (2, "tc2"), (0, "simple")):
+    for variant, name in ((1, "tc"), (2, "tc2"), (3, "wide"), (4, "lazy"), (0, "simple")):
         o.fill_(float("nan")); dq.fill_(float("nan")); dk.fill_(float("nan")); dv.fill_(float("nan"))
         ours_fwd(variant)(); ours_bwd(variant)(); torch.cuda.synchronize()
         # forward: every flat row equals the trie row it came from
@@ -165,6 +167,9 @@ def run_shape(lib, P, R, G, use_flex, results):
     row["sdpa_fwdbwd_ms"] = bench(sdpa_fb)
     row["tc_fwd_ms"] = bench(ours_fwd(1))
     row["tc2_fwd_ms"] = bench(ours_fwd(2))
+    row["wide_fwd_ms"] = bench(ours_fwd(3))
+    row["lazy_fwd_ms"] = bench(ours_fwd(4))
+    row["tc_fwd_ms_again"] = bench(ours_fwd(1))  # run-to-run spread
     row["tc_bwd_ms"] = bench(ours_bwd(1))
     if Tt * G <= 20000:
         row["simple_fwd_ms"] = bench(ours_fwd(0), 1, 3)
@@ -190,6 +195,12 @@ def run_shape(lib, P, R, G, use_flex, results):
             row["flex_error"] = repr(e)[:200]
     row["tc_fwd_tflops"] = useful_fwd / row["tc_fwd_ms"] / 1e9
     row["tc2_fwd_tflops"] = useful_fwd / row["tc2_fwd_ms"] / 1e9
+    row["wide_fwd_tflops"] = useful_fwd / row["wide_fwd_ms"] / 1e9
+    row["lazy_fwd_tflops"] = useful_fwd / row["lazy_fwd_ms"] / 1e9
+    row["lazy_speedup_fwd_vs_flat"] = row["sdpa_fwd_ms"] / row["lazy_fwd_ms"]
+    row["lazy_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (row["lazy_fwd_ms"] + row["tc_bwd_ms"])
+    row["wide_speedup_fwd_vs_flat"] = row["sdpa_fwd_ms"] / row["wide_fwd_ms"]
+    row["wide_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (row["wide_fwd_ms"] + row["tc_bwd_ms"])
     row["tc_fwdbwd_tflops"] = 3.5 * useful_fwd / (row["tc_fwd_ms"] + row["tc_bwd_ms"]) / 1e9
     row["sdpa_fwd_tflops"] = 4 * flat_pairs * D * H / row["sdpa_fwd_ms"] / 1e9
     row["speedup_fwd_vs_flat"] = row["sdpa_fwd_ms"] / row["tc_fwd_ms"]
@@ -197,6 +208,8 @@ def run_shape(lib, P, R, G, use_flex, results):
     if "flex_fwd_ms" in row:
         row["vs_flex_fwd"] = row["flex_fwd_ms"] / row["tc_fwd_ms"]
         row["vs_flex_fwdbwd"] = row["flex_fwdbwd_ms"] / (row["tc_fwd_ms"] + row["tc_bwd_ms"])
+        row["wide_vs_flex_fwd"] = row["flex_fwd_ms"] / row["wide_fwd_ms"]
+        row["lazy_vs_flex_fwd"] = row["flex_fwd_ms"] / row["lazy_fwd_ms"]
     lib.tandem_tree_plan_destroy(plan)
     results.append(row)
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
@@ -230,6 +243,20 @@ def main():
               f"{r['sdpa_fwd_tflops']:.0f} | {r['speedup_fwd_vs_flat']:.2f} | {r['speedup_fwdbwd_vs_flat']:.2f} | "
               f"{r.get('vs_flex_fwd', float('nan')):.2f} | {r.get('vs_flex_fwdbwd', float('nan')):.2f} | {simple:.1f} | "
               f"{r['relerr_tc']:.1e} |")
+    print("\n| P | R | G | pair red. | tc fwd TF/s (again) | tc2 fwd TF/s | wide fwd TF/s | sdpa fwd TF/s | wide fwd vs flat | wide fwd+bwd vs flat | wide vs Flex fwd | relerr wide |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        again = r["tc_fwd_ms"] / r["tc_fwd_ms_again"] * r["tc_fwd_tflops"]
+        print(f"| {r['P']} | {r['R']} | {r['G']} | {r['pair_reduction']:.2f} | {r['tc_fwd_tflops']:.0f} ({again:.0f}) | "
+              f"{r['tc2_fwd_tflops']:.0f} | {r['wide_fwd_tflops']:.0f} | {r['sdpa_fwd_tflops']:.0f} | "
+              f"{r['wide_speedup_fwd_vs_flat']:.2f} | {r['wide_speedup_fwdbwd_vs_flat']:.2f} | "
+              f"{r.get('wide_vs_flex_fwd', float('nan')):.2f} | {r['relerr_wide']:.1e} |")
+    print("\n| P | R | G | wide fwd TF/s | lazy fwd TF/s | lazy fwd vs flat | lazy fwd+bwd vs flat | lazy vs Flex fwd | relerr lazy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['P']} | {r['R']} | {r['G']} | {r['wide_fwd_tflops']:.0f} | {r['lazy_fwd_tflops']:.0f} | "
+              f"{r['lazy_speedup_fwd_vs_flat']:.2f} | {r['lazy_speedup_fwdbwd_vs_flat']:.2f} | "
+              f"{r.get('lazy_vs_flex_fwd', float('nan')):.2f} | {r['relerr_lazy']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,11 @@ void ExpectClose(const std::vector<float>& out, const std::vector<float>& ref, c
 void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel) {
   const Forest f = testing::RandomForest(rng, c.forest);
   SCOPED_TRACE(std::string(c.name) + " tokens=" + std::to_string(f.num_tokens) +
-               (kernel == TreeAttentionKernel::kSimple ? " simple" : kernel == TreeAttentionKernel::kTensorCore ? " tensorcore" : " tensorcore-overlapV"));
+               (kernel == TreeAttentionKernel::kSimple        ? " simple"
+                : kernel == TreeAttentionKernel::kTensorCore ? " tensorcore"
+                : kernel == TreeAttentionKernel::kTensorCoreWide ? " tensorcore-wide"
+                : kernel == TreeAttentionKernel::kTensorCoreWideLazy ? " tensorcore-wide-lazy"
+                                                                : " tensorcore-overlapV"));
   auto plan = BuildTreeAttentionPlan(f);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   auto dplan = TreeAttentionPlanBuffer::Upload(*plan, nullptr);
@@ -142,7 +146,9 @@ TEST(TreeAttentionGpuArgs, RejectsBadArguments) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, TreeAttentionGpu,
                          ::testing::Values(TreeAttentionKernel::kSimple, TreeAttentionKernel::kTensorCore,
-                                           TreeAttentionKernel::kTensorCoreOverlapV));
+                                           TreeAttentionKernel::kTensorCoreOverlapV,
+                                           TreeAttentionKernel::kTensorCoreWide,
+                                           TreeAttentionKernel::kTensorCoreWideLazy));
 
 }  // namespace
 }  // namespace tandem::kernels
