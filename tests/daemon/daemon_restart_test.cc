@@ -21,6 +21,11 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
                  {"quick2", {{"command", {"bash", "-c", "sleep 0.3; exit 0"}}}}}}};
   std::string id;
   std::vector<pid_t> waiter_pids;
+  // However the test ends, the waiters end too (they would outlive a failed assertion).
+  struct Release {
+    fs::path go;
+    ~Release() { std::ofstream(go) << "go"; }
+  } release{go};
   {
     DaemonProcess d(dir);
     d.Start();
@@ -49,7 +54,8 @@ TEST(DaemonRestart, Kill9MidJobThenRestartFinishesTheJob) {
   EXPECT_EQ(j.value("state", ""), "running");
   // The quick tasks ended while nobody watched; their exit codes come from the exit records.
   auto task = [&](const std::string& name) {
-    for (const auto& t : d.Job(id)["tasks"])
+    const json now = d.Job(id);
+    for (const auto& t : now["tasks"])
       if (t.value("name", "") == name) return t;
     return json();
   };
