@@ -255,26 +255,33 @@ Status SlurmExecutor::Signal(const TaskRef& ref, int sig) {
 Status SlurmExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SlurmRef r, ParseRef(ref), "kill");
   if (auto it = tracked_.find(ref.task_id); it != tracked_.end()) it->second.killed = true;
-  const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + options_.kill_timeout;
   int rounds = 0;
   for (;;) {
+    const bool late = std::chrono::steady_clock::now() - start > std::chrono::seconds(5);
     std::string step = FindStep(r.job_id, r.step_name);
+    const bool client = local_->Alive(r.local);
     if (!step.empty()) {
       // SIGKILL the step's processes; a step caught mid-launch ignores the
       // signal, so from the second round on it is also cancelled outright.
+      // srun then reports the end of its step and exits by itself.
       (void)RunCommand({"scancel", "--signal=KILL", step});
       if (rounds++ > 0) (void)RunCommand({"scancel", step});
+    } else if (client && !late) {
+      // No step yet: SIGTERM makes srun cancel the step it may be creating
+      // (a SIGKILLed srun would leave that step behind).
+      (void)local_->Signal(r.local, SIGTERM);
     }
-    Status st = local_->Kill(r.local);  // the srun client (and its shim)
-    if (!st.ok()) log::Warn("slurm", "kill srun client task={}: {}", ref.task_id, st.ToString());
-    if (step.empty() && !local_->Alive(r.local)) {
-      // No step now; look once more in case srun created one as it died.
-      if (FindStep(r.job_id, r.step_name).empty()) return Status::Ok();
+    if (late || (step.empty() && !client)) {
+      Status st = local_->Kill(r.local);  // the srun client, its shim, anything with its marker
+      if (!st.ok()) log::Warn("slurm", "kill srun client task={}: {}", ref.task_id, st.ToString());
+      if (step.empty() && FindStep(r.job_id, r.step_name).empty()) return Status::Ok();
     }
     if (std::chrono::steady_clock::now() > deadline)
       return DeadlineExceeded("kill task " + ref.task_id + ": step " + step + " of job " + r.job_id +
                               " still present after " + std::to_string(options_.kill_timeout.count()) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
