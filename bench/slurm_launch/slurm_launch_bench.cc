@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -111,9 +112,17 @@ int main(int argc, char** argv) {
     double plain = PlainSrun(job, n);
     double ours = ViaBackend(**ex, io, exits, dir, n, round++);
     int failed = 0;
-    for (auto& [id, x] : exits) failed += !x.succeeded();
+    for (auto& [id, x] : exits) {
+      if (!x.succeeded() && failed++ == 0) {
+        std::string log;
+        std::ifstream in(dir / (id + ".exit.json.srun.log"));
+        std::getline(in, log);
+        std::fprintf(stderr, "first failure %s: %s srun: %s\n", id.c_str(), x.ToJson().dump().c_str(),
+                     log.c_str());
+      }
+    }
     std::printf("%6d %12.3f %12.3f %7.2f%s\n", n, ours, plain, plain > 0 ? ours / plain : 0.0,
-                failed ? " (some tasks failed)" : "");
+                failed ? (" (" + std::to_string(failed) + " failed)").c_str() : "");
     std::fflush(stdout);
   }
   (void)slurm::RunCommand({"scancel", job});
