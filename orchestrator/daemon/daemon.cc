@@ -5,9 +5,15 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "common/log.h"
+#ifdef TANDEM_HAVE_SLURM
+#include "backends/slurm/allocation.h"
+#include "backends/slurm/slurm_executor.h"
+#include "backends/task_env.h"
+#endif
 
 namespace tandem::daemon {
 
@@ -73,6 +79,33 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.compact_every = settings_.compact_every;
   jopts.run_root = run_root;
   std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
+  if (settings_.slurm_job != "none") {
+#ifdef TANDEM_HAVE_SLURM
+    // Allocation mode: jobs with backend.kind "slurm" run as job steps of
+    // this allocation; without --gpus, the GPUs are the allocation's.
+    backends::SlurmExecutorOptions sopts;
+    sopts.job_id = settings_.slurm_job;
+    sopts.exec_shim = settings_.exec_shim;
+    auto slurm = backends::SlurmExecutor::Create(
+        io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
+          if (jobs_) jobs_->OnTaskExit(task_id, exit);
+        }, sopts);
+    if (!slurm.ok()) return slurm.status().WithContext("slurm backend");
+    if (settings_.gpus.empty()) {
+      auto alloc = std::getenv("SLURM_JOB_ID") && settings_.slurm_job == std::getenv("SLURM_JOB_ID")
+                       ? backends::slurm::AllocationFromEnvironment(backends::ProcessEnvironment())
+                       : backends::slurm::QueryAllocation(settings_.slurm_job);
+      if (!alloc.ok()) return alloc.status().WithContext("slurm allocation " + settings_.slurm_job);
+      jopts.gpus = alloc->gpus;
+    }
+    slurm_ = std::move(slurm).value();
+    executors["slurm"] = slurm_.get();
+    log::Info("slurm", "allocation mode job={} gpus={}", settings_.slurm_job, jopts.gpus.size());
+#else
+    return FailedPrecondition("--slurm-job " + settings_.slurm_job +
+                              ": this tandemd was built without the Slurm backend (no srun at build time)");
+#endif
+  }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
 

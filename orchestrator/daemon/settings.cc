@@ -32,6 +32,10 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")
       ->envname("TANDEM_EXEC_SHIM");
+  app.add_option("--slurm-job", s.slurm_job,
+                 "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
+                 "(default: $SLURM_JOB_ID; \"none\": no Slurm backend)")
+      ->envname("TANDEM_SLURM_JOB");
 }
 
 std::string DefaultStateDir() {
@@ -88,6 +92,10 @@ Status Resolve(DaemonSettings& s) {
       buf[n] = '\0';
       s.exec_shim = (std::filesystem::path(buf).parent_path() / "tandem-exec").string();
     }
+  }
+  if (s.slurm_job.empty()) {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    s.slurm_job = job ? job : "none";
   }
   if (!s.listen.empty() && s.token_file.empty())
     return InvalidArgument("--listen needs --token-file");

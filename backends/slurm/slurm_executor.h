@@ -1,0 +1,104 @@
+// The Slurm backend in allocation mode (issue #5 items 1, 3, 4; DESIGN.md
+// "Components", backends/slurm): runs each task as one job step (`srun`) of
+// an existing allocation, behind the Executor interface (executor.h).
+//
+// Launch. Start() runs, through a LocalExecutor of its own (so the srun client
+// is a local child that tandem supervises, re-attachable by pid):
+//
+//   srun --jobid=J --job-name=<step name> -n1 -N1 --chdir=<cwd>
+//        --output=<stdout> --error=<stderr> --open-mode=append --quiet
+//        (owner: --gres=<gres>:N | colocated or CPU-only: --overlap --gres=none)
+//        [-w <TANDEM_NODE>] <srun_args...>
+//        -- env CUDA_VISIBLE_DEVICES=<ids> tandem-exec --exit-path <exit> -- ARGV
+//
+// with the request's environment (plus SLURM_CONF when the daemon has one) as
+// the srun process's whole environment; srun's default --export=ALL hands
+// exactly that to the step, so every step, colocated ones included, sees the
+// documented environment order of task_env.h. Slurm's GRES plugin rewrites
+// CUDA_VISIBLE_DEVICES for a GRES step; the `env` in front of the shim puts
+// back the ids tandem placed, so colocated steps see identical devices and
+// replicas disjoint slices whatever Slurm picked.
+//
+// GRES ownership. The first live step on a set of GPUs owns it and requests
+// `--gres=<gres>:N`; a step whose GPUs overlap a live owner's is colocated and
+// never requests GRES again (that is the deadlock of issue #5): it runs with
+// --overlap --gres=none. CPU-only steps are always --overlap --gres=none.
+//
+// Exit. The exec shim inside the step writes the exit record at exit_path
+// (a filesystem shared with the step's node); it is authoritative. Without it
+// (the step was SIGKILLed, or its node died) the exit comes from srun's exit
+// status (128+N read as signal N). srun's own messages go to
+// <exit_path>.srun.log, the local shim's record of srun to <exit_path>.srun.json.
+//
+// Signal/Kill. The step is found by its name (`squeue --steps`) and signalled
+// with `scancel --signal=SIG J.S`; Kill also SIGKILLs the srun client and
+// waits until neither the step nor the client remains.
+//
+// TaskRef.data: {job_id, step_name, exit_path, marker, local: <local ref>}.
+// Reattach re-attaches the srun client (local backend) and learns from the
+// records what ended while the daemon was down.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "backends/executor.h"
+#include "backends/local/local_executor.h"
+
+namespace tandem::backends {
+
+struct SlurmExecutorOptions {
+  std::string job_id;                   // the allocation the steps run in (required)
+  std::filesystem::path exec_shim;      // empty: tandem-exec next to /proc/self/exe
+  std::string gres = "gpu";             // owner steps request --gres=<gres>:N ("gpu:h200" typed)
+  std::vector<std::string> srun_args;   // appended to every srun
+  std::chrono::milliseconds kill_timeout{15000};
+};
+
+class SlurmExecutor final : public Executor {
+ public:
+  // Fails when the shim or srun is missing, or job_id is empty.
+  static StatusOr<std::unique_ptr<SlurmExecutor>> Create(boost::asio::io_context& io,
+                                                         ExitCallback on_exit,
+                                                         SlurmExecutorOptions options);
+  ~SlurmExecutor() override;
+
+  std::string_view kind() const override { return "slurm"; }
+  StatusOr<TaskRef> Start(const LaunchRequest& request) override;
+  Status Signal(const TaskRef& ref, int sig) override;
+  Status Kill(const TaskRef& ref) override;
+  Status Reattach(const TaskRef& ref) override;
+  bool Alive(const TaskRef& ref) override;
+
+  const SlurmExecutorOptions& options() const { return options_; }
+  // The srun command line Start() would run for `request` (tests, docs).
+  std::vector<std::string> SrunCommand(const LaunchRequest& request, const std::string& step_name,
+                                       bool gres_owner) const;
+
+ private:
+  struct Tracked {
+    std::filesystem::path exit_path;
+    std::string marker;
+    std::set<int> gres_devices;  // non-empty while this task owns GPU GRES
+    bool killed = false;
+  };
+  SlurmExecutor(boost::asio::io_context& io, ExitCallback on_exit, SlurmExecutorOptions options);
+  void OnLocalExit(const std::string& task_id, const TaskExit& srun_exit);
+  // "J.S" of the step named `step_name` in job `job_id`; "" when there is none.
+  std::string FindStep(const std::string& job_id, const std::string& step_name);
+
+  boost::asio::io_context& io_;
+  ExitCallback on_exit_;
+  SlurmExecutorOptions options_;
+  std::unique_ptr<LocalExecutor> local_;
+  std::map<std::string, Tracked> tracked_;  // by task id
+};
+
+}  // namespace tandem::backends

@@ -1,0 +1,73 @@
+#!/bin/bash
+# tandemd with the Slurm backend (allocation mode) on the real test cluster:
+# a colocated job runs as job steps; tandemd is killed with SIGKILL mid-job
+# and restarted on the same state dir; the steps keep running, the new daemon
+# re-attaches them and the job ends succeeded, with every role's output.
+# Skips (77) without the cluster; fails with TANDEM_SERVICES_REQUIRED=1.
+# shellcheck source=../../../tests/services/lib.sh
+. "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
+need_service slurm SLURM_CONF
+BIN=${TANDEM_BIN_DIR:?}
+
+job=$(sbatch --parsable --job-name=tandem-test-daemon --output=/dev/null --ntasks=2 \
+  --gres=gpu:2 --time=10 --wrap="sleep 600")
+CLEANUPS+=("scancel $job")
+wait_for 30 "allocation $job running" bash -c "squeue -h -j $job -o %T | grep -q RUNNING"
+
+state=$SCRATCH/state
+start_daemon() {
+  "$BIN/tandemd" --state-dir "$state" --slurm-job "$job" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
+  DPID=$!
+  CLEANUPS+=("kill -9 $DPID 2>/dev/null")
+  wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
+}
+T() { "$BIN/tandem" --socket "$state/tandemd.sock" "$@"; }
+job_state() { T status "$1" --json | jq -r .state; }
+
+cat >"$SCRATCH/job.json" <<'JSON'
+{
+  "name": "slurm-restart",
+  "backend": {"kind": "slurm"},
+  "devices": {"count": 2},
+  "env": {"JOB_LAYER": "job"},
+  "roles": {
+    "actor": {
+      "command": ["sh", "-c", "sleep 8; echo actor CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ACTOR_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
+      "gpus_per_replica": 2,
+      "env": {"ACTOR_ONLY": "a"}
+    },
+    "rollout": {
+      "command": ["sh", "-c", "sleep 8; echo rollout CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ROLLOUT_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
+      "gpus_per_replica": 2,
+      "colocate_with": "actor",
+      "env": {"ROLLOUT_ONLY": "r"}
+    }
+  }
+}
+JSON
+
+start_daemon
+id=$(T submit "$SCRATCH/job.json" | tail -1)
+[[ -n "$id" ]] || fail "submit printed no job id"
+wait_for 30 "two steps of the job running" bash -c \
+  "[[ \$(squeue -h --steps -j $job -o %j | grep -vc '^batch$') -ge 2 ]]"
+pass "job $id runs as steps of allocation $job"
+
+kill -9 "$DPID"
+wait "$DPID" 2>/dev/null || true
+steps=$(squeue -h --steps -j "$job" -o %j | grep -vc '^batch$' || true)
+[[ "$steps" -ge 2 ]] || fail "steps died with tandemd ($steps left)"
+pass "steps survive kill -9 of tandemd"
+
+start_daemon
+wait_for 60 "job $id succeeded after re-attach" bash -c \
+  "[[ \$('$BIN/tandem' --socket '$state/tandemd.sock' status $id --json | jq -r .state) == succeeded ]]"
+actor=$(T logs "$id" --task actor.0)
+rollout=$(T logs "$id" --task rollout.0)
+echo "$actor"; echo "$rollout"
+[[ "$actor" == *"actor CVD=0,1 role=actor layer=job mine=a step=$job."* ]] || fail "actor output: $actor"
+[[ "$rollout" == *"rollout CVD=0,1 role=rollout layer=job mine=r step=$job."* ]] || fail "rollout output: $rollout"
+pass "re-attached; both roles saw the same devices and their own environment"
+left=$(squeue -h --steps -j "$job" -o %j | grep -vc '^batch$' || true)
+[[ "$left" == 0 ]] || fail "$left steps left behind"
+pass "no step left"
