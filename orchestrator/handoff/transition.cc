@@ -265,7 +265,11 @@ void Fault(Ctx& c, const WorkerId& w, const std::string& cause) {
   for (const Outstanding& o : s.outstanding) {
     if (o.worker == w && o.kind == CommandKind::kRelease) releasing.insert(o.tags.begin(), o.tags.end());
   }
-  ws.restore = Minus(s.ledger.ResidentTags(w), releasing);
+  // Exports are not restored: they are recreated by publishing again.
+  ws.restore = Minus(Minus(s.ledger.ResidentTags(w), releasing), {Tag::kIpcExports});
+  if (ws.kind == RoleKind::kActor && s.mode != Mode::kSettled && s.target.kind == PhaseKind::kSync) {
+    s.published_version = s.published_before;  // its exports are gone: publish again
+  }
   ws.hello = false;
   ws.running = false;
   ws.loaded_version = 0;
@@ -335,6 +339,7 @@ void OnRequest(Ctx& c, const RequestPhase& e) {
     if (!ws.hello) return refuse(fmt::format("waiting for hello from {}", w.ToString()));
   }
   c.ids.push_back("T1");
+  s.published_before = s.published_version;
   s.mode = Mode::kTransition;
   s.target = e.phase;
   s.stage_index = -1;

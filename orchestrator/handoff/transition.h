@@ -88,6 +88,7 @@ struct GroupState {
   std::set<WorkerId> down;     // faulted workers not yet back (restart)
   Ledger ledger;
   int64_t published_version = 0;
+  int64_t published_before = 0;  // published_version when the transition started
   uint64_t next_command_id = 1;
   std::string fault;           // the cause, in kFaulted/kRecovering/kFailed
 };
