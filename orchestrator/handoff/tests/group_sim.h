@@ -59,6 +59,7 @@ class Group {
   std::vector<Action> all;                  // every action so far
   std::map<WorkerId, std::map<Tag, uint64_t>> resident;  // what each worker really holds
   uint64_t device_extra = 0;                // bytes the device holds beyond the workers (a leak)
+  bool leak_releases = false;               // releases keep their memory on the device
   double clock = 100;
 
   void Feed(const Event& e) {
@@ -90,7 +91,10 @@ class Group {
     auto& mine = resident[c.worker];
     const auto sizes = SizesOf(state.workers.at(c.worker).kind);
     if (c.kind == CommandKind::kRelease) {
-      for (Tag t : c.tags) mine.erase(t);
+      for (Tag t : c.tags) {
+        if (leak_releases && mine.count(t)) device_extra += mine[t];
+        mine.erase(t);
+      }
     }
     if (c.kind == CommandKind::kResume) {
       for (Tag t : c.tags) mine[t] = sizes.at(t);
