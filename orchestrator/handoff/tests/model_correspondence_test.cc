@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <cctype>
 #include <sstream>
 
 #include "orchestrator/handoff/ordering_rules.h"
@@ -24,8 +24,15 @@ std::string Model() {
   return ss.str();
 }
 
+// `id` as a whole word ("T1" does not match inside "T13").
 bool Mentions(const std::string& text, std::string_view id) {
-  return std::regex_search(text, std::regex("\\b" + std::string(id) + "\\b"));
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = text.find(id); at != std::string::npos; at = text.find(id, at + 1)) {
+    const bool left = at == 0 || !word(text[at - 1]);
+    const size_t end = at + id.size();
+    if (left && (end == text.size() || !word(text[end]))) return true;
+  }
+  return false;
 }
 
 TEST(ModelCorrespondence, EveryTransitionIdIsInTheModel) {
