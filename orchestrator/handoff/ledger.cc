@@ -1,0 +1,137 @@
+// The residency ledger (ledger.h).
+#include "orchestrator/handoff/ledger.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace tandem::handoff {
+
+void Ledger::SetCapacity(int gpu, uint64_t bytes) { gpus_[gpu].capacity = bytes; }
+
+void Ledger::SetWorkerGpus(const WorkerId& w, std::vector<int> gpus) {
+  for (int g : gpus) gpus_.try_emplace(g);
+  placement_[w] = std::move(gpus);
+}
+
+uint64_t Ledger::Bytes(const WorkerId& w, Tag t) const {
+  auto it = bytes_.find(w);
+  if (it == bytes_.end()) return 0;
+  auto jt = it->second.find(t);
+  return jt == it->second.end() ? 0 : jt->second;
+}
+
+TagSet Ledger::ResidentTags(const WorkerId& w) const {
+  TagSet out;
+  auto it = bytes_.find(w);
+  if (it == bytes_.end()) return out;
+  for (const auto& [tag, b] : it->second) {
+    if (b > 0) out.insert(tag);
+  }
+  return out;
+}
+
+const std::vector<int>& Ledger::WorkerGpus(const WorkerId& w) const {
+  static const std::vector<int> kNone;
+  auto it = placement_.find(w);
+  return it == placement_.end() ? kNone : it->second;
+}
+
+uint64_t Ledger::Resident(int gpu) const {
+  uint64_t sum = 0;
+  for (const auto& [w, tags] : bytes_) {
+    const std::vector<int>& gs = WorkerGpus(w);
+    if (std::find(gs.begin(), gs.end(), gpu) == gs.end()) continue;
+    for (const auto& [tag, b] : tags) sum += b;
+  }
+  return sum;
+}
+
+Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
+  std::string problems;
+  for (const auto& [gpu, state] : gpus_) {
+    if (state.capacity == 0) continue;
+    uint64_t adding = 0;
+    std::string resuming;
+    for (const Planned& p : planned) {
+      const std::vector<int>& gs = WorkerGpus(p.worker);
+      if (std::find(gs.begin(), gs.end(), gpu) == gs.end()) continue;
+      adding += p.bytes;
+      resuming += fmt::format("{}{} {}={}", resuming.empty() ? "" : ", ", p.worker.ToString(),
+                              TagName(p.tag), p.bytes);
+    }
+    const uint64_t resident = Resident(gpu);
+    if (adding == 0 || resident + adding <= state.capacity) continue;
+    std::string holders;
+    for (const auto& [w, tags] : bytes_) {
+      const std::vector<int>& gs = WorkerGpus(w);
+      if (std::find(gs.begin(), gs.end(), gpu) == gs.end()) continue;
+      for (const auto& [tag, b] : tags) {
+        if (b == 0) continue;
+        holders += fmt::format("{}{} {}={}", holders.empty() ? "" : ", ", w.ToString(), TagName(tag), b);
+      }
+    }
+    if (!problems.empty()) problems += "; ";
+    problems += fmt::format("gpu {}: {} resident + {} resuming bytes > capacity {} (resident: {}; resuming: {})",
+                            gpu, resident, adding, state.capacity, holders.empty() ? "nothing" : holders,
+                            resuming);
+  }
+  if (problems.empty()) return Status::Ok();
+  return ResourceExhausted("the resume would not fit: " + problems);
+}
+
+std::vector<ResidencyRecord> Ledger::Report(const WorkerId& w, const std::map<Tag, uint64_t>& resident,
+                                            const std::vector<DeviceMemory>& devices,
+                                            const TagSet& released, double at) {
+  std::map<Tag, uint64_t>& mine = bytes_[w];
+  // What the worker claims it freed with this release.
+  uint64_t claimed = 0;
+  for (Tag t : released) {
+    uint64_t before = mine.count(t) ? mine[t] : 0;
+    uint64_t after = resident.count(t) ? resident.at(t) : 0;
+    if (before > after) claimed += before - after;
+  }
+  // Did the device's used memory fall by that much on each of its GPUs?
+  std::string leak_note;
+  for (const DeviceMemory& d : devices) {
+    Gpu& g = gpus_[d.gpu];
+    if (claimed > 0 && g.reading) {
+      const uint64_t fell = g.reading->used > d.used ? g.reading->used - d.used : 0;
+      if (fell + claimed / 8 < claimed) {
+        leak_note += fmt::format("{}gpu {}: used fell by {} bytes, the worker released {}",
+                                 leak_note.empty() ? "" : "; ", d.gpu, fell, claimed);
+      }
+    }
+    g.reading = d;
+  }
+  std::vector<ResidencyRecord> out;
+  TagSet all;
+  for (const auto& [t, b] : mine) all.insert(t);
+  for (const auto& [t, b] : resident) all.insert(t);
+  for (Tag t : all) {
+    uint64_t before = mine.count(t) ? mine[t] : 0;
+    uint64_t after = resident.count(t) ? resident.at(t) : 0;
+    if (before == after) continue;
+    mine[t] = after;
+    const bool leak = !leak_note.empty() && released.count(t) && after < before;
+    out.push_back(ResidencyRecord{.at = at, .worker = w, .tag = t, .bytes = after,
+                                  .delta = static_cast<int64_t>(after) - static_cast<int64_t>(before),
+                                  .devices = devices, .leak = leak, .note = leak ? leak_note : ""});
+  }
+  return out;
+}
+
+std::vector<ResidencyRecord> Ledger::Forget(const WorkerId& w, double at) {
+  std::vector<ResidencyRecord> out;
+  auto it = bytes_.find(w);
+  if (it == bytes_.end()) return out;
+  for (auto& [t, b] : it->second) {
+    if (b == 0) continue;
+    out.push_back(ResidencyRecord{.at = at, .worker = w, .tag = t, .bytes = 0,
+                                  .delta = -static_cast<int64_t>(b), .note = "worker died"});
+    b = 0;
+  }
+  return out;
+}
+
+}  // namespace tandem::handoff

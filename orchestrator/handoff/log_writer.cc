@@ -1,0 +1,143 @@
+// handoff.jsonl / residency.jsonl writers (log_writer.h).
+#include "orchestrator/handoff/log_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace tandem::handoff {
+namespace {
+
+constexpr int kLogVersion = 1;
+
+Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
+  std::string text = line.dump() + "\n";
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(std::string("write ") + what);
+    }
+    off += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+nlohmann::json Devices(const std::vector<DeviceMemory>& devices) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const DeviceMemory& d : devices) out.push_back({{"gpu", d.gpu}, {"used", d.used}, {"total", d.total}});
+  return out;
+}
+
+}  // namespace
+
+EnvMap AllocatorConfig(const EnvMap& env) {
+  static const char* const kNamed[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+                                       "PYTORCH_NO_CUDA_MEMORY_CACHING",
+                                       "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", "CUDA_MODULE_LOADING"};
+  EnvMap out;
+  for (const auto& [k, v] : env) {
+    bool named = k.find("ALLOC") != std::string::npos;
+    for (const char* n : kNamed) named = named || k == n;
+    if (named) out[k] = v;
+  }
+  return out;
+}
+
+std::vector<nlohmann::json> HandoffLines(const std::string& group, const HandoffRecord& r,
+                                         const EnvMap& allocator) {
+  nlohmann::json base = {
+      {"v", kLogVersion},
+      {"group", group},
+      {"phase", PhaseName(r.phase)},
+      {"step", r.step},
+      {"stage", r.stage},
+      {"role", r.worker.role},
+      {"rank", r.worker.rank},
+      {"command", CommandKindName(r.command)},
+      {"start", r.start},
+      {"duration", r.duration},
+      {"outcome", r.outcome},
+      {"allocator", allocator},
+  };
+  if (r.command == CommandKind::kPublishWeights || r.command == CommandKind::kLoadWeights) {
+    base["version"] = r.version;
+  }
+  if (!r.message.empty()) base["message"] = r.message;
+  std::vector<nlohmann::json> out;
+  if (r.tags.empty()) {
+    base["tag"] = nullptr;
+    base["bytes"] = r.bytes;
+    out.push_back(std::move(base));
+    return out;
+  }
+  for (Tag t : r.tags) {
+    nlohmann::json line = base;
+    line["tag"] = TagName(t);
+    auto it = r.bytes_by_tag.find(t);
+    line["bytes"] = it == r.bytes_by_tag.end() ? 0 : it->second;
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+nlohmann::json ResidencyLine(const std::string& group, const ResidencyRecord& r, const EnvMap& allocator) {
+  nlohmann::json line = {
+      {"v", kLogVersion}, {"group", group},     {"ts", r.at},        {"role", r.worker.role},
+      {"rank", r.worker.rank}, {"tag", TagName(r.tag)}, {"bytes", r.bytes}, {"delta", r.delta},
+      {"devices", Devices(r.devices)}, {"leak", r.leak}, {"allocator", allocator},
+  };
+  if (!r.note.empty()) line["note"] = r.note;
+  return line;
+}
+
+LogWriter::LogWriter(int handoff_fd, int residency_fd, std::string group, std::map<std::string, EnvMap> allocator)
+    : handoff_fd_(handoff_fd), residency_fd_(residency_fd), group_(std::move(group)), allocator_(std::move(allocator)) {}
+
+LogWriter::~LogWriter() {
+  ::close(handoff_fd_);
+  ::close(residency_fd_);
+}
+
+StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir, std::string group,
+                                                     std::map<std::string, EnvMap> allocator) {
+  const std::string h = run_dir + "/handoff.jsonl", r = run_dir + "/residency.jsonl";
+  int hfd = ::open(h.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (hfd < 0) return ErrnoStatus("open " + h);
+  int rfd = ::open(r.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (rfd < 0) {
+    Status st = ErrnoStatus("open " + r);
+    ::close(hfd);
+    return st;
+  }
+  return std::unique_ptr<LogWriter>(new LogWriter(hfd, rfd, std::move(group), std::move(allocator)));
+}
+
+const EnvMap& LogWriter::AllocatorOf(const std::string& role) const {
+  static const EnvMap kNone;
+  auto it = allocator_.find(role);
+  return it == allocator_.end() ? kNone : it->second;
+}
+
+Status LogWriter::Write(const HandoffRecord& r) {
+  for (const nlohmann::json& line : HandoffLines(group_, r, AllocatorOf(r.worker.role))) {
+    TANDEM_RETURN_IF_ERROR(AppendLine(handoff_fd_, line, "handoff.jsonl"));
+  }
+  return Status::Ok();
+}
+
+Status LogWriter::Write(const ResidencyRecord& r) {
+  return AppendLine(residency_fd_, ResidencyLine(group_, r, AllocatorOf(r.worker.role)), "residency.jsonl");
+}
+
+Status LogWriter::WriteAll(const std::vector<Action>& actions) {
+  for (const Action& a : actions) {
+    if (const auto* h = std::get_if<HandoffRecord>(&a)) TANDEM_RETURN_IF_ERROR(Write(*h));
+    if (const auto* r = std::get_if<ResidencyRecord>(&a)) TANDEM_RETURN_IF_ERROR(Write(*r));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem::handoff

@@ -1,0 +1,133 @@
+// The lines LogWriter writes for a real handoff (a full cycle, a leak, a
+// worker death and its recovery) validate against schemas/handoff.schema.json
+// and schemas/residency.schema.json with ajv (tests/schema/validate.js), and
+// a line missing a required key does not. Missing node or ajv is a failure:
+// scripts/setup.sh --test installs them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/handoff/log_writer.h"
+#include "orchestrator/handoff/tests/group_sim.h"
+
+namespace tandem::handoff::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path SourceDir() {
+  const char* dir = std::getenv("TANDEM_SOURCE_DIR");
+  return dir ? fs::path(dir) : fs::current_path();
+}
+
+std::vector<std::string> Lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// file -> ajv verdict line.
+std::map<std::string, nlohmann::json> Validate(const std::string& schema, const std::vector<fs::path>& files) {
+  std::string cmd = "node '" + (SourceDir() / "tests/schema/validate.js").string() + "' '" +
+                    (SourceDir() / "schemas" / schema).string() + "'";
+  for (const auto& f : files) cmd += " '" + f.string() + "'";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::map<std::string, nlohmann::json> out;
+  if (!pipe) return out;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) text.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << "validator failed; run scripts/setup.sh --test (node, ajv)";
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("file")) out[j["file"].get<std::string>()] = j;
+  }
+  return out;
+}
+
+// Writes each line to its own file (validate.js takes one document per file).
+std::vector<fs::path> Split(const fs::path& jsonl, const fs::path& dir) {
+  std::vector<fs::path> out;
+  int i = 0;
+  for (const std::string& line : Lines(jsonl)) {
+    fs::path p = dir / (jsonl.stem().string() + "_" + std::to_string(i++) + ".json");
+    std::ofstream(p) << line;
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(HandoffLogs, EveryEmittedLineMatchesItsSchema) {
+  const fs::path dir = fs::temp_directory_path() / ("handoff_logs_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "lines");
+  {
+    auto writer = LogWriter::Open(dir.string(), "actor",
+                                  {{"rollout", AllocatorConfig({{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
+                                                                {"HOME", "/root"}})}});
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    Group g;
+    g.HelloAll();
+    auto enter = [&](Phase p) {
+      g.Feed(RequestPhase{p, g.Now()});
+      ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+      while (!g.pending.empty()) {
+        g.AckNext();
+        ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+      }
+    };
+    enter(Rollout());
+    enter(Teacher(0));
+    g.leak_releases = true;  // the teacher's release will not lower used memory: a leak
+    enter(Train());
+    g.leak_releases = false;
+    g.device_extra = 0;
+    enter(Sync(1));
+    enter(Rollout());
+    g.Feed(WorkerDied{kRollout, "killed", g.Now()});
+    ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+  }
+  const auto handoff = Split(dir / "handoff.jsonl", dir / "lines");
+  const auto residency = Split(dir / "residency.jsonl", dir / "lines");
+  ASSERT_GE(handoff.size(), 20u);
+  ASSERT_GE(residency.size(), 10u);
+  for (const auto& [schema, files] : {std::pair{"handoff.schema.json", handoff}, {"residency.schema.json", residency}}) {
+    auto verdicts = Validate(schema, files);
+    ASSERT_EQ(verdicts.size(), files.size()) << schema;
+    for (const auto& [file, v] : verdicts) EXPECT_TRUE(v["valid"].get<bool>()) << file << ": " << v.dump();
+  }
+  // What a user reads in them.
+  bool leak = false, allocator = false, died = false;
+  for (const std::string& line : Lines(dir / "residency.jsonl")) {
+    auto j = nlohmann::json::parse(line);
+    leak = leak || j["leak"].get<bool>();
+    died = died || j.value("note", "") == "worker died";
+    allocator = allocator || (j["role"] == "rollout" &&
+                              j["allocator"] == nlohmann::json{{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"}});
+  }
+  EXPECT_TRUE(leak) << "the leaked release is flagged";
+  EXPECT_TRUE(died);
+  EXPECT_TRUE(allocator) << "the rollout's allocator config (and nothing else of its env) is on its lines";
+
+  // The schemas do refuse a broken line.
+  auto j = nlohmann::json::parse(Lines(dir / "handoff.jsonl").front());
+  j.erase("outcome");
+  std::ofstream(dir / "lines/broken.json") << j.dump();
+  auto broken = Validate("handoff.schema.json", {dir / "lines/broken.json"});
+  ASSERT_EQ(broken.size(), 1u);
+  EXPECT_FALSE(broken.begin()->second["valid"].get<bool>());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tandem::handoff::testing
