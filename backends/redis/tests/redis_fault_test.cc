@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "backends/redis/tests/redis_test_util.h"
 
@@ -14,7 +15,13 @@ namespace {
 
 constexpr double kLeaseS = 1.0;
 
-bool PidAlive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+// Running and not a zombie (an orphan's zombie waits for whoever reaps it).
+bool PidAlive(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
 
 class RedisFaultTest : public ExecutorTestBase, public ::testing::Test {
  protected:
