@@ -8,6 +8,9 @@
 #include <fstream>
 
 #include "common/log.h"
+#ifdef TANDEM_HAVE_REDIS
+#include "backends/redis/redis_executor.h"
+#endif
 
 namespace tandem::daemon {
 
@@ -73,6 +76,24 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.compact_every = settings_.compact_every;
   jopts.run_root = run_root;
   std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
+  if (!settings_.redis_url.empty()) {
+#ifdef TANDEM_HAVE_REDIS
+    auto cfg = backends::redis::RedisConfig::FromUrl(settings_.redis_url, settings_.redis_password_file);
+    if (!cfg.ok()) return cfg.status().WithContext("--redis");
+    backends::redis::RedisExecutorOptions ropts;
+    ropts.redis = *cfg;
+    ropts.keys.prefix = settings_.redis_prefix;
+    auto redis = backends::redis::RedisExecutor::Create(
+        io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
+          if (jobs_) jobs_->OnTaskExit(task_id, exit);
+        }, ropts);
+    if (!redis.ok()) return redis.status().WithContext("redis backend");
+    redis_ = std::move(redis).value();
+    executors["redis"] = redis_.get();
+#else
+    return FailedPrecondition("--redis: this tandemd was built without hiredis");
+#endif
+  }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
 

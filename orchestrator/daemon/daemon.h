@@ -51,6 +51,7 @@ class Daemon {
   std::unique_ptr<store::DurableLog> log_;
   std::unique_ptr<backends::PortLeaseRegistry> ports_;
   std::unique_ptr<backends::LocalExecutor> local_;
+  std::unique_ptr<backends::Executor> redis_;  // with --redis (backends/redis)
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<HttpServer> server_;

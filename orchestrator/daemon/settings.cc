@@ -32,6 +32,12 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")
       ->envname("TANDEM_EXEC_SHIM");
+  app.add_option("--redis", s.redis_url, "Enable the redis backend: redis://[user@]host:port (docs/redis.md)")
+      ->envname("TANDEM_REDIS_URL");
+  app.add_option("--redis-password-file", s.redis_password_file, "File holding the Redis password")
+      ->envname("TANDEM_REDIS_PASSWORD_FILE");
+  app.add_option("--redis-prefix", s.redis_prefix, "Key prefix of the redis backend")
+      ->envname("TANDEM_REDIS_PREFIX");
 }
 
 std::string DefaultStateDir() {

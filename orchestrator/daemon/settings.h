@@ -25,6 +25,9 @@ struct DaemonSettings {
   uint64_t compact_every = 20000;  // --compact-every TANDEM_COMPACT_EVERY 20000
   std::string log_level = "info";  // --log-level TANDEM_LOG_LEVEL   info
   std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
+  std::string redis_url;     // --redis           TANDEM_REDIS_URL   "" (no redis backend)
+  std::string redis_password_file;  // --redis-password-file TANDEM_REDIS_PASSWORD_FILE ""
+  std::string redis_prefix = "tandem";  // --redis-prefix TANDEM_REDIS_PREFIX tandem
 
   // Resolved values, filled by Resolve().
   std::vector<int> gpu_ids;
