@@ -192,7 +192,8 @@ bool Agent::EnsureConnected() {
     log::Warn("redis", "agent cannot reach redis node={} error={} retry_ms={}", options_.name, c.status().ToString(),
               backoff_.count());
     next_connect_ = now + backoff_;
-    backoff_ = std::min(backoff_ * 2, std::chrono::milliseconds(2000));
+    // Capped at a third of the lease, so a node is back soon after Redis is.
+    backoff_ = std::min(backoff_ * 2, std::max(std::chrono::milliseconds(100), options_.lease / 3));
     return false;
   }
   conn_ = std::move(c).value();
@@ -259,13 +260,14 @@ bool Agent::Flush() {
                                        "updated_ms", std::to_string(NowMs())};
       if (out.event.contains("pid")) hset.insert(hset.end(), {"pid", std::to_string(out.event["pid"].get<int>())});
       if (out.event.contains("exit")) hset.insert(hset.end(), {"exit", out.event["exit"].dump()});
-      if (!conn_->Command(hset).ok()) return false;
-      if (state == "started") {
-        if (!conn_->Command({"HSET", options_.keys.node_tasks(options_.name), id, out.event["local_ref"].dump()}).ok())
-          return false;
-      } else if (!conn_->Command({"HDEL", options_.keys.node_tasks(options_.name), id}).ok()) {
+      // The node's task list first: whoever sees the pid can rely on a
+      // restarted agent finding the task (and killing it as a leftover).
+      if (state == "started" &&
+          !conn_->Command({"HSET", options_.keys.node_tasks(options_.name), id, out.event["local_ref"].dump()}).ok())
         return false;
-      }
+      if (!conn_->Command(hset).ok()) return false;
+      if (state != "started" && !conn_->Command({"HDEL", options_.keys.node_tasks(options_.name), id}).ok())
+        return false;
       nlohmann::json ev = out.event;
       ev.erase("local_ref");
       if (!conn_->Command({"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*", "msg", ev.dump()}).ok())

@@ -148,8 +148,9 @@ TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
   EXPECT_FALSE(x->succeeded());
   EXPECT_TRUE(x->detail.find("fenced") != std::string::npos || x->detail.find("lease expired") != std::string::npos)
       << x->ToJson().dump();
-  // And the node takes work again.
-  ASSERT_TRUE(cluster_.WaitNodes(1).ok()) << AgentLog();
+  // And the node takes work again once its agent holds a fresh lease.
+  ASSERT_TRUE(WaitUntil([&] { return AgentLog().find("lease regained") != std::string::npos; },
+                        std::chrono::seconds(15))) << AgentLog();
   auto r2 = Request("recovered", {"sh", "-c", "exit 0"});
   TaskRef ref2;
   ASSERT_TRUE(WaitUntil([&] {
@@ -159,7 +160,7 @@ TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
   }, std::chrono::seconds(10)));
   auto x2 = WaitExit(r2.task_id);
   ASSERT_TRUE(x2) << AgentLog();
-  EXPECT_TRUE(x2->succeeded());
+  EXPECT_TRUE(x2->succeeded()) << x2->ToJson().dump() << "\n" << AgentLog();
   ExpectExactlyOnce();
 }
 
