@@ -14,6 +14,9 @@
 #include "backends/slurm/slurm_executor.h"
 #include "backends/task_env.h"
 #endif
+#ifdef TANDEM_HAVE_REDIS
+#include "backends/redis/redis_executor.h"
+#endif
 
 namespace tandem::daemon {
 
@@ -104,6 +107,24 @@ Status Daemon::Start(const fs::path& run_root) {
 #else
     return FailedPrecondition("--slurm-job " + settings_.slurm_job +
                               ": this tandemd was built without the Slurm backend (no srun at build time)");
+#endif
+  }
+  if (!settings_.redis_url.empty()) {
+#ifdef TANDEM_HAVE_REDIS
+    auto cfg = backends::redis::RedisConfig::FromUrl(settings_.redis_url, settings_.redis_password_file);
+    if (!cfg.ok()) return cfg.status().WithContext("--redis");
+    backends::redis::RedisExecutorOptions ropts;
+    ropts.redis = *cfg;
+    ropts.keys.prefix = settings_.redis_prefix;
+    auto redis = backends::redis::RedisExecutor::Create(
+        io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
+          if (jobs_) jobs_->OnTaskExit(task_id, exit);
+        }, ropts);
+    if (!redis.ok()) return redis.status().WithContext("redis backend");
+    redis_ = std::move(redis).value();
+    executors["redis"] = redis_.get();
+#else
+    return FailedPrecondition("--redis: this tandemd was built without hiredis");
 #endif
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);

@@ -52,6 +52,7 @@ class Daemon {
   std::unique_ptr<backends::PortLeaseRegistry> ports_;
   std::unique_ptr<backends::LocalExecutor> local_;
   std::unique_ptr<backends::Executor> slurm_;  // allocation mode (backends/slurm), when enabled
+  std::unique_ptr<backends::Executor> redis_;  // with --redis (backends/redis)
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<HttpServer> server_;

@@ -36,6 +36,12 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
                  "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
                  "(default: $SLURM_JOB_ID; \"none\": no Slurm backend)")
       ->envname("TANDEM_SLURM_JOB");
+  app.add_option("--redis", s.redis_url, "Enable the redis backend: redis://[user@]host:port (docs/redis.md)")
+      ->envname("TANDEM_REDIS_URL");
+  app.add_option("--redis-password-file", s.redis_password_file, "File holding the Redis password")
+      ->envname("TANDEM_REDIS_PASSWORD_FILE");
+  app.add_option("--redis-prefix", s.redis_prefix, "Key prefix of the redis backend")
+      ->envname("TANDEM_REDIS_PREFIX");
 }
 
 std::string DefaultStateDir() {

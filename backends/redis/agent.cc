@@ -1,0 +1,346 @@
+// Implements the node agent (agent.h; docs/redis.md "Agents", "Leases and fencing").
+#include "backends/redis/agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+
+namespace tandem::backends::redis {
+namespace {
+
+long long DetectMemoryBytes() {
+  long pages = ::sysconf(_SC_PHYS_PAGES);
+  long size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<long long>(pages) * size : 0;
+}
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Agent>> Agent::Create(boost::asio::io_context& io, AgentOptions options) {
+  if (options.name.empty()) options.name = HostName();
+  if (options.address.empty()) options.address = HostName();
+  if (options.cpus <= 0) options.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  if (options.memory_bytes <= 0) options.memory_bytes = DetectMemoryBytes();
+  if (options.lease < std::chrono::milliseconds(300)) return InvalidArgument("agent: lease must be at least 300 ms");
+  std::unique_ptr<Agent> agent(new Agent(io, std::move(options)));
+  Agent* self = agent.get();
+  auto local = LocalExecutor::Create(
+      io, [self](const std::string& id, const TaskExit& x) { self->OnLocalExit(id, x); }, agent->options_.local);
+  if (!local.ok()) return local.status().WithContext("agent: local backend");
+  agent->local_ = std::move(local).value();
+  return agent;
+}
+
+Agent::~Agent() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+nlohmann::json Agent::NodeRecord() const {
+  return {{"name", options_.name},   {"address", options_.address}, {"gpus", options_.gpus},
+          {"cpus", options_.cpus},   {"memory_bytes", options_.memory_bytes},
+          {"version", kVersion},     {"pid", ::getpid()},
+          {"lease_ms", options_.lease.count()}, {"renewed_ms", NowMs()}};
+}
+
+void Agent::Start() {
+  log::Info("redis", "agent starting node={} redis={} lease_ms={}", options_.name, options_.redis.Describe(),
+            options_.lease.count());
+  thread_ = std::thread([this] { RedisLoop(); });
+}
+
+void Agent::Shutdown() {
+  for (auto& [id, ref] : std::map<std::string, TaskRef>(tasks_)) {
+    fenced_.insert(id);
+    (void)local_->Kill(ref);
+  }
+  // Let the LocalExecutor report the exits, then give the Redis thread a moment to send them.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!tasks_.empty() && std::chrono::steady_clock::now() < deadline) {
+    io_.restart();
+    io_.run_one_for(std::chrono::milliseconds(10));
+  }
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (outbox_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (auto c = RedisConn::Connect(options_.redis); c.ok()) {
+    (void)(*c)->Command({"DEL", options_.keys.node(options_.name)});
+  }
+  log::Info("redis", "agent stopped node={}", options_.name);
+}
+
+// ---- io thread --------------------------------------------------------------
+
+void Agent::Queue(Outgoing out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  outbox_.push_back(std::move(out));
+}
+
+void Agent::OnCommand(const std::string& entry_id, const std::string& text) {
+  auto msg = ParseMessage(text);
+  std::string op = msg.ok() && (*msg)["op"].is_string() ? (*msg)["op"].get<std::string>() : "";
+  std::string task_id = msg.ok() && (*msg)["task_id"].is_string() ? (*msg)["task_id"].get<std::string>() : "";
+  if (!msg.ok() || op.empty() || task_id.empty()) {
+    log::Warn("redis", "agent ignoring malformed command node={} entry={} error={}", options_.name, entry_id,
+              msg.ok() ? std::string("missing op or task_id") : msg.status().ToString());
+    Queue({nullptr, entry_id});
+    return;
+  }
+  if (op == "start") {
+    HandleStart(entry_id, *msg);
+    return;
+  }
+  Queue({nullptr, entry_id});  // signal and kill are done once handled here
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;  // already ended (or never here): nothing to do
+  if (op == "signal") {
+    int sig = (*msg)["sig"].is_number_integer() ? (*msg)["sig"].get<int>() : 0;
+    if (sig <= 0 || sig >= NSIG) {
+      log::Warn("redis", "agent ignoring signal command with bad sig task={}", task_id);
+      return;
+    }
+    if (auto st = local_->Signal(it->second, sig); !st.ok())
+      log::Warn("redis", "signal failed task={} error={}", task_id, st.ToString());
+  } else if (op == "kill") {
+    if (auto st = local_->Kill(it->second); !st.ok())
+      log::Warn("redis", "kill failed task={} error={}", task_id, st.ToString());
+  } else {
+    log::Warn("redis", "agent ignoring unknown command op={} task={}", op, task_id);
+  }
+}
+
+void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) {
+  const std::string task_id = msg["task_id"].get<std::string>();
+  if (known_.count(task_id)) {  // delivered again (pending after a reconnect)
+    Queue({nullptr, entry_id});
+    return;
+  }
+  auto req = msg.contains("request") ? RequestFromJson(msg["request"]) : StatusOr<LaunchRequest>(InvalidArgument("no request"));
+  if (req.ok() && req->task_id != task_id) req = InvalidArgument("request.task_id differs from task_id");
+  known_.insert(task_id);
+  if (!req.ok()) {
+    log::Warn("redis", "agent refusing malformed start task={} error={}", task_id, req.status().ToString());
+    TaskExit x;
+    x.exit_code = 127;
+    x.detail = "start refused by agent " + options_.name + ": " + req.status().ToString();
+    x.ended_at = std::chrono::system_clock::now();
+    Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "exited"}, {"exit", x.ToJson()}}, entry_id});
+    return;
+  }
+  auto ref = local_->Start(*req);
+  if (!ref.ok()) {
+    TaskExit x;
+    x.exit_code = 127;
+    x.detail = "start failed on node " + options_.name + ": " + ref.status().ToString();
+    x.ended_at = std::chrono::system_clock::now();
+    log::Warn("redis", "task start failed task={} error={}", task_id, ref.status().ToString());
+    Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "exited"}, {"exit", x.ToJson()}}, entry_id});
+    return;
+  }
+  tasks_[task_id] = *ref;
+  int pid = ref->data.value("pid", 0);
+  log::Info("redis", "task started task={} pid={} node={}", task_id, pid, options_.name);
+  Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "started"}, {"pid", pid},
+          {"local_ref", ref->ToJson()}},
+         entry_id});
+}
+
+void Agent::OnLocalExit(const std::string& task_id, const TaskExit& exit) {
+  tasks_.erase(task_id);
+  TaskExit x = exit;
+  if (fenced_.erase(task_id)) x.detail = "fenced: killed by agent " + options_.name + (x.detail.empty() ? "" : "; " + x.detail);
+  log::Info("redis", "task exited task={} code={} signal={} node={}", task_id, x.exit_code, x.signal, options_.name);
+  Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "exited"}, {"exit", x.ToJson()}}, ""});
+}
+
+void Agent::Fence() {
+  log::Warn("redis", "lease lapsed node={}: fencing, killing {} task(s)", options_.name, tasks_.size());
+  for (auto& [id, ref] : std::map<std::string, TaskRef>(tasks_)) {
+    fenced_.insert(id);
+    if (auto st = local_->Kill(ref); !st.ok()) log::Error("redis", "fencing kill failed task={} error={}", id, st.ToString());
+  }
+}
+
+// ---- Redis thread -----------------------------------------------------------
+
+bool Agent::EnsureConnected() {
+  if (conn_ && !conn_->broken()) return true;
+  conn_.reset();
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_connect_) return false;
+  RedisConfig cfg = options_.redis;
+  cfg.timeout = std::min(cfg.timeout, options_.lease / 3);
+  auto c = RedisConn::Connect(cfg);
+  if (!c.ok()) {
+    log::Warn("redis", "agent cannot reach redis node={} error={} retry_ms={}", options_.name, c.status().ToString(),
+              backoff_.count());
+    next_connect_ = now + backoff_;
+    // Capped at a third of the lease, so a node is back soon after Redis is.
+    backoff_ = std::min(backoff_ * 2, std::max(std::chrono::milliseconds(100), options_.lease / 3));
+    return false;
+  }
+  conn_ = std::move(c).value();
+  backoff_ = std::chrono::milliseconds(100);
+  reading_pending_ = true;
+  auto g = conn_->Command({"XGROUP", "CREATE", options_.keys.commands(options_.name), kAgentGroup, "0", "MKSTREAM"});
+  if (!g.ok() && g.status().message().find("BUSYGROUP") == std::string::npos) {
+    log::Warn("redis", "agent cannot create its consumer group: {}", g.status().ToString());
+    conn_.reset();
+    return false;
+  }
+  log::Info("redis", "agent connected node={} redis={}", options_.name, options_.redis.Describe());
+  if (!leftovers_checked_) {
+    leftovers_checked_ = true;
+    auto left = conn_->Command({"HGETALL", options_.keys.node_tasks(options_.name)});
+    if (left.ok() && left->is_array() && !left->elements.empty()) {
+      std::vector<std::pair<std::string, std::string>> items;
+      for (size_t i = 0; i + 1 < left->elements.size(); i += 2)
+        items.emplace_back(left->elements[i].str, left->elements[i + 1].str);
+      boost::asio::post(io_, [this, items] {
+        for (const auto& [id, text] : items) {
+          if (tasks_.count(id)) continue;
+          auto j = ParseMessage(text);
+          auto ref = j.ok() ? TaskRef::FromJson(*j) : StatusOr<TaskRef>(j.status());
+          if (ref.ok()) (void)local_->Kill(*ref);
+          log::Warn("redis", "killed task left over from an earlier agent run task={}", id);
+          TaskExit x;
+          x.status_known = false;
+          x.signal = SIGKILL;
+          x.detail = "killed by restarted agent " + options_.name + ": left over from an earlier agent run";
+          x.ended_at = std::chrono::system_clock::now();
+          Queue({{{"task_id", id}, {"node", options_.name}, {"state", "exited"}, {"exit", x.ToJson()}}, ""});
+        }
+      });
+    }
+  }
+  return true;
+}
+
+bool Agent::Register() {
+  auto sent = std::chrono::steady_clock::now();
+  auto r = conn_->Command({"SET", options_.keys.node(options_.name), NodeRecord().dump(), "PX",
+                           std::to_string(options_.lease.count())});
+  if (!r.ok()) return false;
+  (void)conn_->Command({"SADD", options_.keys.nodes(), options_.name});
+  last_renew_sent_ = sent;
+  if (fenced_now_) log::Info("redis", "lease regained node={}", options_.name);
+  fenced_now_ = false;
+  return true;
+}
+
+bool Agent::Flush() {
+  while (true) {
+    Outgoing out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (outbox_.empty()) return true;
+      out = outbox_.front();
+    }
+    if (!out.event.is_null()) {
+      const std::string id = out.event["task_id"].get<std::string>();
+      const std::string state = out.event["state"].get<std::string>();
+      std::vector<std::string> hset = {"HSET", options_.keys.task(id), "node", options_.name, "state", state,
+                                       "updated_ms", std::to_string(NowMs())};
+      if (out.event.contains("pid")) hset.insert(hset.end(), {"pid", std::to_string(out.event["pid"].get<int>())});
+      if (out.event.contains("exit")) hset.insert(hset.end(), {"exit", out.event["exit"].dump()});
+      // The node's task list first: whoever sees the pid can rely on a
+      // restarted agent finding the task (and killing it as a leftover).
+      if (state == "started" &&
+          !conn_->Command({"HSET", options_.keys.node_tasks(options_.name), id, out.event["local_ref"].dump()}).ok())
+        return false;
+      if (!conn_->Command(hset).ok()) return false;
+      if (state != "started" && !conn_->Command({"HDEL", options_.keys.node_tasks(options_.name), id}).ok())
+        return false;
+      nlohmann::json ev = out.event;
+      ev.erase("local_ref");
+      if (!conn_->Command({"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*", "msg", ev.dump()}).ok())
+        return false;
+    }
+    if (!out.ack_id.empty() &&
+        !conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, out.ack_id}).ok())
+      return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.pop_front();
+  }
+}
+
+void Agent::ReadCommands() {
+  const auto block = std::min<long long>(100, options_.lease.count() / 6);
+  auto r = conn_->Command({"XREADGROUP", "GROUP", kAgentGroup, options_.name, "COUNT", "32", "BLOCK",
+                           std::to_string(block), "STREAMS", options_.keys.commands(options_.name),
+                           reading_pending_ ? "0" : ">"});
+  if (!r.ok()) {
+    if (!conn_->broken()) {  // e.g. NOGROUP after Redis lost its data: recreate on reconnect
+      log::Warn("redis", "agent read failed: {}", r.status().ToString());
+      conn_.reset();
+    }
+    return;
+  }
+  auto entries = ParseStreamReply(*r);
+  if (reading_pending_ && entries.empty()) reading_pending_ = false;
+  for (auto& e : entries) {
+    std::string text = e.Field("msg");
+    if (reading_pending_) {
+      // A start delivered before a crash or reconnect: start it only if still assigned.
+      auto msg = ParseMessage(text);
+      if (msg.ok() && (*msg)["op"] == "start" && (*msg)["task_id"].is_string()) {
+        auto state = conn_->Command({"HGET", options_.keys.task((*msg)["task_id"].get<std::string>()), "state"});
+        if (state.ok() && !state->is_nil() && state->str != "assigned") {
+          (void)conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, e.id});
+          continue;
+        }
+      }
+    }
+    boost::asio::post(io_, [this, id = e.id, text] { OnCommand(id, text); });
+  }
+  // Pending entries come back until acked; move on to new ones once all were handed over.
+  if (reading_pending_) reading_pending_ = false;
+}
+
+void Agent::RedisLoop() {
+  const auto heartbeat = options_.lease / 3;
+  while (!stop_) {
+    auto now = std::chrono::steady_clock::now();
+    if (!fenced_now_ && last_renew_sent_.time_since_epoch().count() != 0 && now - last_renew_sent_ >= options_.lease) {
+      fenced_now_ = true;
+      boost::asio::post(io_, [this] { Fence(); });
+    }
+    if (!EnsureConnected()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    if (now >= next_heartbeat_) {
+      if (Register()) {
+        next_heartbeat_ = now + heartbeat;
+      } else {
+        log::Warn("redis", "lease renewal failed node={}", options_.name);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        continue;
+      }
+    }
+    if (!Flush()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    ReadCommands();
+  }
+}
+
+}  // namespace tandem::backends::redis

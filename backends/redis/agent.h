@@ -1,0 +1,124 @@
+// The node agent, `tandem-agent` (issue #6 part 1; docs/redis.md): one per
+// machine. It registers the node in Redis under a lease it renews by
+// heartbeat, takes start/signal/kill commands from its own stream through a
+// consumer group, runs tasks with the local backend (LocalExecutor, so the
+// environment the daemon built by BuildTaskEnvironment, the device variables
+// and the exec shim are exactly the local path's), and streams state changes
+// back (started with pid, exited with its TaskExit).
+//
+// Threads. The agent's state (its task table, the LocalExecutor) lives on one
+// io_context. All Redis I/O happens on a dedicated thread, which posts
+// commands to the io_context and sends what the io_context queued (events,
+// acks) — no blocking hiredis call runs on the io thread.
+//
+// Acknowledgement. A start command is XACKed only after the task was started
+// and its "started" state written, so an agent that dies in between gets the
+// command again (pending entries are read first on every (re)connect); a
+// start for a task the agent already knows, or whose hash is no longer
+// "assigned", is acknowledged without starting anything.
+//
+// Fencing. The lease is renewed every lease/3. When no renewal has succeeded
+// for `lease` (measured from when the last successful renewal was sent, so it
+// happens no later than the key expires in Redis), the agent kills every task
+// by itself: the daemon already counts them lost. After Redis is back the
+// agent registers again and takes new work. Its killed tasks are reported as
+// exited (SIGKILL, detail "fenced: ...") once Redis is reachable.
+//
+// Malformed commands are logged and acknowledged, never fatal.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+
+#include "backends/local/local_executor.h"
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_protocol.h"
+
+namespace tandem::backends::redis {
+
+struct AgentOptions {
+  std::string name;     // node name, unique in the cluster
+  std::string address;  // how other nodes reach this one (recorded, informative)
+  RedisConfig redis;
+  Keys keys;
+  std::chrono::milliseconds lease{3000};
+  std::vector<int> gpus;  // physical GPU ids on this node
+  int cpus = 0;           // 0: detected
+  long long memory_bytes = 0;  // 0: detected
+  LocalExecutorOptions local;
+};
+
+class Agent {
+ public:
+  // Creates the local executor; nothing touches Redis until Start().
+  static StatusOr<std::unique_ptr<Agent>> Create(boost::asio::io_context& io, AgentOptions options);
+  ~Agent();
+
+  // Starts the Redis thread (it connects with backoff; Redis may be down).
+  void Start();
+  // Kills every task, reports their exits (best effort, bounded), removes the
+  // node's registration and stops the Redis thread. Call on the io thread.
+  void Shutdown();
+
+  // The node's registration record.
+  nlohmann::json NodeRecord() const;
+  size_t task_count() const { return tasks_.size(); }
+
+ private:
+  struct Outgoing {
+    nlohmann::json event;       // written to the task hash and the events stream; null for none
+    std::string ack_id;         // command entry to XACK after the event; "" for none
+  };
+
+  Agent(boost::asio::io_context& io, AgentOptions options) : io_(io), options_(std::move(options)) {}
+
+  // io thread
+  void OnCommand(const std::string& entry_id, const std::string& text);
+  void HandleStart(const std::string& entry_id, const nlohmann::json& msg);
+  void OnLocalExit(const std::string& task_id, const TaskExit& exit);
+  void Fence();
+  void Queue(Outgoing out);
+
+  // Redis thread
+  void RedisLoop();
+  bool EnsureConnected();
+  bool Register();
+  bool Flush();
+  void ReadCommands();
+  void KillLeftovers();
+
+  boost::asio::io_context& io_;
+  AgentOptions options_;
+  std::unique_ptr<LocalExecutor> local_;
+  std::map<std::string, TaskRef> tasks_;  // running, by task id (io thread)
+  std::set<std::string> known_;           // every task id ever started here (io thread)
+  std::set<std::string> fenced_;          // killed by fencing (io thread)
+  bool leftovers_checked_ = false;        // io thread
+
+  std::mutex mu_;
+  std::deque<Outgoing> outbox_;  // guarded by mu_
+  std::vector<std::pair<std::string, std::string>> leftovers_;  // guarded by mu_: task id, local ref
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  // Redis thread only
+  std::unique_ptr<RedisConn> conn_;
+  bool reading_pending_ = true;
+  bool fenced_now_ = false;
+  std::chrono::steady_clock::time_point last_renew_sent_{};
+  std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::chrono::milliseconds backoff_{100};
+  std::chrono::steady_clock::time_point next_connect_{};
+};
+
+}  // namespace tandem::backends::redis

@@ -1,0 +1,275 @@
+// Implements the redis executor (redis_executor.h; docs/redis.md).
+#include "backends/redis/redis_executor.h"
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+
+namespace tandem::backends::redis {
+namespace {
+
+std::string EnvValue(const std::vector<std::string>& env, const std::string& key) {
+  for (const auto& kv : env)
+    if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
+  return "";
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RedisExecutor>> RedisExecutor::Create(boost::asio::io_context& io, ExitCallback on_exit,
+                                                               RedisExecutorOptions options) {
+  std::unique_ptr<RedisExecutor> e(new RedisExecutor(io, std::move(on_exit), std::move(options)));
+  TANDEM_ASSIGN_OR_RETURN(e->conn_, RedisConn::Connect(e->options_.redis), "redis executor");
+  // Read events from the newest one on; anything older is in the task hashes.
+  std::string last_id = "0-0";
+  TANDEM_ASSIGN_OR_RETURN(RedisReply last, e->Cmd({"XREVRANGE", e->options_.keys.events(), "+", "-", "COUNT", "1"}),
+                          "redis executor: events stream");
+  if (last.is_array() && !last.elements.empty() && last.elements[0].is_array() &&
+      !last.elements[0].elements.empty())
+    last_id = last.elements[0].elements[0].str;
+  RedisExecutor* self = e.get();
+  e->reader_ = std::thread([self, last_id] { self->ReaderLoop(last_id); });
+  log::Info("redis", "executor ready redis={} prefix={}", e->options_.redis.Describe(), e->options_.keys.prefix);
+  return e;
+}
+
+RedisExecutor::~RedisExecutor() {
+  stop_ = true;
+  if (reader_.joinable()) reader_.join();
+}
+
+StatusOr<RedisReply> RedisExecutor::Cmd(const std::vector<std::string>& args) {
+  if (!conn_ || conn_->broken()) {
+    conn_.reset();
+    TANDEM_ASSIGN_OR_RETURN(conn_, RedisConn::Connect(options_.redis), "reconnect");
+  }
+  return conn_->Command(args);
+}
+
+StatusOr<RedisExecutor::Ref> RedisExecutor::ParseRef(const TaskRef& ref) const {
+  const auto& d = ref.data;
+  if (ref.task_id.empty() || !d.is_object() || !d.contains("node") || !d["node"].is_string() ||
+      d["node"].get<std::string>().empty() || !d.contains("key") || !d["key"].is_string())
+    return InvalidArgument("redis task ref: expected data {node, key}, got " + d.dump());
+  return Ref{d["node"].get<std::string>(), d["key"].get<std::string>()};
+}
+
+StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
+  TANDEM_ASSIGN_OR_RETURN(RedisReply names, Cmd({"SMEMBERS", options_.keys.nodes()}), "list nodes");
+  std::vector<std::string> live;
+  for (const auto& n : names.elements) {
+    TANDEM_ASSIGN_OR_RETURN(RedisReply e, Cmd({"EXISTS", options_.keys.node(n.str)}), "node lease");
+    if (e.integer == 1) live.push_back(n.str);
+  }
+  std::sort(live.begin(), live.end());
+  return live;
+}
+
+StatusOr<std::string> RedisExecutor::PickNode(const LaunchRequest& request) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> live, LiveNodes(), "placement");
+  if (live.empty()) return Unavailable("redis: no node holds a live lease (is a tandem-agent running?)");
+  const std::string devices = EnvValue(request.env, "TANDEM_DEVICES");
+  std::string group;
+  if (!devices.empty()) {
+    group = request.job_id + "|" + devices;
+    TANDEM_ASSIGN_OR_RETURN(RedisReply g, Cmd({"HGET", options_.keys.groups(), group}), "placement group");
+    if (!g.is_nil() && std::find(live.begin(), live.end(), g.str) != live.end()) return g.str;
+  }
+  std::string best;
+  int best_count = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& n : live) {
+    int c = watched_nodes_.count(n) ? watched_nodes_[n] : 0;
+    if (best.empty() || c < best_count) {
+      best = n;
+      best_count = c;
+    }
+  }
+  if (!group.empty()) (void)Cmd({"HSET", options_.keys.groups(), group, best});
+  return best;
+}
+
+void RedisExecutor::Track(const std::string& task_id, const std::string& node) {
+  tasks_[task_id] = node;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++watched_nodes_[node];
+}
+
+void RedisExecutor::Report(const std::string& task_id, const TaskExit& exit) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;  // already reported (or not ours)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--watched_nodes_[it->second] <= 0) watched_nodes_.erase(it->second);
+  }
+  tasks_.erase(it);
+  on_exit_(task_id, exit);
+}
+
+StatusOr<TaskRef> RedisExecutor::Start(const LaunchRequest& request) {
+  if (tasks_.count(request.task_id)) return AlreadyExists("redis: task " + request.task_id + " is already running");
+  TANDEM_ASSIGN_OR_RETURN(std::string node, PickNode(request), "start " + request.task_id);
+  const std::string key = options_.keys.task(request.task_id);
+  TANDEM_RETURN_IF_ERROR(Cmd({"HSET", key, "node", node, "state", "assigned", "updated_ms", std::to_string(NowMs())})
+                             .status(), "start " + request.task_id);
+  nlohmann::json msg = {{"op", "start"}, {"task_id", request.task_id}, {"request", RequestToJson(request)}};
+  TANDEM_RETURN_IF_ERROR(Cmd({"XADD", options_.keys.commands(node), "*", "msg", msg.dump()}).status(),
+                         "start " + request.task_id);
+  Track(request.task_id, node);
+  log::Info("redis", "task assigned task={} node={}", request.task_id, node);
+  TaskRef ref;
+  ref.backend = "redis";
+  ref.task_id = request.task_id;
+  ref.data = {{"node", node}, {"key", key}};
+  return ref;
+}
+
+Status RedisExecutor::Signal(const TaskRef& ref, int sig) {
+  TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "signal");
+  TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "signal " + ref.task_id);
+  if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
+  nlohmann::json msg = {{"op", "signal"}, {"task_id", ref.task_id}, {"sig", sig}};
+  return Cmd({"XADD", options_.keys.commands(r.node), "*", "msg", msg.dump()}).status().WithContext("signal");
+}
+
+Status RedisExecutor::Kill(const TaskRef& ref) {
+  TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "kill");
+  TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
+  if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
+  nlohmann::json msg = {{"op", "kill"}, {"task_id", ref.task_id}};
+  TANDEM_RETURN_IF_ERROR(Cmd({"XADD", options_.keys.commands(r.node), "*", "msg", msg.dump()}).status(), "kill");
+  const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    TANDEM_ASSIGN_OR_RETURN(state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
+    if (state.str == "exited" || state.str == "lost") return Status::Ok();
+    TANDEM_ASSIGN_OR_RETURN(RedisReply lease, Cmd({"EXISTS", options_.keys.node(r.node)}), "kill");
+    if (lease.integer == 0) return Status::Ok();  // the agent fences itself; the task is reported lost
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return DeadlineExceeded("kill " + ref.task_id + ": node " + r.node + " did not report the task gone within " +
+                          std::to_string(options_.kill_timeout.count()) + " ms");
+}
+
+bool RedisExecutor::Alive(const TaskRef& ref) {
+  auto r = ParseRef(ref);
+  if (!r.ok()) return false;
+  auto state = Cmd({"HGET", r->key, "state"});
+  if (!state.ok() || state->is_nil() || (state->str != "assigned" && state->str != "started")) return false;
+  auto lease = Cmd({"EXISTS", options_.keys.node(r->node)});
+  return lease.ok() && lease->integer == 1;
+}
+
+Status RedisExecutor::Reattach(const TaskRef& ref) {
+  TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "reattach");
+  if (tasks_.count(ref.task_id)) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(RedisReply h, Cmd({"HGETALL", r.key}), "reattach " + ref.task_id);
+  std::map<std::string, std::string> fields;
+  for (size_t i = 0; i + 1 < h.elements.size(); i += 2) fields[h.elements[i].str] = h.elements[i + 1].str;
+  Track(ref.task_id, r.node);
+  TaskExit x;
+  x.ended_at = std::chrono::system_clock::now();
+  const std::string state = fields["state"];
+  if (state == "exited") {
+    auto j = ParseMessage(fields["exit"]);
+    auto parsed = j.ok() ? ExitFromJson(*j) : StatusOr<TaskExit>(j.status());
+    if (parsed.ok()) {
+      x = *parsed;
+    } else {
+      x.status_known = false;
+      x.detail = "exit record in redis is malformed: " + parsed.status().ToString();
+    }
+  } else if (state == "assigned" || state == "started") {
+    return Status::Ok();  // the reader reports the exit, or the lease check reports it lost
+  } else {
+    x.status_known = false;
+    x.detail = state == "lost" ? "node " + r.node + " lease expired: task lost"
+                               : "no record of the task in redis (state '" + state + "')";
+  }
+  std::weak_ptr<int> alive = alive_;
+  boost::asio::post(io_, [this, alive, id = ref.task_id, x] {
+    if (alive.lock()) Report(id, x);
+  });
+  return Status::Ok();
+}
+
+void RedisExecutor::OnEvent(const std::string& text) {
+  auto j = ParseMessage(text);
+  if (!j.ok() || !(*j)["task_id"].is_string() || !(*j)["state"].is_string()) {
+    log::Warn("redis", "ignoring malformed event: {}", j.ok() ? std::string("missing task_id or state") : j.status().ToString());
+    return;
+  }
+  if ((*j)["state"] != "exited") return;
+  const std::string id = (*j)["task_id"].get<std::string>();
+  if (!tasks_.count(id)) return;
+  auto x = j->contains("exit") ? ExitFromJson((*j)["exit"]) : StatusOr<TaskExit>(InvalidArgument("no exit"));
+  if (!x.ok()) {
+    log::Warn("redis", "ignoring exit event with a malformed exit task={} error={}", id, x.status().ToString());
+    return;
+  }
+  Report(id, *x);
+}
+
+void RedisExecutor::OnNodeLost(const std::string& node) {
+  std::vector<std::string> lost;
+  for (const auto& [id, n] : tasks_)
+    if (n == node) lost.push_back(id);
+  if (lost.empty()) return;
+  log::Warn("redis", "node lease expired node={}: {} task(s) lost", node, lost.size());
+  for (const auto& id : lost) {
+    (void)Cmd({"HSET", options_.keys.task(id), "state", "lost", "updated_ms", std::to_string(NowMs())});
+    TaskExit x;
+    x.status_known = false;
+    x.detail = "node " + node + " lease expired: task lost (its agent kills it when it notices the lapse)";
+    x.ended_at = std::chrono::system_clock::now();
+    Report(id, x);
+  }
+}
+
+void RedisExecutor::ReaderLoop(std::string last_id) {
+  std::unique_ptr<RedisConn> conn;
+  auto next_check = std::chrono::steady_clock::now();
+  std::weak_ptr<int> alive = alive_;
+  while (!stop_) {
+    if (!conn || conn->broken()) {
+      conn.reset();
+      auto c = RedisConn::Connect(options_.redis);
+      if (!c.ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      conn = std::move(c).value();
+    }
+    auto r = conn->Command({"XREAD", "COUNT", "256", "BLOCK", "100", "STREAMS", options_.keys.events(), last_id});
+    if (!r.ok()) {
+      if (!conn->broken()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    for (auto& e : ParseStreamReply(*r)) {
+      last_id = e.id;
+      boost::asio::post(io_, [this, alive, text = e.Field("msg")] {
+        if (alive.lock()) OnEvent(text);
+      });
+    }
+    if (std::chrono::steady_clock::now() < next_check) continue;
+    next_check = std::chrono::steady_clock::now() + options_.lease_check;
+    std::vector<std::string> nodes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [n, c] : watched_nodes_) nodes.push_back(n);
+    }
+    for (const auto& n : nodes) {
+      auto e = conn->Command({"EXISTS", options_.keys.node(n)});
+      if (!e.ok()) break;  // Redis unreachable: we cannot tell, decide later
+      if (e->integer == 0)
+        boost::asio::post(io_, [this, alive, n] {
+          if (alive.lock()) OnNodeLost(n);
+        });
+    }
+  }
+}
+
+}  // namespace tandem::backends::redis

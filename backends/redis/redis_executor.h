@@ -1,0 +1,98 @@
+// The redis executor (issue #6 part 2; docs/redis.md): the daemon's side of
+// the Redis backend, behind the Executor interface (executor.h).
+//
+// Start() picks a live node (its lease key exists) and queues a start command
+// on that node's stream; the agent starts the task with the local backend.
+// Placement: tasks of one job with the same TANDEM_DEVICES (colocated roles
+// get identical device sets, DESIGN.md "Placement") form a placement group
+// that runs on one node — recorded in <p>:groups so a restarted daemon keeps
+// it; a task without devices goes to the live node with the fewest tasks.
+// TaskRef.data: {node, key (the task hash)}.
+//
+// Exits come from the agents' events stream, read by a dedicated thread that
+// posts them to the io_context. The same thread checks the lease of every
+// node that has tasks; when a lease key is gone the node's tasks are reported
+// lost (status_known=false, detail "node <n> lease expired ...") and their
+// hash says state=lost. Each ExitCallback fires exactly once.
+//
+// Threading: Start/Signal/Kill/Alive/Reattach make short Redis round trips
+// on the calling (io) thread through their own connection, bounded by
+// RedisConfig::timeout; Kill() additionally waits (bounded by kill_timeout)
+// for the agent to report the task gone, as its contract requires. Blocking
+// reads (XREAD BLOCK) never run on the io thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+
+#include "backends/executor.h"
+#include "backends/redis/redis_conn.h"
+#include "backends/redis/redis_protocol.h"
+
+namespace tandem::backends::redis {
+
+struct RedisExecutorOptions {
+  RedisConfig redis;
+  Keys keys;
+  std::chrono::milliseconds kill_timeout{5000};
+  // How often node leases are checked for nodes with tasks.
+  std::chrono::milliseconds lease_check{250};
+};
+
+class RedisExecutor final : public Executor {
+ public:
+  // Connects (Unavailable when Redis is down) and starts the reader thread.
+  static StatusOr<std::unique_ptr<RedisExecutor>> Create(boost::asio::io_context& io, ExitCallback on_exit,
+                                                         RedisExecutorOptions options);
+  // Stops the reader thread; tasks keep running (a later executor can Reattach).
+  ~RedisExecutor() override;
+
+  std::string_view kind() const override { return "redis"; }
+  // Unavailable when no node holds a live lease (nothing is queued then).
+  StatusOr<TaskRef> Start(const LaunchRequest& request) override;
+  Status Signal(const TaskRef& ref, int sig) override;
+  Status Kill(const TaskRef& ref) override;
+  Status Reattach(const TaskRef& ref) override;
+  bool Alive(const TaskRef& ref) override;
+
+  // Names of nodes whose lease is live now.
+  StatusOr<std::vector<std::string>> LiveNodes();
+
+ private:
+  struct Ref {
+    std::string node;
+    std::string key;
+  };
+  RedisExecutor(boost::asio::io_context& io, ExitCallback on_exit, RedisExecutorOptions options)
+      : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)) {}
+  StatusOr<Ref> ParseRef(const TaskRef& ref) const;
+  StatusOr<RedisReply> Cmd(const std::vector<std::string>& args);
+  StatusOr<std::string> PickNode(const LaunchRequest& request);
+  void Track(const std::string& task_id, const std::string& node);
+  void Report(const std::string& task_id, const TaskExit& exit);  // io thread
+  void OnEvent(const std::string& text);                           // io thread
+  void OnNodeLost(const std::string& node);                        // io thread
+  void ReaderLoop(std::string last_id);
+
+  boost::asio::io_context& io_;
+  ExitCallback on_exit_;
+  RedisExecutorOptions options_;
+  std::unique_ptr<RedisConn> conn_;           // io thread
+  std::map<std::string, std::string> tasks_;  // supervised task -> node (io thread)
+
+  std::mutex mu_;
+  std::map<std::string, int> watched_nodes_;  // node -> supervised task count; guarded by mu_
+
+  std::atomic<bool> stop_{false};
+  std::thread reader_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posted handlers hold a weak_ptr
+};
+
+}  // namespace tandem::backends::redis

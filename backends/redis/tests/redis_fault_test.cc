@@ -1,0 +1,176 @@
+// Fault tests of the redis backend with real processes (issue #6 part 5):
+// kill -9 of an agent (its tasks are reported lost after the lease, and a
+// restarted agent kills the leftovers), malformed messages in both streams
+// (nothing crashes), and Redis going down (agents fence: their tasks are
+// killed after the lease; everything recovers once Redis is back).
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backends/redis/tests/redis_test_util.h"
+
+namespace tandem::backends::testing {
+namespace {
+
+constexpr double kLeaseS = 1.0;
+
+// Running and not a zombie (an orphan's zombie waits for whoever reaps it).
+bool PidAlive(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
+  auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+class RedisFaultTest : public ExecutorTestBase, public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!RedisReachable()) {
+      if (ServicesRequired()) FAIL() << "redis is not reachable (scripts/services/redis.sh start)";
+      GTEST_SKIP() << "redis is not running; scripts/services/redis.sh start";
+    }
+    cluster_.prefix = UniquePrefix("fault");
+    auto st = cluster_.Up(1, kLeaseS, dir_.path().string());
+    ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << AgentLog();
+    std::string prefix = cluster_.prefix;
+    Init({"redis", [prefix](boost::asio::io_context& io, Executor::ExitCallback cb)
+                       -> StatusOr<std::unique_ptr<Executor>> {
+            TANDEM_ASSIGN_OR_RETURN(auto e, MakeRedisExecutor(io, std::move(cb), prefix), "executor");
+            return std::unique_ptr<Executor>(std::move(e));
+          }});
+    auto cfg = TestRedisConfig();
+    ASSERT_TRUE(cfg.ok());
+    cfg_ = *cfg;
+  }
+
+  std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
+
+  std::string HashField(const std::string& task_id, const std::string& field) {
+    auto c = redis::RedisConn::Connect(cfg_);
+    if (!c.ok()) return "";
+    auto r = (*c)->Command({"HGET", cluster_.prefix + ":task:" + task_id, field});
+    return r.ok() ? r->str : "";
+  }
+
+  pid_t WaitStartedPid(const std::string& task_id) {
+    pid_t pid = 0;
+    WaitUntil([&] {
+      pid = std::atoi(HashField(task_id, "pid").c_str());
+      return pid > 0;
+    }, std::chrono::seconds(10));
+    return pid;
+  }
+
+  Status RedisCommand(const std::vector<std::string>& args) {
+    TANDEM_ASSIGN_OR_RETURN(auto c, redis::RedisConn::Connect(cfg_), "connect");
+    return c->Command(args).status();
+  }
+
+  int RedisScript(const std::string& verb) {
+    std::string script = std::string(std::getenv("TANDEM_SOURCE_DIR") ? std::getenv("TANDEM_SOURCE_DIR") : ".") +
+                         "/scripts/services/redis.sh";
+    return std::system((script + " " + verb + " >/dev/null 2>&1").c_str());
+  }
+
+  RedisCluster cluster_;
+  redis::RedisConfig cfg_;
+};
+
+TEST_F(RedisFaultTest, MalformedMessagesCrashNeitherAgentNorExecutor) {
+  const std::string cmds = cluster_.prefix + ":agent:node0:cmds";
+  const std::string events = cluster_.prefix + ":events";
+  for (std::string junk : {"not json", "[1,2]", "{\"op\":\"start\"}", "{\"op\":\"start\",\"task_id\":\"x\"}",
+                           "{\"op\":\"start\",\"task_id\":\"y\",\"request\":{\"argv\":[]}}",
+                           "{\"op\":\"signal\",\"task_id\":\"z\",\"sig\":\"TERM\"}", "{\"op\":42,\"task_id\":7}"}) {
+    ASSERT_TRUE(RedisCommand({"XADD", cmds, "*", "msg", junk}).ok());
+    ASSERT_TRUE(RedisCommand({"XADD", events, "*", "msg", junk}).ok());
+  }
+  ASSERT_TRUE(RedisCommand({"XADD", cmds, "*", "other", "field"}).ok());
+  ASSERT_TRUE(RedisCommand({"XADD", events, "*", "msg", "{\"task_id\":\"suite.ok.1\",\"state\":\"exited\",\"exit\":5}"}).ok());
+  auto r = Request("ok", {"sh", "-c", "exit 3"});
+  StartOrDie(r);
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x) << AgentLog();
+  EXPECT_EQ(x->exit_code, 3);
+  EXPECT_TRUE(cluster_.agents[0]->Running()) << AgentLog();
+  EXPECT_NE(AgentLog().find("malformed"), std::string::npos) << AgentLog();
+}
+
+TEST_F(RedisFaultTest, KilledAgentsTasksAreLostAfterTheLeaseAndKilledByItsSuccessor) {
+  auto r = Request("orphan", {"sleep", "60"});
+  TaskRef ref = StartOrDie(r);
+  pid_t pid = WaitStartedPid(r.task_id);
+  ASSERT_GT(pid, 0) << AgentLog();
+  cluster_.agents[0]->Signal(SIGKILL);
+  ASSERT_TRUE(cluster_.agents[0]->Reap(std::chrono::seconds(5)));
+  auto t0 = std::chrono::steady_clock::now();
+  auto x = WaitExit(r.task_id, std::chrono::seconds(10));
+  ASSERT_TRUE(x);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::milliseconds(static_cast<int>(kLeaseS * 1000) + 3000));
+  EXPECT_FALSE(x->status_known) << x->ToJson().dump();
+  EXPECT_NE(x->detail.find("lease expired"), std::string::npos) << x->detail;
+  EXPECT_FALSE(exec_->Alive(ref));
+  EXPECT_EQ(HashField(r.task_id, "state"), "lost");
+  // The task itself outlived its agent; an agent restarted under the same name kills it.
+  EXPECT_TRUE(PidAlive(pid));
+  auto again = std::make_unique<AgentProcess>("node0", cluster_.prefix, kLeaseS,
+                                              (dir_.path() / (cluster_.prefix + "-agent0.log")).string());
+  ASSERT_TRUE(again->Spawn());
+  cluster_.agents[0] = std::move(again);
+  EXPECT_TRUE(WaitUntil([&] { return !PidAlive(pid); }, std::chrono::seconds(10))) << AgentLog();
+  // A new task runs on the restarted node.
+  auto r2 = Request("after", {"true"});
+  StartOrDie(r2);
+  auto x2 = WaitExit(r2.task_id);
+  ASSERT_TRUE(x2) << AgentLog();
+  EXPECT_TRUE(x2->succeeded());
+}
+
+TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
+  auto r = Request("fenced", {"sleep", "60"});
+  StartOrDie(r);
+  pid_t pid = WaitStartedPid(r.task_id);
+  ASSERT_GT(pid, 0) << AgentLog();
+  ASSERT_EQ(RedisScript("stop"), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  // The agent kills its task by itself once its lease lapses.
+  bool died = WaitUntil([&] { return !PidAlive(pid); }, std::chrono::seconds(8));
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(RedisScript("start"), 0);
+  ASSERT_TRUE(died) << AgentLog();
+  EXPECT_LT(took, std::chrono::milliseconds(static_cast<int>(kLeaseS * 1000) + 3000));
+  EXPECT_NE(AgentLog().find("fencing"), std::string::npos);
+  // Once Redis is back the daemon learns of the end (fenced, or lost) exactly once.
+  auto x = WaitExit(r.task_id, std::chrono::seconds(15));
+  ASSERT_TRUE(x) << AgentLog();
+  EXPECT_FALSE(x->succeeded());
+  EXPECT_TRUE(x->detail.find("fenced") != std::string::npos || x->detail.find("lease expired") != std::string::npos)
+      << x->ToJson().dump();
+  // And the node takes work again once its agent holds a fresh lease.
+  ASSERT_TRUE(WaitUntil([&] { return AgentLog().find("lease regained") != std::string::npos; },
+                        std::chrono::seconds(15))) << AgentLog();
+  auto r2 = Request("recovered", {"sh", "-c", "exit 0"});
+  TaskRef ref2;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto ref = exec_->Start(r2);
+    if (ref.ok()) ref2 = *ref;
+    return ref.ok();
+  }, std::chrono::seconds(10)));
+  auto x2 = WaitExit(r2.task_id);
+  ASSERT_TRUE(x2) << AgentLog();
+  EXPECT_TRUE(x2->succeeded()) << x2->ToJson().dump() << "\n" << AgentLog();
+  ExpectExactlyOnce();
+}
+
+TEST_F(RedisFaultTest, StartWithoutLiveNodesIsUnavailable) {
+  cluster_.agents[0]->Stop();
+  auto r = Request("nobody", {"true"});
+  auto ref = exec_->Start(r);
+  ASSERT_FALSE(ref.ok());
+  EXPECT_NE(ref.status().ToString().find("no node"), std::string::npos) << ref.status().ToString();
+}
+
+}  // namespace
+}  // namespace tandem::backends::testing
