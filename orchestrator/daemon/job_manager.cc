@@ -36,7 +36,9 @@ std::string ExitDetail(const backends::TaskExit& e) {
   std::string s;
   if (e.signal) s = "killed by signal " + std::to_string(e.signal) + " (" + (sigabbrev_np(e.signal) ? std::string("SIG") + sigabbrev_np(e.signal) : "?") + ")";
   else s = "exit code " + std::to_string(e.exit_code);
-  if (!e.detail.empty()) s += ": " + e.detail;
+  // The shim's own detail repeats how the command ended; keep only news.
+  if (!e.detail.empty() && e.detail.rfind("killed by signal", 0) != 0 && e.detail.rfind("exit", 0) != 0)
+    s += ": " + e.detail;
   return s;
 }
 
