@@ -9,26 +9,10 @@
 #include <thread>
 
 #include "kernels/moe/moe.h"
+#include "kernels/common/parallel_for.h"
 
 namespace tandem::kernels {
 namespace {
-
-void ParallelFor(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(std::min<int64_t>(threads, n));
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  for (int w = 0; w < threads; ++w) {
-    pool.emplace_back([&] {
-      for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-    });
-  }
-  for (auto& t : pool) t.join();
-}
 
 float Silu(float g) { return g / (1.f + std::exp(-g)); }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/tree_attention/tree_attention.h"
+#include "kernels/common/parallel_for.h"
 
 namespace tandem::kernels {
 
@@ -28,23 +29,6 @@ Status CheckTreeAttentionShape(const TreeAttentionShape& s) {
 }
 
 namespace {
-
-void ParallelFor(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = static_cast<int>(std::min<int64_t>(threads, n));
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  for (int w = 0; w < threads; ++w) {
-    pool.emplace_back([&] {
-      for (int64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-    });
-  }
-  for (auto& th : pool) th.join();
-}
 
 inline float Dot(const float* a, const float* b, int64_t n) {
   float s = 0.f;
