@@ -46,21 +46,33 @@ EnvMap AllocatorConfig(const EnvMap& env) {
   return out;
 }
 
-std::vector<nlohmann::json> HandoffLines(const std::string& group, const HandoffRecord& r,
-                                         const EnvMap& allocator) {
+const EnvMap& LogContext::AllocatorOf(const std::string& role) const {
+  static const EnvMap kNone;
+  auto it = allocator.find(role);
+  return it == allocator.end() ? kNone : it->second;
+}
+
+const std::vector<int>& LogContext::GpusOf(const WorkerId& w) const {
+  static const std::vector<int> kNone;
+  auto it = gpus.find(w);
+  return it == gpus.end() ? kNone : it->second;
+}
+
+std::vector<nlohmann::json> HandoffLines(const LogContext& ctx, const HandoffRecord& r) {
   nlohmann::json base = {
       {"v", kLogVersion},
-      {"group", group},
+      {"group", ctx.group},
       {"phase", PhaseName(r.phase)},
       {"step", r.step},
       {"stage", r.stage},
       {"role", r.worker.role},
       {"rank", r.worker.rank},
+      {"gpus", ctx.GpusOf(r.worker)},
       {"command", CommandKindName(r.command)},
       {"start", r.start},
       {"duration", r.duration},
       {"outcome", r.outcome},
-      {"allocator", allocator},
+      {"allocator", ctx.AllocatorOf(r.worker.role)},
   };
   if (r.command == CommandKind::kPublishWeights || r.command == CommandKind::kLoadWeights) {
     base["version"] = r.version;
@@ -83,26 +95,26 @@ std::vector<nlohmann::json> HandoffLines(const std::string& group, const Handoff
   return out;
 }
 
-nlohmann::json ResidencyLine(const std::string& group, const ResidencyRecord& r, const EnvMap& allocator) {
+nlohmann::json ResidencyLine(const LogContext& ctx, const ResidencyRecord& r) {
   nlohmann::json line = {
-      {"v", kLogVersion}, {"group", group},     {"ts", r.at},        {"role", r.worker.role},
-      {"rank", r.worker.rank}, {"tag", TagName(r.tag)}, {"bytes", r.bytes}, {"delta", r.delta},
-      {"devices", Devices(r.devices)}, {"leak", r.leak}, {"allocator", allocator},
+      {"v", kLogVersion},        {"group", ctx.group},  {"ts", r.at},
+      {"role", r.worker.role},   {"rank", r.worker.rank}, {"gpus", ctx.GpusOf(r.worker)},
+      {"tag", TagName(r.tag)},   {"bytes", r.bytes},    {"delta", r.delta},
+      {"devices", Devices(r.devices)}, {"leak", r.leak}, {"allocator", ctx.AllocatorOf(r.worker.role)},
   };
   if (!r.note.empty()) line["note"] = r.note;
   return line;
 }
 
-LogWriter::LogWriter(int handoff_fd, int residency_fd, std::string group, std::map<std::string, EnvMap> allocator)
-    : handoff_fd_(handoff_fd), residency_fd_(residency_fd), group_(std::move(group)), allocator_(std::move(allocator)) {}
+LogWriter::LogWriter(int handoff_fd, int residency_fd, LogContext ctx)
+    : handoff_fd_(handoff_fd), residency_fd_(residency_fd), ctx_(std::move(ctx)) {}
 
 LogWriter::~LogWriter() {
   ::close(handoff_fd_);
   ::close(residency_fd_);
 }
 
-StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir, std::string group,
-                                                     std::map<std::string, EnvMap> allocator) {
+StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir, LogContext ctx) {
   const std::string h = run_dir + "/handoff.jsonl", r = run_dir + "/residency.jsonl";
   int hfd = ::open(h.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (hfd < 0) return ErrnoStatus("open " + h);
@@ -112,24 +124,18 @@ StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir,
     ::close(hfd);
     return st;
   }
-  return std::unique_ptr<LogWriter>(new LogWriter(hfd, rfd, std::move(group), std::move(allocator)));
-}
-
-const EnvMap& LogWriter::AllocatorOf(const std::string& role) const {
-  static const EnvMap kNone;
-  auto it = allocator_.find(role);
-  return it == allocator_.end() ? kNone : it->second;
+  return std::unique_ptr<LogWriter>(new LogWriter(hfd, rfd, std::move(ctx)));
 }
 
 Status LogWriter::Write(const HandoffRecord& r) {
-  for (const nlohmann::json& line : HandoffLines(group_, r, AllocatorOf(r.worker.role))) {
+  for (const nlohmann::json& line : HandoffLines(ctx_, r)) {
     TANDEM_RETURN_IF_ERROR(AppendLine(handoff_fd_, line, "handoff.jsonl"));
   }
   return Status::Ok();
 }
 
 Status LogWriter::Write(const ResidencyRecord& r) {
-  return AppendLine(residency_fd_, ResidencyLine(group_, r, AllocatorOf(r.worker.role)), "residency.jsonl");
+  return AppendLine(residency_fd_, ResidencyLine(ctx_, r), "residency.jsonl");
 }
 
 Status LogWriter::WriteAll(const std::vector<Action>& actions) {

@@ -31,17 +31,24 @@ using EnvMap = std::map<std::string, std::string>;
 // CUDA_MODULE_LOADING, and any variable whose name contains "ALLOC".
 EnvMap AllocatorConfig(const EnvMap& env);
 
+// What every line of a group carries besides its record.
+struct LogContext {
+  std::string group;                              // the colocation group (its owner role)
+  std::map<std::string, EnvMap> allocator;        // role name -> its AllocatorConfig
+  std::map<WorkerId, std::vector<int>> gpus;      // worker -> its logical GPU ids (the job's namespace)
+
+  const EnvMap& AllocatorOf(const std::string& role) const;
+  const std::vector<int>& GpusOf(const WorkerId& w) const;
+};
+
 // The lines, as JSON values (one per tag for HandoffLines).
-std::vector<nlohmann::json> HandoffLines(const std::string& group, const HandoffRecord& r,
-                                         const EnvMap& allocator);
-nlohmann::json ResidencyLine(const std::string& group, const ResidencyRecord& r, const EnvMap& allocator);
+std::vector<nlohmann::json> HandoffLines(const LogContext& ctx, const HandoffRecord& r);
+nlohmann::json ResidencyLine(const LogContext& ctx, const ResidencyRecord& r);
 
 class LogWriter {
  public:
-  // Opens (creating, appending) both files under `run_dir`. `allocator` maps
-  // a role name to its AllocatorConfig.
-  static StatusOr<std::unique_ptr<LogWriter>> Open(const std::string& run_dir, std::string group,
-                                                   std::map<std::string, EnvMap> allocator);
+  // Opens (creating, appending) both files under `run_dir`.
+  static StatusOr<std::unique_ptr<LogWriter>> Open(const std::string& run_dir, LogContext ctx);
   ~LogWriter();
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
@@ -52,13 +59,11 @@ class LogWriter {
   Status WriteAll(const std::vector<Action>& actions);
 
  private:
-  LogWriter(int handoff_fd, int residency_fd, std::string group, std::map<std::string, EnvMap> allocator);
-  const EnvMap& AllocatorOf(const std::string& role) const;
+  LogWriter(int handoff_fd, int residency_fd, LogContext ctx);
 
   int handoff_fd_;
   int residency_fd_;
-  std::string group_;
-  std::map<std::string, EnvMap> allocator_;
+  LogContext ctx_;
 };
 
 }  // namespace tandem::handoff

@@ -72,9 +72,11 @@ TEST(HandoffLogs, EveryEmittedLineMatchesItsSchema) {
   fs::remove_all(dir);
   fs::create_directories(dir / "lines");
   {
-    auto writer = LogWriter::Open(dir.string(), "actor",
-                                  {{"rollout", AllocatorConfig({{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
-                                                                {"HOME", "/root"}})}});
+    LogContext ctx{.group = "actor",
+                   .allocator = {{"rollout", AllocatorConfig({{"PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"},
+                                                              {"HOME", "/root"}})}},
+                   .gpus = {{kRollout, {0}}}};
+    auto writer = LogWriter::Open(dir.string(), std::move(ctx));
     ASSERT_TRUE(writer.ok()) << writer.status().ToString();
     Group g;
     g.HelloAll();
