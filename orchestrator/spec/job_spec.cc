@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "orchestrator/spec/colocation.h"
+#include "orchestrator/spec/handoff_parser.h"
 #include "orchestrator/spec/role_parser.h"
 #include "orchestrator/spec/spec_reader.h"
 
@@ -107,7 +108,7 @@ ParseResult ParseDocument(const Json& doc) {
     r.Error("", "expected a JSON object (the job spec), got " + Describe(doc));
     return result;
   }
-  r.CheckKeys(doc, "", {"$schema", "name", "backend", "devices", "env", "run_dir", "roles"});
+  r.CheckKeys(doc, "", {"$schema", "name", "backend", "devices", "env", "run_dir", "roles", "handoff"});
   JobSpec spec;
 
   if (doc.contains("$schema") && !doc["$schema"].is_string()) {
@@ -150,12 +151,19 @@ ParseResult ParseDocument(const Json& doc) {
     }
   }
 
+  const bool has_handoff = doc.contains("handoff");
+  if (has_handoff) spec.handoff = internal::ParseHandoff(doc["handoff"], "handoff", r);
+
   if (shapes_ok) {
     size_t before = result.errors.size();
     Colocation col = ResolveColocation(spec.roles, &result.errors);
-    if (result.errors.size() == before) {
-      CheckDeviceFit(col, spec.roles, devices, devices_given, spec, r);
-    }
+    const bool groups_ok = result.errors.size() == before;
+    if (groups_ok) CheckDeviceFit(col, spec.roles, devices, devices_given, spec, r);
+    // Roles taking part by their worker kind are checked too, with or
+    // without a handoff section.
+    internal::CheckHandoffRoles(spec.handoff, spec.roles, groups_ok ? &col : nullptr, r);
+  } else if (has_handoff && !spec.roles.empty()) {
+    internal::CheckHandoffRoles(spec.handoff, spec.roles, nullptr, r);
   }
 
   if (result.errors.empty()) {
