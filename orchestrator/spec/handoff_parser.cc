@@ -132,14 +132,19 @@ std::string ParticipantPath(const HandoffSpec& h, const RoleSpec& role) {
 
 }  // namespace
 
-HandoffSpec ParseHandoff(const Json& v, const std::string& path, Reader& r) {
-  HandoffSpec out;
-  if (!r.ExpectObject(v, path)) return out;
+ParsedHandoff ParseHandoff(const Json& v, const std::string& path, Reader& r) {
+  ParsedHandoff parsed;
+  HandoffSpec& out = parsed.handoff;
+  if (!r.ExpectObject(v, path)) {
+    parsed.roles_ok = false;
+    return parsed;
+  }
   r.CheckKeys(v, path, {"roles", "controller", "timeout_s", "on_fault", "gpu_memory", "phases"});
   if (v.contains("roles")) {
     const std::string p = JoinKey(path, "roles");
     const Json& roles = v["roles"];
     if (!roles.is_object()) {
+      parsed.roles_ok = false;
       r.Error(p, "expected an object of role names to kinds (\"actor\", \"rollout\", \"teacher\"), "
                  "got " + Describe(roles));
     } else {
@@ -152,6 +157,7 @@ HandoffSpec ParseHandoff(const Json& v, const std::string& path, Reader& r) {
         }
         auto k = r.Enum(kind, rp, kKinds);
         if (ok && k) out.roles[name] = *k;
+        else parsed.roles_ok = false;
       }
     }
   }
@@ -180,11 +186,14 @@ HandoffSpec ParseHandoff(const Json& v, const std::string& path, Reader& r) {
       }
     }
   }
-  return out;
+  return parsed;
 }
 
-void CheckHandoffRoles(const HandoffSpec& h, const std::vector<RoleSpec>& roles,
+void CheckHandoffRoles(const ParsedHandoff& parsed, const std::vector<RoleSpec>& roles,
                        const Colocation* col, Reader& r) {
+  if (!parsed.roles_ok) return;
+  const HandoffSpec& h = parsed.handoff;
+  const size_t errors_before = r.error_count();
   auto find = [&](std::string_view name) -> const RoleSpec* {
     for (const RoleSpec& role : roles) {
       if (role.name == name) return &role;
@@ -215,7 +224,7 @@ void CheckHandoffRoles(const HandoffSpec& h, const std::vector<RoleSpec>& roles,
                           h.controller));
     }
   }
-  if (!col) return;
+  if (!col || r.error_count() != errors_before) return;
   for (const ColocationGroup& group : col->groups) {
     const RoleSpec& owner = roles[static_cast<size_t>(group.owner)];
     const RoleSpec* actor = nullptr;

@@ -152,7 +152,8 @@ ParseResult ParseDocument(const Json& doc) {
   }
 
   const bool has_handoff = doc.contains("handoff");
-  if (has_handoff) spec.handoff = internal::ParseHandoff(doc["handoff"], "handoff", r);
+  internal::ParsedHandoff handoff;
+  if (has_handoff) handoff = internal::ParseHandoff(doc["handoff"], "handoff", r);
 
   if (shapes_ok) {
     size_t before = result.errors.size();
@@ -161,12 +162,13 @@ ParseResult ParseDocument(const Json& doc) {
     if (groups_ok) CheckDeviceFit(col, spec.roles, devices, devices_given, spec, r);
     // Roles taking part by their worker kind are checked too, with or
     // without a handoff section.
-    internal::CheckHandoffRoles(spec.handoff, spec.roles, groups_ok ? &col : nullptr, r);
+    internal::CheckHandoffRoles(handoff, spec.roles, groups_ok ? &col : nullptr, r);
   } else if (has_handoff && !spec.roles.empty()) {
-    internal::CheckHandoffRoles(spec.handoff, spec.roles, nullptr, r);
+    internal::CheckHandoffRoles(handoff, spec.roles, nullptr, r);
   }
 
   if (result.errors.empty()) {
+    spec.handoff = std::move(handoff.handoff);
     spec.raw = doc;
     result.spec = std::move(spec);
   }
