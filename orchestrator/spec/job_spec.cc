@@ -1,8 +1,9 @@
 // The job spec parser: schemas/jobspec.schema.json plus the checks a schema
 // cannot make (see job_spec.h; docs/jobspec.md is the reference for people).
 // Every violation is reported, each with its JSON path; the cross-role checks
-// (colocation, device fit) run once every role's replicas, gpus_per_replica
-// and colocate_with are themselves valid, so they never report noise.
+// (colocation, device fit, the handoff section's roles and groups:
+// handoff_parser.h) run once every role's replicas, gpus_per_replica and
+// colocate_with are themselves valid, so they never report noise.
 #include "orchestrator/spec/job_spec.h"
 
 #include <set>
