@@ -29,7 +29,7 @@ const std::initializer_list<std::string_view> kTags{"weights",   "kv_cache", "cu
                                                     "params",    "grads",    "optimizer",
                                                     "activations", "ipc_exports"};
 
-bool IsKind(std::string_view s) { return s == "actor" || s == "rollout" || s == "teacher"; }
+bool IsKind(std::string_view s) { return std::find(kKinds.begin(), kKinds.end(), s) != kKinds.end(); }
 
 // handoff.phases.<phase>.release / .resume: kind -> distinct tags.
 std::map<std::string, std::vector<std::string>> ParseTagsByKind(const Json& v, const std::string& path,
