@@ -43,8 +43,15 @@
  * The C++ transition ids (T1..T16) and ordering rule ids (H1..H14) appear as
  * comments on the statements that implement or check them;
  * model_correspondence_test checks that each id of the C++ tables is here.
- * Mutants (check.sh --mutant NAME, -DMUTANT_NAME) break one rule each and
- * must be caught: H4, H8, H10.
+ * Mutants (check.sh --mutant NAME, spin -DMUTANT_NAME) break one thing each
+ * and must be caught (ctest handoff_spin_model_mutants):
+ *   H4    release_actor after resume_inference     -> the ledger refuses (T15)
+ *   H8    release_exports before load_weights      -> exports freed unread
+ *   H10   resume_graphs before load_weights        -> graphs over stale weights
+ *         (only after a rollout restart: the recovery path)
+ *   RETRY no executor timer                        -> deadlock (invalid end state)
+ *   T11   a second fault overwrites the restore set, as transition.cc's
+ *         Fault() does today -> the actor publishes without its params
  */
 
 #define ACTOR   0
@@ -110,7 +117,7 @@ byte held[NW];     /* tags resident in each worker */
 bool dead[NW];     /* crashed, not yet restarted */
 bool wrun[NW];     /* continued and not paused since */
 byte last[NW];     /* last command id executed: a repeat gets the first answer again */
-byte lastheld[NW]; bool lastok[NW];
+bool lastok[NW];   /* ... whether that answer was an ack (else an error) */
 byte wver;         /* weights version the rollout (the reader) holds */
 byte xver;         /* version held in the actor's exports */
 byte pubv;         /* the last version the actor published */
@@ -137,6 +144,12 @@ byte tosend;           /* workers whose command is (re-)sent next */
 byte nextid;
 bool faulted, failed;
 
+/* the executor's timer fires: the exchange was lost, or was slow (bounded) */
+#ifdef MUTANT_RETRY   /* no timer: a lost command or answer is waited for forever */
+#define TIMES_OUT(w) false
+#else
+#define TIMES_OUT(w) (lost[w] || spurious < MAXSPUR)
+#endif
 #define LEDGER (BYTES(led[0]) + BYTES(led[1]) + BYTES(led[2]))
 #define TOTAL  (BYTES(held[0]) + BYTES(held[1]) + BYTES(held[2]))
 #define ACTIVE(w) ((target == PH_ROLLOUT && w == ROLLOUT) || (target == PH_TEACHER && w == TEACHER) || (target == PH_TRAIN && w == ACTOR))
@@ -186,14 +199,16 @@ end:
              fi;
              wrun[me] = true
           fi;
-          lastok[me] = ok; lastheld[me] = held[me]
-       :: else -> skip   /* a repeated id: the first answer again (control_client.cc) */
+          lastok[me] = ok
+       :: else -> skip   /* a repeated id: the first answer again (control_client.cc);
+                            its residency is still current: one command at a time */
        fi;
        if
-       :: assert(nfull(ack)); ack!me,id,lastheld[me],lastok[me]
-       :: dups < MAXDUP -> dups++; assert(len(ack) < 5); ack!me,id,lastheld[me],lastok[me]; ack!me,id,lastheld[me],lastok[me]
+       :: assert(nfull(ack)); ack!me,id,held[me],lastok[me]
+       :: dups < MAXDUP -> dups++; assert(len(ack) < 5); ack!me,id,held[me],lastok[me]; ack!me,id,held[me],lastok[me]
        :: losses < MAXLOSS -> losses++; lost[me] = true           /* the answer is lost */
-       fi
+       fi;
+       k = NONE; t = 0; v = 0; id = 0; ok = false                  /* (fewer states) */
      }
   :: atomic { !dead[me] && !done && crashes < MAXCRASH ->
        crashes++; dead[me] = true; held[me] = 0; wrun[me] = false;  /* the driver frees its memory */
@@ -206,16 +221,16 @@ byte aw, aid, ah, ew, j, need;
 bool aok;
 mtype ev;
 
-/* One event of a stage: an answer (T4 T5 T7), a timeout (retry, or T8) or
-   a death (T9), then the fault policy (T10, or T11 T12). */
+/* One event of a stage (inside the daemon's d_step): an answer (T4 T5 T7),
+   a timeout (retry, or T8) or a death (T9), then the fault policy (T10, or
+   T11 T12). */
 inline handle() {
-  d_step {
     if
     :: ev == ANSWER ->
        ew = NW;
        if
        :: (pend & BIT(aw)) && cid[aw] == aid && !aok ->           /* T8: an error answer */
-          led[aw] = ah; ew = aw
+          led[aw] = ah; pend = pend & ~BIT(aw); ew = aw   /* OnAnswer erases it first */
        :: (pend & BIT(aw)) && cid[aw] == aid && aok ->            /* T4 T5 */
           led[aw] = ah; pend = pend & ~BIT(aw);
           assert(LEDGER <= CAP);                                    /* capacity, by the ledger */
@@ -255,15 +270,22 @@ inline handle() {
 #else
        /* T11: restart the task: the old process is killed (its memory freed,
           its connection and what was queued on it gone) and a new one starts */
-       held[ew] = 0; last[ew] = 0; dead[ew] = false; wrun[ew] = false;
+       held[ew] = 0; last[ew] = 0; lastok[ew] = false; dead[ew] = false; wrun[ew] = false;
        if :: ew == ROLLOUT -> wver = 0 :: else -> skip fi;
        do :: nempty(cmd[ew]) -> cmd[ew]?_,_,_,_ :: empty(cmd[ew]) -> break od;
        led[ew] = held[ew];                                          /* T12 T14: hello, with its residency */
        faulted = true
 #endif
     :: else -> skip
-    fi
-  }
+    fi;
+    /* forget what no longer matters (fewer states, same behaviour) */
+    j = 0;
+    do
+    :: j < NW && !(pend & BIT(j)) -> ck[j] = NONE; ct[j] = 0; cv[j] = 0; cid[j] = 0; tries[j] = 0; j++
+    :: j < NW && (pend & BIT(j)) -> j++
+    :: j == NW -> break
+    od;
+    j = 0; aw = 0; aid = 0; ah = 0; aok = false; ev = NONE; ew = 0
 }
 
 /* CommandFor(): the command of worker j in stage st, from the ledger. */
@@ -300,48 +322,58 @@ inline command_for(st) {
   fi
 }
 
+/* Advance(): finish the stage that was waited for (or start the
+   transition), then run stages until one has commands, which are sent, or
+   none is left. */
+inline advance() {
+  if
+  :: faulted -> faulted = false; fresh = false; mode = M_RECOVERING; si = 0  /* MaybeRecover */
+  :: !faulted && fresh -> fresh = false
+  :: else -> si++
+  fi;
+  do
+  :: mode == M_RECOVERING && si == NRSTAGES ->                     /* T13: recovery done: re-run */
+     restore[0] = 0; restore[1] = 0; restore[2] = 0; mode = M_TRANSITION; si = 0
+  :: mode == M_TRANSITION && si == NSTAGES -> reached = true; break  /* T6: the phase is reached */
+  :: else ->
+     if :: mode == M_RECOVERING -> st = rstage[si] :: else -> st = stage[si] fi;
+     j = 0;
+     do
+     :: j < NW ->
+        command_for(st);
+        if
+        :: ck[j] != NONE ->
+           nextid++; assert(nextid < 255);
+           cid[j] = nextid; tries[j] = 0; lost[j] = false; pend = pend | BIT(j);
+           if :: ck[j] == RESUME -> need = need + BYTES(ct[j]) :: else -> skip fi
+        :: else -> skip
+        fi;
+        j++
+     :: else -> break
+     od;
+     j = 0;
+     if
+     :: pend != 0 && LEDGER + need > CAP ->                         /* T15: the ledger refuses */
+        failed = true; assert(LEDGER + need <= CAP)  /* the default choreography always fits */
+     :: else -> skip
+     fi;
+     need = 0; tosend = pend;
+     if :: pend != 0 -> break :: else -> si++ fi                   /* T5: its commands go out */
+  od
+}
+
 proctype Daemon() {
   byte n = 0, si = 0, st;
+  bool fresh, reached;
   do
   :: n <= 4 * CYCLES && !failed ->
      d_step {                                                       /* T1: the request is accepted */
-       target = n % 4; tver = n / 4 + 1; pubbefore = pubd; mode = M_TRANSITION; si = 0
-     }
-stage_start:
-     if
-     :: failed -> goto phase_end
-     :: !failed && mode == M_TRANSITION && si == NSTAGES -> goto phase_reached
-     :: !failed && mode == M_RECOVERING && si == NRSTAGES ->
-        d_step { restore[0] = 0; restore[1] = 0; restore[2] = 0; mode = M_TRANSITION; si = 0 };  /* T13 */
-        goto stage_start
-     :: !failed && si < NSTAGES && (mode == M_TRANSITION || si < NRSTAGES) -> skip
-     fi;
-     d_step {
-       if :: mode == M_RECOVERING -> st = rstage[si] :: else -> st = stage[si] fi;
-       pend = 0; need = 0; j = 0;
-       do
-       :: j < NW ->
-          command_for(st);
-          if
-          :: ck[j] != NONE ->
-             nextid++; assert(nextid < 255);
-             cid[j] = nextid; tries[j] = 0; lost[j] = false; pend = pend | BIT(j);
-             if :: ck[j] == RESUME -> need = need + BYTES(ct[j]) :: else -> skip fi
-          :: else -> skip
-          fi;
-          j++
-       :: else -> break
-       od;
-       tosend = pend;
-       if
-       :: LEDGER + need > CAP ->                                    /* T15: the ledger refuses */
-          failed = true; assert(LEDGER + need <= CAP)  /* the default choreography always fits */
-       :: else -> skip
-       fi
+       target = n % 4; tver = n / 4 + 1; pubbefore = pubd; mode = M_TRANSITION;
+       si = 0; fresh = true; reached = false
      };
-wait:                                                               /* one stage's events */
+wait:                                                               /* the events of one stage */
      if
-     :: failed -> goto phase_end
+     :: failed || reached -> goto phase_end
      :: tosend != 0 ->
         atomic {
           if :: (tosend & 1) -> ew = 0 :: (tosend & 3) == 2 -> ew = 1 :: (tosend & 3) == 0 -> ew = 2 fi;
@@ -349,29 +381,24 @@ wait:                                                               /* one stage
           if
           :: assert(nfull(cmd[ew])); cmd[ew]!ck[ew],ct[ew],cv[ew],cid[ew]
           :: losses < MAXLOSS -> losses++; lost[ew] = true           /* the command is lost */
-          fi
+          fi;
+          ew = 0
         };
         goto wait
-     :: tosend == 0 && pend == 0 -> goto stage_done
-     :: atomic { tosend == 0 && nempty(ack) -> ack?aw,aid,ah,aok; ev = ANSWER }
-     :: (pend & 1) && (lost[0] || spurious < MAXSPUR) -> atomic { ew = 0; ev = TIMEOUT; if :: lost[0] -> skip :: else -> spurious++ fi }  /* T8 */
-     :: (pend & 2) && (lost[1] || spurious < MAXSPUR) -> atomic { ew = 1; ev = TIMEOUT; if :: lost[1] -> skip :: else -> spurious++ fi }
-     :: (pend & 4) && (lost[2] || spurious < MAXSPUR) -> atomic { ew = 2; ev = TIMEOUT; if :: lost[2] -> skip :: else -> spurious++ fi }
-     :: dead[0] -> atomic { ew = 0; ev = DIED }                   /* T9: a worker died */
-     :: dead[1] -> atomic { ew = 1; ev = DIED }
-     :: dead[2] -> atomic { ew = 2; ev = DIED }
-     fi;
-     handle();
-     goto wait;
-stage_done:
-     if
-     :: faulted -> d_step { faulted = false; mode = M_RECOVERING; si = 0 }  /* MaybeRecover */
-     :: else -> si++
-     fi;
+     :: !failed && !reached && tosend == 0 && pend == 0 ->
 progress:
-     goto stage_start;
-phase_reached:                                                      /* T6 */
-     skip;
+        d_step { advance() };
+        goto wait
+     :: atomic { tosend == 0 && nempty(ack) -> ack?aw,aid,ah,aok; ev = ANSWER }
+     :: atomic { (pend & 1) && TIMES_OUT(0) -> ew = 0; ev = TIMEOUT; if :: lost[0] -> skip :: else -> spurious++ fi }  /* T8 */
+     :: atomic { (pend & 2) && TIMES_OUT(1) -> ew = 1; ev = TIMEOUT; if :: lost[1] -> skip :: else -> spurious++ fi }
+     :: atomic { (pend & 4) && TIMES_OUT(2) -> ew = 2; ev = TIMEOUT; if :: lost[2] -> skip :: else -> spurious++ fi }
+     :: atomic { dead[0] && !reached -> ew = 0; ev = DIED }          /* T9: a worker died */
+     :: atomic { dead[1] && !reached -> ew = 1; ev = DIED }
+     :: atomic { dead[2] && !reached -> ew = 2; ev = DIED }
+     fi;
+     d_step { handle() };
+     goto wait;
 phase_end:
      n++
   :: n > 4 * CYCLES || failed -> break
