@@ -15,6 +15,8 @@
 #   model/check.sh --mutants [WORKDIR]         every mutant (ctest handoff_spin_model_mutants)
 # A failing run leaves handoff.pml.trail in WORKDIR; replay it there with
 #   spin -t -p [-DON_FAULT_FAIL|-DMUTANT_NAME] handoff.pml
+# SPIN_DEFINES (e.g. "-DMAXCRASH=2" or "-DCYCLES=2") widens the model's bounds
+# for a deeper, slower run than CI's.
 # Fails when spin or cc is missing: scripts/setup.sh --test installs spin.
 set -euo pipefail
 mutants="H4 H8 H10 RETRY T11"
@@ -44,7 +46,7 @@ run() {
   t0=$(date +%s.%N)
   rm -f handoff.pml.trail
   # shellcheck disable=SC2086
-  spin $spin_flags -a handoff.pml > "$name.spin.out"
+  spin ${SPIN_DEFINES:-} $spin_flags -a handoff.pml > "$name.spin.out"
   # -w: gcc's -Wstringop-overflow false positives on pan's array indexing
   # shellcheck disable=SC2086
   cc -w -O2 $cc_flags -o "pan_$name" pan.c
@@ -96,7 +98,8 @@ check safety_restart
 run safety_fail "-DON_FAULT_FAIL" "-DSAFETY -DCOLLAPSE" ""
 check safety_fail
 [[ $status -ne 0 ]] && exit 1
-run nonprogress_restart "" "-DNP -DCOLLAPSE" "-l"
+# one cycle: a non-progress cycle would be within one phase's stage loop
+run nonprogress_restart "-DCYCLES=1" "-DNP -DCOLLAPSE" "-l"
 check nonprogress_restart
 [[ $status -ne 0 ]] && exit 1
 echo "handoff model: ok"

@@ -21,9 +21,12 @@
  *     the phase wants it gives no command, a stage without commands is
  *     skipped; all commands of a stage go out at once and the stage ends
  *     when every one was answered.
- *   - Fault (T8, T9): the worker's restore set is what the ledger says it
- *     held, minus what it was releasing, minus ipc_exports; an actor fault
- *     during SYNC resets the published version; the ledger forgets it. With
+ *   - Fault (T8 timeout or error answer, T9 death): the worker's restore
+ *     set gains what the ledger says it held, minus what it was releasing,
+ *     minus ipc_exports (transition.cc replaces the set instead: a second
+ *     fault before recovery ends loses it; mutant T11 shows the
+ *     consequence); an actor fault during SYNC resets the published
+ *     version; the ledger forgets the worker. With
  *     on_fault=restart (T11) it is restarted and says hello carrying its
  *     residency (T12); when nothing is in flight, recovery resumes what it
  *     held (graphs last) and reloads the last published version; then the
@@ -36,9 +39,14 @@
  * actor's training state TR (grads + optimizer + activations), two units;
  * the controller asks for ROLLOUT, TEACHER(0), TRAIN, SYNC(v) CYCLES times,
  * then ROLLOUT once more (T1; a repeated or refused request, T2/T3, never
- * reaches the stage loop). The kill of a timed-out worker completes before
- * its replacement says hello. A recovery reload (RELOAD) may read a durable
- * copy (load_weights source file:), since the exports may be freed by then.
+ * reaches the stage loop). A death between two phases is noticed during the
+ * next transition (C++ recovers the settled phase first). The kill of a
+ * timed-out worker completes before its replacement says hello. A
+ * load_weights whose exports are gone (the actor died) is answered with an
+ * error. A recovery reload (RELOAD) may read a durable copy (load_weights
+ * source file:), since the exports may be freed by then.
+ * Bounds (override with spin -D, e.g. check.sh with SPIN_DEFINES=-DMAXCRASH=2):
+ * CYCLES, MAXCRASH, MAXLOSS, MAXSPUR below.
  *
  * The C++ transition ids (T1..T16) and ordering rule ids (H1..H14) appear as
  * comments on the statements that implement or check them;
@@ -72,7 +80,7 @@
 /* bounds */
 #define CAP 3
 #ifndef CYCLES
-#define CYCLES 1
+#define CYCLES 2
 #endif
 #ifndef MAXCRASH
 #define MAXCRASH 1   /* worker crashes */
@@ -190,7 +198,7 @@ end:
              :: (held[ACTOR] & X) && xver == v -> wver = v
              :: else -> ok = false   /* the exports are gone (the actor died): an error answer */
              fi
-          :: k == RELOAD -> assert(v == pubv && (held[me] & W)); wver = v
+          :: k == RELOAD -> assert(v <= pubv && (held[me] & W)); wver = v   /* a version that was published */
           :: k == CONT ->                                           /* H12 H13 H14 */
              if
              :: me == ACTOR -> assert((held[me] & (P | TR)) == (P | TR))
