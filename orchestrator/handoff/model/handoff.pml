@@ -233,67 +233,67 @@ mtype ev;
    a timeout (retry, or T8) or a death (T9), then the fault policy (T10, or
    T11 T12). */
 inline handle() {
-    if
-    :: ev == ANSWER ->
-       ew = NW;
-       if
-       :: (pend & BIT(aw)) && cid[aw] == aid && !aok ->           /* T8: an error answer */
-          led[aw] = ah; pend = pend & ~BIT(aw); ew = aw   /* OnAnswer erases it first */
-       :: (pend & BIT(aw)) && cid[aw] == aid && aok ->            /* T4 T5 */
-          led[aw] = ah; pend = pend & ~BIT(aw);
-          assert(LEDGER <= CAP);                                    /* capacity, by the ledger */
-          if
-          :: ck[aw] == PAUSE -> running[aw] = false
-          :: ck[aw] == CONT -> running[aw] = true
-          :: ck[aw] == LOAD || ck[aw] == RELOAD -> dloaded = cv[aw]; if :: cv[aw] > acked -> acked = cv[aw] :: else -> skip fi
-          :: ck[aw] == PUBLISH -> if :: cv[aw] > pubd -> pubd = cv[aw] :: else -> skip fi
-          :: else -> skip
-          fi
-       :: else -> skip                                              /* T7: duplicate or late */
-       fi
-    :: ev == TIMEOUT && tries[ew] < RETRIES ->   /* timed out: re-send the same id */
-       tries[ew]++; tosend = tosend | BIT(ew); lost[ew] = false;
-       ew = NW
-    :: else -> skip   /* T8 (timeout after the retries) or T9 (died) on ew */
-    fi;
-    if
-    :: ew < NW ->
-       /* Fault(): restore what it held, minus what it was releasing, minus exports */
+  if
+  :: ev == ANSWER ->
+     ew = NW;
+     if
+     :: (pend & BIT(aw)) && cid[aw] == aid && !aok ->           /* T8: an error answer */
+        led[aw] = ah; pend = pend & ~BIT(aw); ew = aw   /* OnAnswer erases it first */
+     :: (pend & BIT(aw)) && cid[aw] == aid && aok ->            /* T4 T5 */
+        led[aw] = ah; pend = pend & ~BIT(aw);
+        assert(LEDGER <= CAP);                                    /* capacity, by the ledger */
+        if
+        :: ck[aw] == PAUSE -> running[aw] = false
+        :: ck[aw] == CONT -> running[aw] = true
+        :: ck[aw] == LOAD || ck[aw] == RELOAD -> dloaded = cv[aw]; if :: cv[aw] > acked -> acked = cv[aw] :: else -> skip fi
+        :: ck[aw] == PUBLISH -> if :: cv[aw] > pubd -> pubd = cv[aw] :: else -> skip fi
+        :: else -> skip
+        fi
+     :: else -> skip                                              /* T7: duplicate or late */
+     fi
+  :: ev == TIMEOUT && tries[ew] < RETRIES ->   /* timed out: re-send the same id */
+     tries[ew]++; tosend = tosend | BIT(ew); lost[ew] = false;
+     ew = NW
+  :: else -> skip   /* T8 (timeout after the retries) or T9 (died) on ew */
+  fi;
+  if
+  :: ew < NW ->
+     /* Fault(): restore what it held, minus what it was releasing, minus exports */
 #ifdef MUTANT_T11
-       restore[ew] = 0;   /* transition.cc today: a second fault overwrites the restore set */
+     restore[ew] = 0;   /* transition.cc today: a second fault overwrites the restore set */
 #endif
-       if
-       :: (pend & BIT(ew)) && ck[ew] == RELEASE -> restore[ew] = restore[ew] | (led[ew] & ~ct[ew] & ~X)
-       :: else -> restore[ew] = restore[ew] | (led[ew] & ~X)
-       fi;
-       if
-       :: ew == ACTOR && target == PH_SYNC -> pubd = pubbefore    /* its exports are gone: publish again */
-       :: else -> skip
-       fi;
-       if :: ew == ROLLOUT -> dloaded = 0 :: else -> skip fi;
-       running[ew] = false; pend = pend & ~BIT(ew); tosend = tosend & ~BIT(ew);
-       lost[ew] = false; led[ew] = 0;                              /* Ledger::Forget */
+     if
+     :: (pend & BIT(ew)) && ck[ew] == RELEASE -> restore[ew] = restore[ew] | (led[ew] & ~ct[ew] & ~X)
+     :: else -> restore[ew] = restore[ew] | (led[ew] & ~X)
+     fi;
+     if
+     :: ew == ACTOR && target == PH_SYNC -> pubd = pubbefore    /* its exports are gone: publish again */
+     :: else -> skip
+     fi;
+     if :: ew == ROLLOUT -> dloaded = 0 :: else -> skip fi;
+     running[ew] = false; pend = pend & ~BIT(ew); tosend = tosend & ~BIT(ew);
+     lost[ew] = false; led[ew] = 0;                              /* Ledger::Forget */
 #ifdef ON_FAULT_FAIL
-       failed = true                                                /* T10: the group fails */
+     failed = true                                                /* T10: the group fails */
 #else
-       /* T11: restart the task: the old process is killed (its memory freed,
-          its connection and what was queued on it gone) and a new one starts */
-       held[ew] = 0; last[ew] = 0; lastok[ew] = false; dead[ew] = false; wrun[ew] = false;
-       if :: ew == ROLLOUT -> wver = 0 :: else -> skip fi;
-       do :: nempty(cmd[ew]) -> cmd[ew]?_,_,_,_ :: empty(cmd[ew]) -> break od;
-       led[ew] = held[ew];                                          /* T12 T14: hello, with its residency */
-       faulted = true
+     /* T11: restart the task: the old process is killed (its memory freed,
+        its connection and what was queued on it gone) and a new one starts */
+     held[ew] = 0; last[ew] = 0; lastok[ew] = false; dead[ew] = false; wrun[ew] = false;
+     if :: ew == ROLLOUT -> wver = 0 :: else -> skip fi;
+     do :: nempty(cmd[ew]) -> cmd[ew]?_,_,_,_ :: empty(cmd[ew]) -> break od;
+     led[ew] = held[ew];                                          /* T12 T14: hello, with its residency */
+     faulted = true
 #endif
-    :: else -> skip
-    fi;
-    /* forget what no longer matters (fewer states, same behaviour) */
-    j = 0;
-    do
-    :: j < NW && !(pend & BIT(j)) -> ck[j] = NONE; ct[j] = 0; cv[j] = 0; cid[j] = 0; tries[j] = 0; j++
-    :: j < NW && (pend & BIT(j)) -> j++
-    :: j == NW -> break
-    od;
-    j = 0; aw = 0; aid = 0; ah = 0; aok = false; ev = NONE; ew = 0
+  :: else -> skip
+  fi;
+  /* forget what no longer matters (fewer states, same behaviour) */
+  j = 0;
+  do
+  :: j < NW && !(pend & BIT(j)) -> ck[j] = NONE; ct[j] = 0; cv[j] = 0; cid[j] = 0; tries[j] = 0; j++
+  :: j < NW && (pend & BIT(j)) -> j++
+  :: j == NW -> break
+  od;
+  j = 0; aw = 0; aid = 0; ah = 0; aok = false; ev = NONE; ew = 0
 }
 
 /* CommandFor(): the command of worker j in stage st, from the ledger. */
