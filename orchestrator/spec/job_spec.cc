@@ -233,11 +233,3 @@ ParseResult ParseJobSpecText(std::string_view text) {
 }
 
 }  // namespace tandem::spec
-
-namespace tandem::spec {
-std::string HandoffSpec::KindOf(const RoleSpec& role) const {
-  if (auto it = roles.find(role.name); it != roles.end()) return it->second;
-  if (role.worker == "actor" || role.worker == "rollout" || role.worker == "teacher") return role.worker;
-  return "";
-}
-}  // namespace tandem::spec
