@@ -11,7 +11,8 @@
 // Each figure is the median of --reps timed repetitions after one warm-up.
 // The verdict is printed last: backup round trip time against raw's (target
 // >= 85%), discard ms per GiB (target <= 1 ms/GiB). --sweep-gib times the
-// backup round trip over copy streams x chunk sizes at one size.
+// backup round trip over copy streams x chunk sizes at one size; --anatomy-gib
+// splits a restore's host->device copy by kind of destination and source.
 // Results: docs/benchmarks.md "Offload / restore (tagged memory, H200)".
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -49,6 +50,7 @@ struct Options {
   int streams = 4;
   size_t chunk_mib = 64;
   double sweep_gib = 0;
+  double anatomy_gib = 0;
   std::string json_path;
 };
 
@@ -153,37 +155,112 @@ Pair TaggedCycle(uint64_t bytes, bool backup, int reps, int streams, size_t chun
   return p;
 }
 
-// The bare VMM calls on one reserved range: unmap+release, create+map+access.
-Pair BareVmm(uint64_t bytes, int reps) {
-  CUdevice dev = 0;
-  Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+// One reserved range and the bare VMM calls on it (no TaggedMemory).
+struct VmmRange {
   CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
-  size_t gran = 0;
-  Check(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity");
-  bytes = (bytes + gran - 1) / gran * gran;
-  CUdeviceptr va = 0;
-  Check(cuMemAddressReserve(&va, bytes, gran, 0, 0), "cuMemAddressReserve");
-  CUmemGenericAllocationHandle h = 0;
   CUmemAccessDesc access{};
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  auto map = [&] {
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  size_t bytes = 0;
+
+  explicit VmmRange(uint64_t n) {
+    CUdevice dev = 0;
+    Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran = 0;
+    Check(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity");
+    bytes = (n + gran - 1) / gran * gran;
+    Check(cuMemAddressReserve(&va, bytes, gran, 0, 0), "cuMemAddressReserve");
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  ~VmmRange() {
+    if (h) Unmap();
+    cuMemAddressFree(va, bytes);
+  }
+  void Map() {
     Check(cuMemCreate(&h, bytes, &prop, 0), "cuMemCreate");
     Check(cuMemMap(va, bytes, 0, h, 0), "cuMemMap");
     Check(cuMemSetAccess(va, bytes, &access, 1), "cuMemSetAccess");
-  };
-  auto unmap = [&] {
+  }
+  void Unmap() {
     Check(cuMemUnmap(va, bytes), "cuMemUnmap");
     Check(cuMemRelease(h), "cuMemRelease");
+    h = 0;
+  }
+  void* ptr() const { return reinterpret_cast<void*>(va); }
+};
+
+// unmap+release, then create+map+access, on one reserved range.
+Pair BareVmm(uint64_t bytes, int reps) {
+  VmmRange r(bytes);
+  r.Map();
+  return TimeCycle(reps, [&] { r.Unmap(); }, [&] { r.Map(); });
+}
+
+// Where a restore's host->device copy loses against the raw one: H2D of
+// `bytes` into memory just allocated ("fresh") and into the same memory again
+// ("touched"), for cudaMalloc and for a VMM mapping, from each kind of pinned
+// host memory; and a fresh VMM mapping first memset on the GPU.
+json Anatomy(uint64_t bytes, int reps) {
+  json rows = json::array();
+  cudaStream_t s = nullptr;
+  Check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  auto h2d = [&](void* dst, const void* src) {
+    return Seconds([&] {
+      Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "H2D");
+      Check(cudaStreamSynchronize(s), "sync");
+    });
   };
-  map();
-  Pair p = TimeCycle(reps, unmap, map);
-  unmap();
-  Check(cuMemAddressFree(va, bytes), "cuMemAddressFree");
-  return p;
+  struct Src {
+    const char* name;
+    unsigned flags;  // cuMemHostAlloc flags; ~0u: cudaMallocHost
+  };
+  for (Src src : {Src{"cudaMallocHost", ~0u}, Src{"cuMemHostAlloc portable", CU_MEMHOSTALLOC_PORTABLE},
+                  Src{"cuMemHostAlloc portable+wc", CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED}}) {
+    void* host = nullptr;
+    if (src.flags == ~0u) Check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+    else Check(cuMemHostAlloc(&host, bytes, src.flags), "cuMemHostAlloc");
+    std::memset(host, 0x5a, bytes);
+    std::vector<double> malloc_fresh, malloc_touched, vmm_fresh, vmm_touched, vmm_memset, memset_s;
+    for (int i = 0; i < reps + 1; ++i) {  // the first round is a warm-up
+      void* dev = nullptr;
+      Check(cudaMalloc(&dev, bytes), "cudaMalloc");
+      double a = h2d(dev, host), b = h2d(dev, host);
+      Check(cudaFree(dev), "cudaFree");
+      VmmRange r(bytes);
+      r.Map();
+      double c = h2d(r.ptr(), host), d = h2d(r.ptr(), host);
+      r.Unmap();
+      r.Map();
+      double m = Seconds([&] {
+        Check(cudaMemsetAsync(r.ptr(), 0, bytes, s), "memset");
+        Check(cudaStreamSynchronize(s), "sync");
+      });
+      double e = h2d(r.ptr(), host);
+      if (i == 0) continue;
+      malloc_fresh.push_back(a);
+      malloc_touched.push_back(b);
+      vmm_fresh.push_back(c);
+      vmm_touched.push_back(d);
+      memset_s.push_back(m);
+      vmm_memset.push_back(e);
+    }
+    if (src.flags == ~0u) cudaFreeHost(host);
+    else cuMemFreeHost(host);
+    json row = {{"source", src.name},
+                {"malloc_fresh_gbps", GBps(bytes, Median(malloc_fresh))},
+                {"malloc_touched_gbps", GBps(bytes, Median(malloc_touched))},
+                {"vmm_fresh_gbps", GBps(bytes, Median(vmm_fresh))},
+                {"vmm_touched_gbps", GBps(bytes, Median(vmm_touched))},
+                {"vmm_after_memset_gbps", GBps(bytes, Median(vmm_memset))},
+                {"memset_ms", Median(memset_s) * 1e3}};
+    rows.push_back(row);
+  }
+  cudaStreamDestroy(s);
+  return rows;
 }
 
 std::vector<double> ParseList(const std::string& s) {
@@ -200,7 +277,7 @@ std::vector<double> ParseList(const std::string& s) {
 int Usage() {
   std::fprintf(stderr,
                "usage: tagged_memory_bench [--sizes 1,4,16,32] [--reps 3] [--streams 4] [--chunk-mib 64]\n"
-               "                           [--sweep-gib 0] [--json FILE]\n");
+               "                           [--sweep-gib 0] [--anatomy-gib 0] [--json FILE]\n");
   return 2;
 }
 
@@ -217,6 +294,7 @@ int main(int argc, char** argv) {
     else if (a == "--streams") o.streams = std::max(1, std::atoi(v.c_str()));
     else if (a == "--chunk-mib") o.chunk_mib = static_cast<size_t>(std::max(1, std::atoi(v.c_str())));
     else if (a == "--sweep-gib") o.sweep_gib = std::atof(v.c_str());
+    else if (a == "--anatomy-gib") o.anatomy_gib = std::atof(v.c_str());
     else if (a == "--json") o.json_path = v;
     else return Usage();
   }
@@ -252,6 +330,20 @@ int main(int argc, char** argv) {
                                   {"release_s", t.first}, {"resume_s", t.second}, {"raw_s", raw.total()},
                                   {"ratio", ratio}});
         }
+    }
+
+    if (o.anatomy_gib > 0) {
+      uint64_t bytes = static_cast<uint64_t>(o.anatomy_gib * kGiB);
+      json rows = Anatomy(bytes, o.reps);
+      std::printf("\n[anatomy] H2D of %.0f GiB, GB/s: into memory just allocated (fresh) / written before (touched)\n",
+                  o.anatomy_gib);
+      std::printf("%-28s %12s %14s %10s %12s %14s %10s\n", "pinned source", "malloc fresh", "malloc touched",
+                  "vmm fresh", "vmm touched", "memset+fresh", "memset ms");
+      for (const auto& r : rows)
+        std::printf("%-28s %12.1f %14.1f %10.1f %12.1f %14.1f %10.2f\n", std::string(r["source"]).c_str(),
+                    double(r["malloc_fresh_gbps"]), double(r["malloc_touched_gbps"]), double(r["vmm_fresh_gbps"]),
+                    double(r["vmm_touched_gbps"]), double(r["vmm_after_memset_gbps"]), double(r["memset_ms"]));
+      out["anatomy"] = rows;
     }
 
     std::vector<json> rows;

@@ -10,7 +10,7 @@
 #   TANDEM_GTEST_SOURCE_DIR     GoogleTest sources when GTest is not installed
 #   TANDEM_THIRD_PARTY_INCLUDE  nlohmann/ CLI/ fmt/ spdlog/ headers when not installed
 #   TANDEM_BENCH_ARGS           benchmark arguments (default: --sizes 1,4,16,32 --reps 3 --sweep-gib 4)
-#   TANDEM_PROBE_TAGS           probe tags (default: weights=4GiB:backup kv_cache=8GiB cuda_graph=256MiB:backup)
+#   TANDEM_PROBE_TAGS           probe tags (default: weights=2GiB:backup kv_cache=2GiB cuda_graph=64MiB:backup)
 #   TANDEM_GPU_DEADLINE_S       seconds for the whole script (default 560); stages share what is left
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,7 +57,7 @@ fi
 
 if [[ " $STAGES " == *" probe "* ]]; then
   args=()
-  for t in ${TANDEM_PROBE_TAGS:-weights=4GiB:backup kv_cache=8GiB cuda_graph=256MiB:backup}; do args+=(--tag "$t"); done
+  for t in ${TANDEM_PROBE_TAGS:-weights=2GiB:backup kv_cache=2GiB cuda_graph=64MiB:backup}; do args+=(--tag "$t"); done
   t0=$(date +%s.%N)
   TANDEM_LOG_LEVEL=debug timeout "$(left 120)" "$BUILD/bin/tandem-worker" probe --backend cuda --cycles 3 "${args[@]}" \
     >"$OUT/probe.json" 2>"$OUT/probe.log"
