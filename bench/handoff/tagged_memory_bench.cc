@@ -88,18 +88,21 @@ double GBps(uint64_t bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; }
 // Median seconds of each step of a two-step cycle, after one warm-up cycle.
 struct Pair {
   double first = 0, second = 0;
+  std::vector<double> firsts, seconds;  // every timed repetition
   double total() const { return first + second; }
 };
 Pair TimeCycle(int reps, const std::function<void()>& a, const std::function<void()>& b) {
   a();
   b();
-  std::vector<double> ta, tb;
+  Pair p;
   for (int i = 0; i < reps; ++i) {
     double x = Seconds(a), y = Seconds(b);
-    ta.push_back(x);
-    tb.push_back(y);
+    p.firsts.push_back(x);
+    p.seconds.push_back(y);
   }
-  return {Median(ta), Median(tb)};
+  p.first = Median(p.firsts);
+  p.second = Median(p.seconds);
+  return p;
 }
 
 Pair RawCopy(uint64_t bytes, int reps) {
@@ -203,7 +206,8 @@ Pair BareVmm(uint64_t bytes, int reps) {
 // Where a restore's host->device copy loses against the raw one: H2D of
 // `bytes` into memory just allocated ("fresh") and into the same memory again
 // ("touched"), for cudaMalloc and for a VMM mapping, from each kind of pinned
-// host memory; and a fresh VMM mapping first memset on the GPU.
+// host memory; a fresh VMM mapping first memset on the GPU; and one first
+// touched by small copies (4 KiB per 2 MiB page) before the bulk copy.
 json Anatomy(uint64_t bytes, int reps) {
   json rows = json::array();
   cudaStream_t s = nullptr;
@@ -224,7 +228,7 @@ json Anatomy(uint64_t bytes, int reps) {
     if (src.flags == ~0u) Check(cudaMallocHost(&host, bytes), "cudaMallocHost");
     else Check(cuMemHostAlloc(&host, bytes, src.flags), "cuMemHostAlloc");
     std::memset(host, 0x5a, bytes);
-    std::vector<double> malloc_fresh, malloc_touched, vmm_fresh, vmm_touched, vmm_memset, memset_s;
+    std::vector<double> malloc_fresh, malloc_touched, vmm_fresh, vmm_touched, vmm_memset, memset_s, vmm_ce_touch;
     for (int i = 0; i < reps + 1; ++i) {  // the first round is a warm-up
       void* dev = nullptr;
       Check(cudaMalloc(&dev, bytes), "cudaMalloc");
@@ -240,7 +244,18 @@ json Anatomy(uint64_t bytes, int reps) {
         Check(cudaStreamSynchronize(s), "sync");
       });
       double e = h2d(r.ptr(), host);
+      // Fresh again, first touched by the copy engine: 4 KiB per 2 MiB.
+      r.Unmap();
+      r.Map();
+      double t = Seconds([&] {
+        for (size_t off = 0; off < bytes; off += 2 * kMiB)
+          Check(cudaMemcpyAsync(static_cast<char*>(r.ptr()) + off, static_cast<char*>(host) + off, 4096,
+                                cudaMemcpyHostToDevice, s), "touch");
+        Check(cudaMemcpyAsync(r.ptr(), host, bytes, cudaMemcpyHostToDevice, s), "H2D");
+        Check(cudaStreamSynchronize(s), "sync");
+      });
       if (i == 0) continue;
+      vmm_ce_touch.push_back(t);
       malloc_fresh.push_back(a);
       malloc_touched.push_back(b);
       vmm_fresh.push_back(c);
@@ -256,7 +271,8 @@ json Anatomy(uint64_t bytes, int reps) {
                 {"vmm_fresh_gbps", GBps(bytes, Median(vmm_fresh))},
                 {"vmm_touched_gbps", GBps(bytes, Median(vmm_touched))},
                 {"vmm_after_memset_gbps", GBps(bytes, Median(vmm_memset))},
-                {"memset_ms", Median(memset_s) * 1e3}};
+                {"memset_ms", Median(memset_s) * 1e3},
+                {"vmm_ce_touch_then_copy_gbps", GBps(bytes, Median(vmm_ce_touch))}};
     rows.push_back(row);
   }
   cudaStreamDestroy(s);
@@ -337,12 +353,13 @@ int main(int argc, char** argv) {
       json rows = Anatomy(bytes, o.reps);
       std::printf("\n[anatomy] H2D of %.0f GiB, GB/s: into memory just allocated (fresh) / written before (touched)\n",
                   o.anatomy_gib);
-      std::printf("%-28s %12s %14s %10s %12s %14s %10s\n", "pinned source", "malloc fresh", "malloc touched",
-                  "vmm fresh", "vmm touched", "memset+fresh", "memset ms");
+      std::printf("%-28s %12s %14s %10s %12s %14s %10s %14s\n", "pinned source", "malloc fresh", "malloc touched",
+                  "vmm fresh", "vmm touched", "memset+fresh", "memset ms", "CE touch+copy");
       for (const auto& r : rows)
-        std::printf("%-28s %12.1f %14.1f %10.1f %12.1f %14.1f %10.2f\n", std::string(r["source"]).c_str(),
+        std::printf("%-28s %12.1f %14.1f %10.1f %12.1f %14.1f %10.2f %14.1f\n", std::string(r["source"]).c_str(),
                     double(r["malloc_fresh_gbps"]), double(r["malloc_touched_gbps"]), double(r["vmm_fresh_gbps"]),
-                    double(r["vmm_touched_gbps"]), double(r["vmm_after_memset_gbps"]), double(r["memset_ms"]));
+                    double(r["vmm_touched_gbps"]), double(r["vmm_after_memset_gbps"]), double(r["memset_ms"]),
+                    double(r["vmm_ce_touch_then_copy_gbps"]));
       out["anatomy"] = rows;
     }
 
@@ -372,7 +389,12 @@ int main(int argc, char** argv) {
                 {"release_vs_d2h", raw.first / backup.first},
                 {"resume_vs_h2d", raw.second / backup.second},
                 {"ratio", raw.total() / backup.total()},
-                {"discard_ms_per_gib", discard.total() * 1e3 / gib}};
+                {"discard_ms_per_gib", discard.total() * 1e3 / gib},
+                {"reps_s",
+                 {{"raw_d2h", raw.firsts}, {"raw_h2d", raw.seconds}, {"backup_release", backup.firsts},
+                  {"backup_resume", backup.seconds}, {"discard_release", discard.firsts},
+                  {"discard_resume", discard.seconds}, {"vmm_unmap_release", vmm.firsts},
+                  {"vmm_create_map", vmm.seconds}}}};
       std::printf("[bench] %.0f GiB done: raw %.1f ms, backup %.1f ms, discard %.2f ms\n", gib, raw.total() * 1e3,
                   backup.total() * 1e3, discard.total() * 1e3);
       std::fflush(stdout);
