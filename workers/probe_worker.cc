@@ -277,7 +277,7 @@ int RunProbe(const ProbeOptions& o) {
       }
       if (st.ok())
         st = client.SendMetrics({{"cycle", cycle}, {"verified", probe.verified()}, {"mismatches", probe.mismatches()}}, cycle);
-      log::Info("probe", "cycle {} done verified={} mismatches={}", cycle, probe.verified(), probe.mismatches());
+      if (st.ok()) log::Info("probe", "cycle {} done verified={} mismatches={}", cycle, probe.verified(), probe.mismatches());
     }
     if (!st.ok()) {
       log::Error("probe", "controller: {}", st.message());

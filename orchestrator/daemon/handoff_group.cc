@@ -113,6 +113,12 @@ void HandoffGroup::OnHello(const Hello& h) {
   for (const auto& [id, cmd] : sent_) {
     if (cmd.worker == h.worker) Send(cmd, /*retry=*/true);
   }
+  if (!held_.empty() && AllSaidHello()) {
+    hold_timer_.reset();
+    auto held = std::move(held_);
+    held_.clear();
+    for (auto& [phase, cb] : held) RequestPhase(phase, std::move(cb));
+  }
 }
 
 void HandoffGroup::OnAnswer(const WorkerId& w, int64_t wire_id, std::map<Tag, uint64_t> resident,
@@ -130,7 +136,38 @@ void HandoffGroup::OnAnswer(const WorkerId& w, int64_t wire_id, std::map<Tag, ui
   }
 }
 
+bool HandoffGroup::AllSaidHello() const {
+  for (const auto& [w, ws] : state_.workers) {
+    if (!ws.hello) return false;
+  }
+  return true;
+}
+
+std::string HandoffGroup::MissingHello() const {
+  std::string out;
+  for (const auto& [w, ws] : state_.workers) {
+    if (!ws.hello) out += (out.empty() ? "" : ", ") + w.ToString();
+  }
+  return out;
+}
+
 void HandoffGroup::RequestPhase(const Phase& p, PhaseCallback done) {
+  if (state_.mode == Mode::kSettled && !AllSaidHello()) {
+    held_.emplace_back(p, std::move(done));
+    if (!hold_timer_) {
+      hold_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+      hold_timer_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(state_.config->choreography.timeout_s)));
+      hold_timer_->async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        hold_timer_.reset();
+        auto held = std::move(held_);
+        held_.clear();
+        for (auto& [phase, cb] : held) cb(DeadlineExceeded("no hello from " + MissingHello() + " in time"));
+      });
+    }
+    return;
+  }
   waiters_.emplace_back(p, std::move(done));
   Feed(handoff::Event{handoff::RequestPhase{p, Now()}});
 }

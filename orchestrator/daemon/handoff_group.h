@@ -71,6 +71,9 @@ class HandoffGroup {
   // back. Ids of another daemon life are ignored.
   void OnAnswer(const handoff::WorkerId& w, int64_t wire_id, std::map<handoff::Tag, uint64_t> resident,
                 std::vector<handoff::DeviceMemory> devices, const std::optional<std::string>& error);
+  // Runs (or joins) a transition. While the group is settled but some worker
+  // has not said hello yet (the job is starting, or a worker is restarting),
+  // the request waits for them up to the group's timeout.
   void RequestPhase(const handoff::Phase& p, PhaseCallback done);
 
   // GET /v1/jobs/{id}/residency, one group.
@@ -87,6 +90,8 @@ class HandoffGroup {
   void ArmTimer(uint64_t command_id, double timeout_s);
   void Answer(const handoff::Phase& p, const StatusOr<nlohmann::json>& result);
   void TrackPeaks();
+  bool AllSaidHello() const;
+  std::string MissingHello() const;
   int64_t WireId(uint64_t command_id) const { return (static_cast<int64_t>(epoch_) << 32) | static_cast<int64_t>(command_id); }
 
   boost::asio::io_context& io_;
@@ -100,6 +105,8 @@ class HandoffGroup {
   std::map<uint64_t, handoff::SendCommand> sent_;  // outstanding commands by engine id, as sent
   std::map<uint64_t, std::unique_ptr<boost::asio::steady_timer>> timers_;
   std::vector<std::pair<handoff::Phase, PhaseCallback>> waiters_;
+  std::vector<std::pair<handoff::Phase, PhaseCallback>> held_;  // requests waiting for hellos
+  std::unique_ptr<boost::asio::steady_timer> hold_timer_;
   std::map<int, std::pair<uint64_t, double>> peak_;  // gpu -> (bytes, when)
 };
 

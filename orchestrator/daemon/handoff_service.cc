@@ -448,7 +448,17 @@ StatusOr<json> HandoffService::Residency(const std::string& job_id) {
   json groups = json::array();
   if (!IsTerminal(job->state)) {
     TANDEM_ASSIGN_OR_RETURN(JobGroups * jg, GroupsOf(*job), "residency");
-    for (const auto& [name, g] : jg->groups) groups.push_back(g->ResidencyJson());
+    for (const auto& [name, g] : jg->groups) {
+      json group = g->ResidencyJson();
+      for (json& w : group["workers"]) {  // the live connection of each worker, and its pid
+        auto c = connection_of_.find({job_id, WorkerId{w["role"].get<std::string>(), w["rank"].get<int>()}});
+        auto peer = c == connection_of_.end() ? peers_.end() : peers_.find(c->second);
+        auto conn = peer == peers_.end() ? nullptr : peer->second.conn.lock();
+        w["connected"] = conn && !conn->closed();
+        if (w["connected"].get<bool>()) w["pid"] = conn->peer_pid();
+      }
+      groups.push_back(std::move(group));
+    }
   }
   return json{{"job", job_id}, {"state", ToString(job->state)}, {"run_dir", job->run_dir}, {"groups", groups}};
 }

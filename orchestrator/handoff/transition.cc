@@ -132,8 +132,10 @@ std::optional<Outstanding> CommandFor(const GroupState& s, const WorkerId& w, co
     }
   }
   const Phase& p = s.target;
+  TagSet managed;  // a worker is only asked about the tags it said it manages
+  for (const auto& [t, size] : ws.tag_sizes) managed.insert(t);
   const TagSet release = Only(PlannedTags(cfg, w, ws.kind, p, true), resident);
-  const TagSet resume = Minus(PlannedTags(cfg, w, ws.kind, p, false), resident);
+  const TagSet resume = Only(Minus(PlannedTags(cfg, w, ws.kind, p, false), resident), managed);
   const bool active = ActiveIn(cfg, w, ws.kind, p);
   switch (st) {
     case Stage::kPause:

@@ -86,9 +86,25 @@ Residency ControlClient::CurrentResidency() const {
 }
 
 Status ControlClient::Connect(milliseconds connect_timeout) {
-  Close();
-  shutdown_ = false;
-  answered_.clear();
+  auto start = Clock::now();
+  for (;;) {
+    Close();
+    shutdown_ = false;
+    answered_.clear();
+    Status st = ConnectAndHandshake(connect_timeout - std::chrono::duration_cast<milliseconds>(Clock::now() - start));
+    // A daemon that refused us, or listens but never welcomes, is final; a
+    // connection that broke during the handshake (a daemon going down or
+    // still coming up) is tried again within the connect window.
+    if (st.ok() || st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kDeadlineExceeded ||
+        Clock::now() - start >= connect_timeout) {
+      return st;
+    }
+    log::Warn("control", "{}; trying again", st.message());
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+Status ControlClient::ConnectAndHandshake(milliseconds connect_timeout) {
   auto start = Clock::now();
   Status last;
   for (;;) {

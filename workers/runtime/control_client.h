@@ -11,7 +11,8 @@
 //
 // Timeouts and reconnection: Connect() retries connect() until
 // `connect_timeout` (the daemon may still be starting) and then waits
-// `handshake_timeout` for `welcome`. The client never reconnects by itself
+// `handshake_timeout` for `welcome`; a connection that breaks during the
+// handshake is tried again within `connect_timeout`. The client never reconnects by itself
 // mid-session, since the daemon treats a lost connection as a worker fault;
 // when Serve returns kUnavailable the worker may call Connect() again, which
 // sends a fresh hello with its current residency (how a restarted daemon
@@ -95,6 +96,7 @@ class ControlClient {
     bool too_long = false;
   };
   StatusOr<Line> ReadLine(std::chrono::milliseconds timeout);
+  Status ConnectAndHandshake(std::chrono::milliseconds connect_timeout);
   Status Send(const nlohmann::json& j);
   Residency CurrentResidency() const;
   // Answers one daemon line; returns the parsed command when it was not a

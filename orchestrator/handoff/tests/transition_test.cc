@@ -141,7 +141,7 @@ const std::vector<Row>& Table() {
       {"request before every hello is refused", {}, [](Group&) {},
        [](Group& g) { return RequestPhase{Rollout(), g.Now()}; }, {"refused ROLLOUT"}, {"T3"}, Mode::kSettled},
       {"hello is recorded", {}, [](Group&) {},
-       [](Group& g) { return Hello{kRollout, SizesOf(RoleKind::kRollout), g.Now()}; }, {}, {"T14"},
+       [](Group& g) { return Hello{kRollout, SizesOf(RoleKind::kRollout), {}, {}, g.Now()}; }, {}, {"T14"},
        Mode::kSettled},
       {"first ROLLOUT resumes the rollout", {}, Ready,
        [](Group& g) { return RequestPhase{Rollout(), g.Now()}; }, {"rollout/0 resume weights,kv_cache"},
@@ -211,7 +211,7 @@ const std::vector<Row>& Table() {
          InRollout(g);
          g.Feed(WorkerDied{kActor, "killed", g.Now()});
        },
-       [](Group& g) { return Hello{kActor, SizesOf(RoleKind::kActor), g.Now()}; }, {}, {"T16"},
+       [](Group& g) { return Hello{kActor, SizesOf(RoleKind::kActor), {}, {}, g.Now()}; }, {}, {"T16"},
        Mode::kFailed},
       {"a restarted rollout gets its memory back (no version yet)", {},
        [](Group& g) {
@@ -219,7 +219,7 @@ const std::vector<Row>& Table() {
          g.Feed(WorkerDied{kRollout, "killed", g.Now()});
          g.resident.erase(kRollout);
        },
-       [](Group& g) { return Hello{kRollout, SizesOf(RoleKind::kRollout), g.Now()}; },
+       [](Group& g) { return Hello{kRollout, SizesOf(RoleKind::kRollout), {}, {}, g.Now()}; },
        {"rollout/0 resume weights,kv_cache"}, {"T12"}, Mode::kRecovering},
       {"a restarted reader reloads the last published version", {},
        [](Group& g) {
@@ -227,7 +227,7 @@ const std::vector<Row>& Table() {
          g.Enter(Rollout());
          g.Feed(WorkerDied{kRollout, "killed", g.Now()});
          g.resident.erase(kRollout);
-         g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), g.Now()});
+         g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), {}, {}, g.Now()});
        },
        AckPending, {"rollout/0 load_weights v1"}, {"T5"}, Mode::kRecovering},
       {"recovery done: the transition runs again", {},
@@ -235,7 +235,7 @@ const std::vector<Row>& Table() {
          InRollout(g);
          g.Feed(WorkerDied{kRollout, "killed", g.Now()});
          g.resident.erase(kRollout);
-         g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), g.Now()});
+         g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), {}, {}, g.Now()});
          g.AckNext();  // resume weights,kv_cache
        },
        AckPending, {"rollout/0 continue"}, {"T5", "T13"}, Mode::kTransition},
@@ -317,7 +317,7 @@ TEST(HandoffFaults, ActorDeathDuringSyncRepublishes) {
   g.resident.erase(kActor);
   EXPECT_EQ(g.state.published_version, 0) << "the dead actor's exports cannot be read";
   g.AckNext();  // the reader's load (in flight) still answers
-  g.Feed(Hello{kActor, SizesOf(RoleKind::kActor), g.Now()});
+  g.Feed(Hello{kActor, SizesOf(RoleKind::kActor), {}, {}, g.Now()});
   EXPECT_THAT(g.Sent(), ElementsAre("actor/0 resume params")) << "restore what it held, not its exports";
   g.AckAll();
   EXPECT_EQ(g.state.mode, Mode::kSettled);
@@ -331,7 +331,7 @@ TEST(HandoffFaults, DeathWhileSettledRestartsAndContinues) {
   InRollout(g);
   g.Feed(WorkerDied{kRollout, "segfault", g.Now()});
   g.resident.erase(kRollout);
-  g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), g.Now()});
+  g.Feed(Hello{kRollout, SizesOf(RoleKind::kRollout), {}, {}, g.Now()});
   g.AckAll();
   EXPECT_EQ(g.state.mode, Mode::kSettled);
   EXPECT_EQ(g.state.phase, Rollout());
