@@ -17,10 +17,25 @@ struct GpuState {
   GpuResidency out;
 };
 
+// Tags in DESIGN.md's order (inference roles' first, then the actor's);
+// unknown tags after them.
+int TagOrder(const std::string& tag) {
+  static const char* const kTags[] = {"weights", "kv_cache", "cuda_graph", "params",
+                                      "grads", "optimizer", "activations", "ipc_exports"};
+  for (int i = 0; i < 8; ++i) {
+    if (tag == kTags[i]) return i;
+  }
+  return 8;
+}
+
 std::vector<Holding> Snapshot(const std::map<Key, Holding>& holding) {
   std::vector<Holding> v;
   for (const auto& [k, h] : holding) v.push_back(h);
-  return v;  // map order: role, rank, tag
+  std::stable_sort(v.begin(), v.end(), [](const Holding& a, const Holding& b) {
+    return std::tie(a.role, a.rank) < std::tie(b.role, b.rank) ||
+           (std::tie(a.role, a.rank) == std::tie(b.role, b.rank) && TagOrder(a.tag) < TagOrder(b.tag));
+  });
+  return v;
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ struct LeakMark {
 
 struct GpuResidency {
   int gpu = 0;
-  std::vector<Holding> holders;  // bytes > 0 now; sorted by role, rank, tag
+  std::vector<Holding> holders;  // bytes > 0 now; by role, rank, then tag in DESIGN.md's order
   uint64_t ledger_bytes = 0;     // sum of holders
   uint64_t peak_bytes = 0;       // the largest sum over time
   double peak_ts = 0;            // when the sum first reached it
