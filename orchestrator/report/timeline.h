@@ -11,15 +11,17 @@
 // mark is an SVG <rect> whose data-* attributes carry what it stands for:
 //   bar:   class="bar"   data-gpu data-group data-role data-rank data-tag data-bytes
 //                        data-start data-end data-leak(0|1) data-open(0|1) data-merged(N holds)
-//   phase: class="phase" data-group data-phase data-start data-end data-commands data-failed
+//   phase: class="phase" data-group data-phase data-start data-end data-commands data-failed data-merged
 //   step:  class="step"  data-group data-phase data-step data-stage data-start data-end
 //   leak:  class="leak"  data-gpu data-ts data-role data-rank data-tag
 //   fault: class="fault" data-group data-ts data-outcome
-// Large logs: past `max_bars` holds in view, holds of one row closer than a
-// few pixels are merged into one bar (data-merged > 1), and past the mark
-// limits the rest is not drawn; the page says so in a note
-// (<p class="note" data-kind="aggregated|truncated">). A from/to window
-// (or a click on a phase) zooms in.
+// Large logs: past `max_bars` holds in view, the holds of one row that start
+// in the same slice of a few pixels become one bar (data-merged > 1, shaded
+// by the share of its span they were held); past `max_marks` phases, the
+// same per group; past `max_marks` steps, leak or fault marks, the rest is
+// not drawn. The page says which in a note (<p class="note"
+// data-kind="aggregated|truncated">). A from/to window (or a click on a
+// phase) zooms in; the limits apply to what is in view.
 #pragma once
 
 #include <cstddef>

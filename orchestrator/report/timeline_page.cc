@@ -32,6 +32,7 @@ svg text.small { font-size: 10px; fill: #666; }
 .leak, .fault { fill: #d00; }
 .phase { cursor: zoom-in; stroke: #fff; }
 .phase[data-failed="1"] { stroke: #d00; stroke-width: 2; }
+.phase:not([data-merged="1"]) { stroke: none; fill: #b8b8b8; }
 .step[data-failed="1"] { fill: #d00; }
 .phase-line { stroke: #999; stroke-width: 0.5; stroke-dasharray: 2 3; }
 .lane-bg { fill: #f7f7f7; }
@@ -81,7 +82,8 @@ function dur(s) {
   if (s < 1) return (s * 1000).toFixed(0) + " ms";
   if (s < 60) return s.toFixed(2) + " s";
   const t = Math.round(s);
-  return Math.floor(t / 60) + "m" + String(t % 60).padStart(2, "0") + "s";
+  if (t < 3600) return Math.floor(t / 60) + "m" + String(t % 60).padStart(2, "0") + "s";
+  return Math.floor(t / 3600) + "h" + String(Math.floor(t / 60) % 60).padStart(2, "0") + "m" + String(t % 60).padStart(2, "0") + "s";
 }
 function clock(ts) {
   const d = new Date(ts * 1000);
@@ -182,31 +184,28 @@ for (const g of gpuIds) {
 const LIMIT_BARS = D.limits.bars, LIMIT_MARKS = D.limits.marks;
 const LEFT = 170, ROW = 14, PHASE_ROW = 18, STEP_ROW = 9, AXIS = 22;
 
-// Holds of one row closer than `gap` seconds become one bar (the largest bytes).
-function mergeHolds(bars, gap) {
-  const byRow = new Map();
-  for (const b of bars) {
-    const k = b.gpu + "|" + b.role + "|" + b.rank + "|" + b.tag;
-    if (!byRow.has(k)) byRow.set(k, []);
-    byRow.get(k).push(b);
-  }
-  const out = [];
-  for (const list of byRow.values()) {
-    list.sort((a, b) => a.start - b.start);
-    let cur = null;
-    for (const b of list) {
-      if (cur && b.start - cur.end <= gap) {
-        cur.end = Math.max(cur.end, b.end); cur.bytes = Math.max(cur.bytes, b.bytes);
-        cur.merged += b.merged; cur.leak = cur.leak || b.leak; cur.open = cur.open || b.open;
-      } else {
-        if (cur) out.push(cur);
-        cur = Object.assign({}, b);
-      }
+// Past the limits, items of one row (holds) or group (phases) that start in
+// the same time bucket are drawn as one: from the earliest start to the
+// latest end, `merged` counts them, `held` sums their durations.
+function bucketMerge(items, rowKey, bucket, from) {
+  const byKey = new Map();
+  for (const it of items) {
+    const k = rowKey(it) + "#" + Math.floor((it.start - from) / bucket);
+    const cur = byKey.get(k);
+    if (!cur) {
+      byKey.set(k, Object.assign({}, it, { held: it.end - it.start }));
+      continue;
     }
-    if (cur) out.push(cur);
+    cur.start = Math.min(cur.start, it.start); cur.end = Math.max(cur.end, it.end);
+    cur.merged += it.merged; cur.held += it.end - it.start;
+    cur.bytes = Math.max(cur.bytes || 0, it.bytes || 0);
+    cur.leak = cur.leak || it.leak; cur.open = cur.open || it.open; cur.failed = cur.failed || it.failed;
+    if (cur.phase !== it.phase) cur.phase = "";
+    cur.commands = (cur.commands || 0) + (it.commands || 0);
   }
-  return out;
+  return [...byKey.values()];
 }
+const holdRow = (b) => b.gpu + "|" + b.role + "|" + b.rank + "|" + b.tag;
 function note(kind, text) {
   return '<p class="note" data-kind="' + kind + '">' + esc(text) + "</p>";
 }
@@ -221,20 +220,26 @@ function draw(from, to) {
   const x = (t) => LEFT + ((Math.min(Math.max(t, from), to) - from) / span) * PW;
   const notes = [];
 
-  let bars = within(holds.bars, from, to, "start", "end");
-  const held = bars.length;
-  for (let k = 2; bars.length > LIMIT_BARS && k <= 4096; k *= 2) bars = mergeHolds(within(holds.bars, from, to, "start", "end"), (span / PW) * k);
-  if (bars.length < held) {
-    notes.push(note("aggregated", held + " holds in view are drawn as " + bars.length + " bars: holds of the same worker and tag " +
-      "that follow each other closely are merged into one bar (hover shows how many, and the largest bytes). Zoom in to see each."));
+  const inView = within(holds.bars, from, to, "start", "end");
+  let bars = inView, px = 0;
+  for (px = 1; bars.length > LIMIT_BARS && px <= 4096; px *= 2) bars = bucketMerge(inView, holdRow, (span / PW) * px, from);
+  if (bars.length < inView.length) {
+    notes.push(note("aggregated", inView.length + " holds in view are drawn as " + bars.length + " bars: the holds of one " +
+      "worker and tag that start within the same " + (px / 2) + "-pixel slice are one bar, shaded by the share of its span they were " +
+      "held (hover shows how many, the share and the largest bytes). Zoom in to see each."));
   }
   let trunc = [];
   if (bars.length > LIMIT_BARS) { trunc.push((bars.length - LIMIT_BARS) + " bars"); bars = bars.slice(0, LIMIT_BARS); }
-  let ph = within(phases, from, to, "start", "end");
+  const phInView = within(phases, from, to, "start", "end").map((p) => Object.assign({}, p, { merged: 1 }));
+  let ph = phInView;
+  for (px = 1; ph.length > LIMIT_MARKS && px <= 4096; px *= 2) ph = bucketMerge(phInView, (p) => p.group, (span / PW) * px, from);
+  if (ph.length < phInView.length) {
+    notes.push(note("aggregated", phInView.length + " phase transitions in view are drawn as " + ph.length +
+      " marks: those of a group starting within the same " + (px / 2) + "-pixel slice are one mark. Zoom in to see each."));
+  }
   let st = within(steps, from, to, "start", "end");
   let lk = holds.leaks.filter((l) => l.ts >= from && l.ts <= to);
   let ft = faults.filter((f) => f.start >= from && f.start <= to);
-  if (ph.length > LIMIT_MARKS) { trunc.push((ph.length - LIMIT_MARKS) + " phases"); ph = ph.slice(0, LIMIT_MARKS); }
   if (st.length > LIMIT_MARKS) { trunc.push(st.length + " handoff steps (phases are drawn)"); st = []; }
   if (lk.length > LIMIT_MARKS) { trunc.push((lk.length - LIMIT_MARKS) + " leak marks"); lk = lk.slice(0, LIMIT_MARKS); }
   if (ft.length > LIMIT_MARKS) { trunc.push((ft.length - LIMIT_MARKS) + " failed-command marks"); ft = ft.slice(0, LIMIT_MARKS); }
@@ -280,13 +285,14 @@ function draw(from, to) {
   for (const p of ph) {
     const px = x(p.start), pw = Math.max(1, x(p.end) - px), py = groupY.get(p.group);
     const hue = p.phase.startsWith("TRAIN") ? 212 : p.phase.startsWith("ROLLOUT") ? 135 : p.phase.startsWith("SYNC") ? 0 : 28;
+    const what = p.merged > 1 ? p.merged + " phase transitions" + (p.phase ? " (all " + p.phase + ")" : "") : "entering " + p.phase;
     svg += '<rect class="phase" data-group="' + esc(p.group) + '" data-phase="' + esc(p.phase) + '" data-start="' + p.start +
-      '" data-end="' + p.end + '" data-commands="' + p.commands + '" data-failed="' + (p.failed ? 1 : 0) + '" x="' + px + '" y="' + py +
-      '" width="' + pw + '" height="' + PHASE_ROW + '" fill="hsl(' + hue + ',45%,85%)"><title>' +
-      esc("group " + p.group + ": entering " + p.phase + "\n" + clock(p.start) + " → " + clock(p.end) + " (" + dur(p.end - p.start) + ")\n" +
-        p.steps.length + " steps, " + p.commands + " commands" + (p.failed ? "\nFAILED" : "")) + "</title></rect>";
+      '" data-end="' + p.end + '" data-commands="' + p.commands + '" data-failed="' + (p.failed ? 1 : 0) + '" data-merged="' + p.merged +
+      '" x="' + px + '" y="' + py + '" width="' + pw + '" height="' + PHASE_ROW + '" fill="' + (p.phase ? 'hsl(' + hue + ',45%,85%)' : "#ddd") +
+      '"><title>' + esc("group " + p.group + ": " + what + "\n" + clock(p.start) + " → " + clock(p.end) + " (" + dur(p.end - p.start) + ")\n" +
+        (p.merged > 1 ? "" : p.steps.length + " steps, ") + p.commands + " commands" + (p.failed ? "\nFAILED" : "")) + "</title></rect>";
     if (pw > 8 * p.phase.length) svg += '<text x="' + (px + 3) + '" y="' + (py + 13) + '" pointer-events="none">' + esc(p.phase) + "</text>";
-    svg += '<line class="phase-line" x1="' + px + '" y1="' + laneTop + '" x2="' + px + '" y2="' + H_ALL + '"></line>';
+    if (p.merged === 1) svg += '<line class="phase-line" x1="' + px + '" y1="' + laneTop + '" x2="' + px + '" y2="' + H_ALL + '"></line>';
   }
   st.forEach((s, i) => {
     const sx = x(s.start), sw = Math.max(1, x(s.end) - sx), sy = groupY.get(s.group) + PHASE_ROW + 1;
@@ -300,14 +306,16 @@ function draw(from, to) {
   });
   for (const b of bars) {
     const bx = x(b.start), bw = Math.max(1, x(b.end) - bx), by = rowY.get(b.gpu + "|" + b.role + "|" + b.rank + "|" + b.tag);
+    const share = b.merged > 1 ? Math.min(1, b.held / Math.max(b.end - b.start, 1e-9)) : 1;
     const tip = b.role + "/" + b.rank + " " + b.tag + " on GPU " + b.gpu + " (group " + b.group + ")\n" + human(b.bytes) +
-      (b.merged > 1 ? " (largest of " + b.merged + " merged holds)" : "") + "\n" + clock(b.start) + " → " +
+      (b.merged > 1 ? " (largest of " + b.merged + " holds, held " + Math.round(share * 100) + "% of this span)" : "") + "\n" + clock(b.start) + " → " +
       (b.open ? "end of log, still held" : clock(b.end)) + " (" + dur(b.end - b.start) + ")" +
       (b.leak ? "\nLEAK on release: " + b.note : "");
     svg += '<rect class="bar" data-gpu="' + b.gpu + '" data-group="' + esc(b.group) + '" data-role="' + esc(b.role) + '" data-rank="' + b.rank +
       '" data-tag="' + esc(b.tag) + '" data-bytes="' + b.bytes + '" data-start="' + b.start + '" data-end="' + b.end + '" data-leak="' +
       (b.leak ? 1 : 0) + '" data-open="' + (b.open ? 1 : 0) + '" data-merged="' + b.merged + '" x="' + bx + '" y="' + (by + 1) +
-      '" width="' + bw + '" height="' + (ROW - 2) + '" fill="' + colour(b.role, b.tag) + '"><title>' + esc(tip) + "</title></rect>";
+      '" width="' + bw + '" height="' + (ROW - 2) + '" fill="' + colour(b.role, b.tag) + '" fill-opacity="' + Math.max(0.2, share).toFixed(2) +
+      '"><title>' + esc(tip) + "</title></rect>";
   }
   for (const l of lk) {
     const ly = rowY.get(l.gpu + "|" + l.role + "|" + l.rank + "|" + l.tag);

@@ -22,19 +22,19 @@ using ::tandem::testing::DaemonProcess;
 using ::tandem::testing::MakeTempDir;
 using ::tandem::testing::ReadFile;
 
-struct Run {
+struct CliRun {
   int rc = -1;
   std::string out, err;
 };
 
 // Runs `tandem ARGS` (arguments are single-quoted for the shell).
-Run Tandem(const fs::path& tmp, const std::vector<std::string>& args) {
+CliRun Tandem(const fs::path& tmp, const std::vector<std::string>& args) {
   std::string cmd = "'" + (BinDir() / "tandem").string() + "'";
   for (const std::string& a : args) cmd += " '" + a + "'";
   const fs::path out = tmp / "cmd.out", err = tmp / "cmd.err";
   cmd += " >'" + out.string() + "' 2>'" + err.string() + "'";
   const int status = std::system(cmd.c_str());
-  Run r;
+  CliRun r;
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = ReadFile(out);
   r.err = ReadFile(err);
@@ -53,7 +53,7 @@ class ReportCli : public ::testing::Test {
 };
 
 TEST_F(ReportCli, ResidencyOfARunDirShowsEachGpuItsHoldersPeakAndLeaks) {
-  Run r = Tandem(tmp_, {"residency", run_.string()});
+  CliRun r = Tandem(tmp_, {"residency", run_.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("GPU 0  device"));
   EXPECT_THAT(r.out, HasSubstr("GPU 1  device"));
@@ -63,7 +63,7 @@ TEST_F(ReportCli, ResidencyOfARunDirShowsEachGpuItsHoldersPeakAndLeaks) {
   EXPECT_THAT(r.out, HasSubstr("LEAKS"));
   EXPECT_EQ(r.err, "");
 
-  Run j = Tandem(tmp_, {"residency", run_.string(), "--json"});
+  CliRun j = Tandem(tmp_, {"residency", run_.string(), "--json"});
   ASSERT_EQ(j.rc, 0) << j.err;
   auto json = nlohmann::json::parse(j.out);
   ASSERT_EQ(json["gpus"].size(), 2u);
@@ -76,7 +76,7 @@ TEST_F(ReportCli, ResidencyOfARunDirShowsEachGpuItsHoldersPeakAndLeaks) {
 TEST_F(ReportCli, EventsHandoffPrintsOneLinePerCommandUnderPhaseHeaders) {
   auto logs = ReadRunLogs(run_.string());
   ASSERT_TRUE(logs.ok());
-  Run r = Tandem(tmp_, {"events", run_.string(), "--handoff"});
+  CliRun r = Tandem(tmp_, {"events", run_.string(), "--handoff"});
   ASSERT_EQ(r.rc, 0) << r.err;
   size_t lines = 0, headers = 0;
   std::istringstream in(r.out);
@@ -92,7 +92,7 @@ TEST_F(ReportCli, EventsHandoffPrintsOneLinePerCommandUnderPhaseHeaders) {
 
   // Without --handoff the run dir's state changes are printed as before, with a hint.
   std::ofstream(run_ / "events.jsonl") << R"({"type":"job_state","state":"succeeded","at":1764482000000})" << "\n";
-  Run plain = Tandem(tmp_, {"events", run_.string()});
+  CliRun plain = Tandem(tmp_, {"events", run_.string()});
   EXPECT_EQ(plain.rc, 0);
   EXPECT_THAT(plain.out, HasSubstr("job succeeded"));
   EXPECT_THAT(plain.err, HasSubstr("--handoff"));
@@ -100,7 +100,7 @@ TEST_F(ReportCli, EventsHandoffPrintsOneLinePerCommandUnderPhaseHeaders) {
 
 TEST_F(ReportCli, TimelineWritesOneSelfContainedPage) {
   const fs::path page = tmp_ / "timeline.html";
-  Run r = Tandem(tmp_, {"timeline", run_.string(), "-o", page.string()});
+  CliRun r = Tandem(tmp_, {"timeline", run_.string(), "-o", page.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("wrote " + page.string()));
   const std::string html = ReadFile(page);
@@ -113,18 +113,18 @@ TEST_F(ReportCli, TimelineWritesOneSelfContainedPage) {
 
 TEST_F(ReportCli, BadLinesAreWarningsAndMissingLogsAreErrors) {
   std::ofstream(run_ / "residency.jsonl", std::ios::app) << R"({"v":1,"group":"act)";
-  Run r = Tandem(tmp_, {"residency", run_.string()});
+  CliRun r = Tandem(tmp_, {"residency", run_.string()});
   EXPECT_EQ(r.rc, 0);
   EXPECT_THAT(r.err, HasSubstr("warning: residency.jsonl:"));
   EXPECT_THAT(r.err, HasSubstr("torn line"));
 
   fs::create_directories(tmp_ / "empty");
-  Run e = Tandem(tmp_, {"residency", (tmp_ / "empty").string()});
+  CliRun e = Tandem(tmp_, {"residency", (tmp_ / "empty").string()});
   EXPECT_EQ(e.rc, 1);
   EXPECT_THAT(e.err, HasSubstr("no handoff.jsonl or residency.jsonl"));
 
   // Not a directory, and no daemon to ask: exit 3, saying both.
-  Run u = Tandem(tmp_, {"timeline", "no-such-job", "--socket", (tmp_ / "none.sock").string()});
+  CliRun u = Tandem(tmp_, {"timeline", "no-such-job", "--socket", (tmp_ / "none.sock").string()});
   EXPECT_EQ(u.rc, 3);
   EXPECT_THAT(u.err, HasSubstr("not a run directory"));
 }
@@ -139,18 +139,18 @@ TEST_F(ReportCli, AJobIdIsLookedUpInTheDaemonAndItsRunDirRead) {
   WriteRun(run_dir);
   const std::string sock = (tmp_ / "state" / "tandemd.sock").string();
 
-  Run r = Tandem(tmp_, {"residency", id, "--socket", sock});
+  CliRun r = Tandem(tmp_, {"residency", id, "--socket", sock});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("run dir " + run_dir));
   EXPECT_THAT(r.out, HasSubstr("GPU 1"));
-  Run e = Tandem(tmp_, {"events", id, "--handoff", "--socket", sock});
+  CliRun e = Tandem(tmp_, {"events", id, "--handoff", "--socket", sock});
   ASSERT_EQ(e.rc, 0) << e.err;
   EXPECT_THAT(e.out, HasSubstr("== group actor: ROLLOUT"));
-  Run t = Tandem(tmp_, {"timeline", id, "--socket", sock, "-o", (tmp_ / "t.html").string()});
+  CliRun t = Tandem(tmp_, {"timeline", id, "--socket", sock, "-o", (tmp_ / "t.html").string()});
   ASSERT_EQ(t.rc, 0) << t.err;
   EXPECT_TRUE(fs::exists(tmp_ / "t.html"));
 
-  Run unknown = Tandem(tmp_, {"residency", "job-does-not-exist", "--socket", sock});
+  CliRun unknown = Tandem(tmp_, {"residency", "job-does-not-exist", "--socket", sock});
   EXPECT_EQ(unknown.rc, 5);
   EXPECT_THAT(unknown.err, HasSubstr("not a run directory"));
 }

@@ -9,7 +9,11 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -24,9 +28,9 @@ using handoff::ResidencyRecord;
 
 struct RunOptions {
   int cycles = 1;
-  bool leak_in_train = false;   // releases on entering TRAIN of the first cycle keep their memory
+  bool leak_in_train = false;   // releases on entering TRAIN keep their memory (not in the faulted TRAIN)
   bool rollout_dies = false;    // rollout/0 dies at the end
-  bool fault_in_train = false;  // rollout/0 dies while releasing for the first TRAIN, is restarted, says hello again
+  bool fault_in_train = false;  // judge/0 dies while releasing for the first TRAIN, is restarted, says hello again
   double clock = 1764482000.0;  // the simulator's first timestamp
 };
 
@@ -67,17 +71,17 @@ inline void WriteRun(const std::filesystem::path& dir, RunOptions o = {}) {
   for (int c = 0; c < o.cycles; ++c) {
     enter(hs::Rollout());
     enter(hs::Teacher(0));
-    g.leak_releases = o.leak_in_train && c == 0;
+    g.leak_releases = o.leak_in_train && !(o.fault_in_train && c == 0);
     if (o.fault_in_train && c == 0) {
       g.Feed(handoff::RequestPhase{hs::Train(), g.Now()});
       write();
       while (!g.pending.empty()) {
-        if (g.pending.front().worker == hs::kRollout) {
+        if (g.pending.front().worker == hs::kJudge && g.pending.front().kind == handoff::CommandKind::kRelease) {
           g.pending.pop_front();
-          g.resident.erase(hs::kRollout);  // its memory went with the process
-          g.Feed(handoff::WorkerDied{hs::kRollout, "killed by signal 9", g.Now()});
+          g.resident.erase(hs::kJudge);  // its memory went with the process
+          g.Feed(handoff::WorkerDied{hs::kJudge, "killed by signal 9", g.Now()});
           write();
-          g.Feed(handoff::Hello{hs::kRollout, hs::SizesOf(handoff::RoleKind::kRollout), g.Now()});
+          g.Feed(handoff::Hello{hs::kJudge, hs::SizesOf(handoff::RoleKind::kTeacher), g.Now()});
           write();
           continue;
         }
@@ -95,6 +99,41 @@ inline void WriteRun(const std::filesystem::path& dir, RunOptions o = {}) {
   if (o.rollout_dies) {
     g.Feed(handoff::WorkerDied{hs::kRollout, "killed", g.Now()});
     write();
+  }
+}
+
+// A long run of at least `min_lines` lines in all: the lines of a one-cycle
+// run with a leak (WriteRun) repeated, their times shifted by the run's
+// length each time (the simulator itself is too slow for 10^5 lines).
+inline void WriteLongRun(const std::filesystem::path& dir, size_t min_lines) {
+  const std::filesystem::path seed = dir.string() + ".seed";
+  WriteRun(seed, {.leak_in_train = true});
+  auto read = [](const std::filesystem::path& p) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  const auto handoff = read(seed / "handoff.jsonl"), residency = read(seed / "residency.jsonl");
+  std::filesystem::remove_all(seed);
+  ASSERT_FALSE(handoff.empty());
+  double first = handoff.front()["start"].get<double>(), last = first;
+  for (const auto& j : handoff) last = std::max(last, j["start"].get<double>() + j["duration"].get<double>());
+  for (const auto& j : residency) last = std::max(last, j["ts"].get<double>());
+  const double period = last - first + 0.5;
+  std::filesystem::create_directories(dir);
+  std::ofstream h(dir / "handoff.jsonl"), r(dir / "residency.jsonl");
+  size_t lines = 0;
+  for (int k = 0; lines < min_lines; ++k) {
+    for (nlohmann::json j : handoff) {
+      j["start"] = j["start"].get<double>() + k * period;
+      h << j.dump() << "\n";
+    }
+    for (nlohmann::json j : residency) {
+      j["ts"] = j["ts"].get<double>() + k * period;
+      r << j.dump() << "\n";
+    }
+    lines += handoff.size() + residency.size();
   }
 }
 

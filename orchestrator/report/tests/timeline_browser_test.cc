@@ -70,9 +70,14 @@ std::string RenderedDom(const fs::path& tmp, const fs::path& page) {
   return dom;
 }
 
-// The <rect class="CLS" ...> elements of the DOM, as attribute maps.
-std::vector<Attrs> Rects(const std::string& dom, const std::string& cls) {
+// The <rect class="CLS" ...> elements of the drawing (inside <div
+// id="chart">, not the script's source text), as attribute maps.
+std::vector<Attrs> Rects(const std::string& page_dom, const std::string& cls) {
   std::vector<Attrs> out;
+  const size_t chart = page_dom.find("<div id=\"chart\">");
+  EXPECT_NE(chart, std::string::npos);
+  if (chart == std::string::npos) return out;
+  const std::string dom = page_dom.substr(chart, page_dom.find("</svg>", chart) - chart);
   const std::string open = "<rect ";
   for (size_t at = dom.find(open); at != std::string::npos; at = dom.find(open, at + 1)) {
     const size_t end = dom.find('>', at);
@@ -213,7 +218,7 @@ TEST_F(TimelineInChromium, EveryHoldPhaseStepLeakAndFaultOfTheLogIsDrawn) {
   for (const HandoffLine& h : logs->handoff) failed += h.outcome != "ok";
   EXPECT_GT(leak_marks, 0u);
   EXPECT_EQ(Rects(dom, "leak").size(), leak_marks);
-  EXPECT_GT(failed, 0u) << "the fixture kills rollout/0 mid-handoff";
+  EXPECT_GT(failed, 0u) << "the fixture kills judge/0 mid-handoff";
   EXPECT_EQ(Rects(dom, "fault").size(), failed);
   // Nothing merged or left out, so no note says so.
   EXPECT_EQ(dom.find("data-kind=\"aggregated\""), std::string::npos);
@@ -224,16 +229,17 @@ TEST_F(TimelineInChromium, EveryHoldPhaseStepLeakAndFaultOfTheLogIsDrawn) {
 
 TEST_F(TimelineInChromium, ALargeLogIsDrawnWithinLimitsSaysSoAndLosesNoHold) {
   const fs::path run = tmp_ / "big";
-  WriteRun(run, {.cycles = 600});
+  WriteLongRun(run, 100000);
   auto logs = ReadRunLogs(run.string());
   ASSERT_TRUE(logs.ok());
   const size_t lines = logs->handoff.size() + logs->residency.size();
-  EXPECT_GE(lines, 50000u);
-  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_GE(lines, 100000u);
+  const auto t0 = std::chrono::steady_clock::now();  // from here: what a user waits for
   const std::string dom = RenderedDom(tmp_, WriteTimeline(tmp_, run, {"--max-bars", "2000"}));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(dom.empty());
-  EXPECT_LT(seconds, 20) << "writing and rendering " << lines << " lines";
+  // About 5 s on an idle 2-core machine; the bound leaves room for a busy one.
+  EXPECT_LT(seconds, 60) << "writing and rendering " << lines << " lines";
   const std::vector<Attrs> bars = Rects(dom, "bar");
   EXPECT_LE(bars.size(), 2000u);
   EXPECT_GT(bars.size(), 0u);
@@ -242,7 +248,12 @@ TEST_F(TimelineInChromium, ALargeLogIsDrawnWithinLimitsSaysSoAndLosesNoHold) {
   EXPECT_EQ(merged, HoldsOf(*logs).size()) << "every hold is inside some bar";
   EXPECT_NE(dom.find("data-kind=\"aggregated\""), std::string::npos) << "the page says it merged";
   EXPECT_LE(Rects(dom, "step").size(), 5000u);
-  EXPECT_LE(Rects(dom, "phase").size(), 5000u);
+  const std::vector<Attrs> phases = Rects(dom, "phase");
+  EXPECT_LE(phases.size(), 5000u);
+  size_t phase_count = 0;
+  for (const Attrs& a : phases) phase_count += std::stoul(a.at("data-merged"));
+  EXPECT_EQ(phase_count, PhaseSpans(logs->handoff).size()) << "every phase is inside some mark";
+  EXPECT_NE(dom.find("data-kind=\"truncated\""), std::string::npos) << "steps are too many to draw; the page says so";
 }
 
 }  // namespace
