@@ -104,35 +104,40 @@ inline void WriteRun(const std::filesystem::path& dir, RunOptions o = {}) {
 
 // A long run of at least `min_lines` lines in all: the lines of a one-cycle
 // run with a leak (WriteRun) repeated, their times shifted by the run's
-// length each time (the simulator itself is too slow for 10^5 lines).
+// length each time (the simulator itself is too slow for 10^5 lines; the
+// time is replaced in the text, so each line stays as LogWriter wrote it).
 inline void WriteLongRun(const std::filesystem::path& dir, size_t min_lines) {
   const std::filesystem::path seed = dir.string() + ".seed";
   WriteRun(seed, {.leak_in_train = true});
-  auto read = [](const std::filesystem::path& p) {
-    std::vector<nlohmann::json> out;
+  struct Line {
+    std::string before, after;  // the text around the time's value
+    double t;
+  };
+  auto read = [](const std::filesystem::path& p, const char* key) {
+    std::vector<Line> out;
     std::ifstream in(p);
-    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    for (std::string text; std::getline(in, text);) {
+      const double t = nlohmann::json::parse(text)[key].get<double>();
+      const std::string k = std::string("\"") + key + "\":";
+      const size_t at = text.find(k) + k.size();
+      const size_t end = text.find_first_of(",}", at);
+      out.push_back({text.substr(0, at), text.substr(end), t});
+    }
     return out;
   };
-  const auto handoff = read(seed / "handoff.jsonl"), residency = read(seed / "residency.jsonl");
+  const auto handoff = read(seed / "handoff.jsonl", "start"), residency = read(seed / "residency.jsonl", "ts");
   std::filesystem::remove_all(seed);
   ASSERT_FALSE(handoff.empty());
-  double first = handoff.front()["start"].get<double>(), last = first;
-  for (const auto& j : handoff) last = std::max(last, j["start"].get<double>() + j["duration"].get<double>());
-  for (const auto& j : residency) last = std::max(last, j["ts"].get<double>());
+  double first = handoff.front().t, last = first;
+  for (const Line& l : handoff) last = std::max(last, l.t + 1.0);  // durations are at most 1 s here
+  for (const Line& l : residency) last = std::max(last, l.t);
   const double period = last - first + 0.5;
   std::filesystem::create_directories(dir);
   std::ofstream h(dir / "handoff.jsonl"), r(dir / "residency.jsonl");
   size_t lines = 0;
   for (int k = 0; lines < min_lines; ++k) {
-    for (nlohmann::json j : handoff) {
-      j["start"] = j["start"].get<double>() + k * period;
-      h << j.dump() << "\n";
-    }
-    for (nlohmann::json j : residency) {
-      j["ts"] = j["ts"].get<double>() + k * period;
-      r << j.dump() << "\n";
-    }
+    for (const Line& l : handoff) h << l.before << fmt::format("{}", l.t + k * period) << l.after << "\n";
+    for (const Line& l : residency) r << l.before << fmt::format("{}", l.t + k * period) << l.after << "\n";
     lines += handoff.size() + residency.size();
   }
 }
