@@ -123,6 +123,10 @@ TEST_F(ReportCli, BadLinesAreWarningsAndMissingLogsAreErrors) {
   EXPECT_EQ(e.rc, 1);
   EXPECT_THAT(e.err, HasSubstr("no handoff.jsonl or residency.jsonl"));
 
+  // --handoff reads a file once; following it is not offered.
+  CliRun f = Tandem(tmp_, {"events", run_.string(), "--handoff", "-f"});
+  EXPECT_EQ(f.rc, 2);
+
   // Not a directory, and no daemon to ask: exit 3, saying both.
   CliRun u = Tandem(tmp_, {"timeline", "no-such-job", "--socket", (tmp_ / "none.sock").string()});
   EXPECT_EQ(u.rc, 3);
