@@ -219,6 +219,15 @@ int RunProbe(const ProbeOptions& o) {
       return 1;
     }
   }
+  if (o.start_released) {
+    for (const auto& t : probe.mem().TagNames()) {
+      auto released = probe.mem().Release(t);
+      if (!released.ok()) {
+        log::Error("probe", "{}", released.status().message());
+        return 1;
+      }
+    }
+  }
   log::Info("probe", "ready backend={} tags={} resident_bytes={}", probe.mem().backend().name(),
             probe.mem().TagNames().size(), probe.mem().ResidentBytes());
 
@@ -256,6 +265,14 @@ int RunProbe(const ProbeOptions& o) {
         std::optional<int64_t> version;
         if (phase == "sync") version = cycle;
         st = client.RequestPhase(phase, version, o.phase_timeout);
+        // A restarted daemon: reconnect (a fresh hello with our residency)
+        // and ask again; the daemon runs a phase once however often it is asked.
+        while (st.code() == StatusCode::kUnavailable && o.reconnect_window.count() > 0) {
+          log::Warn("probe", "controller: {}; reconnecting for up to {}ms", st.message(), o.reconnect_window.count());
+          st = client.Connect(o.reconnect_window);
+          if (!st.ok()) break;
+          st = client.RequestPhase(phase, version, o.phase_timeout);
+        }
         if (!st.ok()) break;
       }
       if (st.ok())

@@ -31,6 +31,7 @@ struct ProbeOptions {
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds reconnect_window{0};  // > 0: reconnect after a lost daemon
   control::Hello hello;                           // role/rank/...; tags filled in
+  bool start_released = false;  // release every tag after filling it, before hello (the group starts empty)
   std::string corrupt_tag;  // fault injection for tests: flip a byte before each release of this tag
 };
 

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   probe->add_option("--phase-timeout-ms", phase_timeout_ms, "wait for phase_done");
   probe->add_option("--connect-timeout-ms", connect_timeout_ms, "wait for the daemon to listen");
   probe->add_option("--reconnect-ms", reconnect_ms, "after a lost connection, reconnect within this window (0: exit 1)");
+  probe->add_flag("--start-released", o.start_released, "release every tag after filling it, before connecting (a colocated group starts empty)");
   probe->add_option("--corrupt-tag", o.corrupt_tag, "test hook: flip a byte of this tag before each release");
   probe->add_option("--role", o.hello.role, "role in hello (default $TANDEM_ROLE or 'probe')");
 

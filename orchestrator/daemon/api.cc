@@ -123,8 +123,8 @@ int HttpStatusFor(const Status& st) {
   }
 }
 
-Api::Api(boost::asio::io_context& io, JobManager& jobs, DaemonMetrics& metrics)
-    : io_(io), jobs_(jobs), metrics_(metrics) {}
+Api::Api(boost::asio::io_context& io, JobManager& jobs, HandoffService& handoff, DaemonMetrics& metrics)
+    : io_(io), jobs_(jobs), handoff_(handoff), metrics_(metrics) {}
 
 void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
   metrics_.http_requests->WithLabels({req.method.size() <= 10 ? req.method : "other"}).Inc();
@@ -168,7 +168,16 @@ void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
       return ex->RespondError(HttpStatusFor(st), ErrorCodeFor(st), st.message());
     return ex->RespondJson(202, jobs_.Find(parts[2])->Summary());
   }
+  if (what == "phase") {
+    if (!post) return method_not_allowed();
+    return Phase(*job, req, ex);
+  }
   if (!get) return method_not_allowed();
+  if (what == "residency") {
+    auto r = handoff_.Residency(job->id);
+    if (!r.ok()) return ex->RespondError(HttpStatusFor(r.status()), ErrorCodeFor(r.status()), r.status().message());
+    return ex->RespondJson(200, *r);
+  }
   if (what == "tasks") {
     json tasks = json::array();
     for (const auto& t : job->tasks) tasks.push_back(t.ToJson());
@@ -190,6 +199,18 @@ void Api::Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
       return ex->RespondError(HttpStatusFor(st), ErrorCodeFor(st), st.message(), details);
     }
     ex->RespondJson(201, *result);
+  });
+}
+
+void Api::Phase(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex) {
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("phase") || !body["phase"].is_string())
+    return ex->RespondError(400, "bad_request", "expected {\"phase\": \"rollout|train|sync|teacher[:ROLE]\", \"version\"?: N, \"group\"?: NAME}");
+  const int64_t version = body.contains("version") && body["version"].is_number_integer() ? body["version"].get<int64_t>() : 0;
+  const std::string group = body.contains("group") && body["group"].is_string() ? body["group"].get<std::string>() : "";
+  handoff_.RequestPhase(job.id, group, body["phase"].get<std::string>(), version, [ex](StatusOr<json> r) {
+    if (!r.ok()) return ex->RespondError(HttpStatusFor(r.status()), ErrorCodeFor(r.status()), r.status().message());
+    ex->RespondJson(200, *r);
   });
 }
 

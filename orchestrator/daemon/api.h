@@ -8,6 +8,8 @@
 //   GET  /v1/jobs/{id}/tasks           the job's tasks              200 | 404
 //   GET  /v1/jobs/{id}/logs?task=T[&stream=stdout|stderr][&follow=1]   text
 //   GET  /v1/jobs/{id}/events[?follow=0]   server-sent events of every state change
+//   POST /v1/jobs/{id}/phase           {"phase","version"?,"group"?}: run a handoff   200 | 400 | 404 | 409
+//   GET  /v1/jobs/{id}/residency       who holds which GPU's memory, per group        200 | 404
 //   GET  /healthz                      liveness                     200
 //   GET  /metrics                      Prometheus text format       200
 //
@@ -18,6 +20,7 @@
 #include <memory>
 
 #include "orchestrator/daemon/http_server.h"
+#include "orchestrator/daemon/handoff_service.h"
 #include "orchestrator/daemon/job_manager.h"
 #include "orchestrator/daemon/daemon_metrics.h"
 
@@ -25,7 +28,7 @@ namespace tandem::daemon {
 
 class Api {
  public:
-  Api(boost::asio::io_context& io, JobManager& jobs, DaemonMetrics& metrics);
+  Api(boost::asio::io_context& io, JobManager& jobs, HandoffService& handoff, DaemonMetrics& metrics);
   void Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex);
 
  private:
@@ -33,9 +36,11 @@ class Api {
   void Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
   void Events(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
   void Metrics(std::shared_ptr<Exchange> ex);
+  void Phase(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
 
   boost::asio::io_context& io_;
   JobManager& jobs_;
+  HandoffService& handoff_;
   DaemonMetrics& metrics_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

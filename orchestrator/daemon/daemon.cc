@@ -81,6 +81,8 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.grace = std::chrono::milliseconds(static_cast<int64_t>(settings_.grace_s * 1000));
   jopts.compact_every = settings_.compact_every;
   jopts.run_root = run_root;
+  jopts.worker_binary = settings_.worker_bin;
+  jopts.control_endpoint = "unix:" + (state / "control.sock").string();
   std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
   if (settings_.slurm_job != "none") {
 #ifdef TANDEM_HAVE_SLURM
@@ -128,9 +130,12 @@ Status Daemon::Start(const fs::path& run_root) {
 #endif
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
+  handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state);
+  jobs_->SetObserver(handoff_.get());
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
+  TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock"), "handoff");
 
-  api_ = std::make_unique<Api>(io_, *jobs_, metrics_);
+  api_ = std::make_unique<Api>(io_, *jobs_, *handoff_, metrics_);
   server_ = std::make_unique<HttpServer>(
       io_, [this](const HttpRequest& req, std::shared_ptr<Exchange> ex) { api_->Handle(req, std::move(ex)); });
   TANDEM_RETURN_IF_ERROR(server_->ListenUnix(settings_.socket));
@@ -144,6 +149,7 @@ Status Daemon::Start(const fs::path& run_root) {
 
 void Daemon::Stop() {
   if (server_) server_->Close();
+  if (handoff_) handoff_->Stop();
   if (jobs_) {
     if (Status st = jobs_->Shutdown(); !st.ok()) log::Error("daemon", "flush on shutdown: {}", st.ToString());
   }

@@ -6,6 +6,8 @@
 //   tandemd.lock     flock'd while a daemon owns the dir (a second one refuses)
 //   tandemd.pid      the owner's pid
 //   tandemd.sock     the API's unix socket (0600)
+//   control.sock     the control socket workers reach via TANDEM_CONTROL (0600)
+//   handoff/         the daemon epoch and one journal per live handoff group
 //   store/           journal.log + snapshot.json (orchestrator/store)
 //   runs/<job id>/   default run dirs
 //
@@ -22,6 +24,7 @@
 #include "backends/port_lease.h"
 #include "orchestrator/daemon/api.h"
 #include "orchestrator/daemon/http_server.h"
+#include "orchestrator/daemon/handoff_service.h"
 #include "orchestrator/daemon/job_manager.h"
 #include "orchestrator/daemon/settings.h"
 #include "orchestrator/metrics/registry.h"
@@ -40,6 +43,7 @@ class Daemon {
   void Stop();
 
   JobManager& jobs() { return *jobs_; }
+  HandoffService& handoff() { return *handoff_; }
   const DaemonSettings& settings() const { return settings_; }
 
  private:
@@ -54,6 +58,7 @@ class Daemon {
   std::unique_ptr<backends::Executor> slurm_;  // allocation mode (backends/slurm), when enabled
   std::unique_ptr<backends::Executor> redis_;  // with --redis (backends/redis)
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<HandoffService> handoff_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<HttpServer> server_;
 };

@@ -262,6 +262,10 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   req.job_id = job.id;
   req.task_id = task.id;
   req.argv = role->command;
+  if (!role->worker.empty()) {
+    req.argv = {opts_.worker_binary.empty() ? std::string("tandem-worker") : opts_.worker_binary, role->worker};
+    req.argv.insert(req.argv.end(), role->args.begin(), role->args.end());
+  }
   req.env = backends::BuildTaskEnvironment(in);
   req.cwd = role->cwd.empty() ? fs::path(job.run_dir) : fs::path(job.run_dir) / role->cwd;
   req.stdout_path = TaskFile(job, task, ".out");
@@ -324,6 +328,29 @@ void JobManager::OnTaskExit(const std::string& task_id, const backends::TaskExit
   log::Info("jobs", "task exited task={} {}", task_id, detail);
   const spec::RoleSpec* role = SpecOf(*job).FindRole(task->role);
   const spec::RestartPolicy rs = role ? role->restart : spec::RestartPolicy{};
+  std::string reason;
+  const TaskObserver::Verdict verdict =
+      observer_ && !job->cancel_requested && !stopping_.count(job->id)
+          ? observer_->OnTaskExit(*job, *task, exit, &reason)
+          : TaskObserver::Verdict::kDefault;
+  if (verdict == TaskObserver::Verdict::kRestartNow) {
+    const int max = rs.kind == spec::RestartPolicy::Kind::kNever ? 3 : rs.max_restarts;
+    if (task->restarts < max) {
+      Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "restarting"},
+              {"detail", detail + "; handoff restart " + std::to_string(task->restarts + 1) + "/" +
+                             std::to_string(max)},
+              {"exit", ex}, {"ports", json::array()}, {"restarts", task->restarts + 1}});
+      metrics_.task_restarts->Get().Inc();
+      return StartRestartTimer(*job, *task, std::chrono::milliseconds(0));
+    }
+    reason = "handoff restarts exhausted (" + std::to_string(max) + "): " + detail;
+  }
+  if (verdict != TaskObserver::Verdict::kDefault) {
+    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name},
+            {"state", exit.status_known ? "failed" : "lost"}, {"detail", detail}, {"exit", ex},
+            {"ports", json::array()}});
+    return StopJob(*job, reason);
+  }
   if (job->cancel_requested || stopping_.count(job->id)) {
     const bool ok_exit = exit.succeeded();
     const char* st = job->cancel_requested ? "cancelled" : (ok_exit ? "succeeded" : "cancelled");
@@ -377,6 +404,25 @@ Status JobManager::Cancel(std::string_view job_id) {
   Commit({{"type", "job_cancel"}, {"job", job->id}});
   StopJob(*job, "cancelled");
   return Status::Ok();
+}
+
+Status JobManager::KillTask(std::string_view job_id, std::string_view task_name) {
+  Job* job = table_.Find(job_id);
+  Task* t = job ? job->FindTask(task_name) : nullptr;
+  if (!t) return NotFound("no task " + std::string(job_id) + "/" + std::string(task_name));
+  if (t->state != TaskState::kRunning) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(auto ref, backends::TaskRef::FromJson(t->ref), "task ref");
+  backends::Executor* ex = ExecutorOf(*job);
+  if (!ex) return FailedPrecondition("backend \"" + job->backend + "\" is not enabled in this daemon");
+  log::Info("jobs", "killing task={} on request", t->id);
+  return ex->Kill(ref);
+}
+
+void JobManager::FailJob(std::string_view job_id, const std::string& reason) {
+  Job* job = table_.Find(job_id);
+  if (!job || IsTerminal(job->state)) return;
+  job->detail = reason;
+  StopJob(*job, reason);
 }
 
 void JobManager::StopJob(Job& job, std::string reason) {
@@ -438,6 +484,7 @@ void JobManager::MaybeFinishJob(Job& job) {
     Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", json::array()}});
   Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
   metrics_.jobs_finished->WithLabels({state}).Inc();
+  if (observer_) observer_->OnJobEnded(job);
   log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
   Schedule();  // devices may have freed up
 }

@@ -54,8 +54,26 @@ struct JobManagerOptions {
   std::vector<int> gpus;                          // physical ids this daemon may hand out
   std::chrono::milliseconds grace{10000};         // SIGTERM -> SIGKILL on cancel
   uint64_t compact_every = 20000;                 // journal records between snapshots
-  std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none yet)
+  std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none)
+  std::string worker_binary;                      // tandem-worker, for roles with `worker`
   std::filesystem::path run_root;                 // run dirs default to <run_root>/<job id>; "" = <state_dir>/runs
+};
+
+// What the handoff service (handoff_service.h) learns from and asks of the
+// job manager. Calls come on the io thread.
+class TaskObserver {
+ public:
+  enum class Verdict {
+    kDefault,     // the role's restart policy and fail-fast decide, as for any task
+    kRestartNow,  // relaunch the task at once (counted against max_restarts, 3 if the role has no policy)
+    kFailJob,     // the task failed and the job with it (`reason` says why)
+  };
+  virtual ~TaskObserver() = default;
+  // A running task ended (before the job manager records anything).
+  virtual Verdict OnTaskExit(const Job& job, const Task& task, const backends::TaskExit& exit,
+                             std::string* reason) = 0;
+  // A job reached a terminal state.
+  virtual void OnJobEnded(const Job& job) = 0;
 };
 
 class JobManager {
@@ -92,6 +110,14 @@ class JobManager {
   // The executor's exit callback (wired by the daemon).
   void OnTaskExit(const std::string& task_id, const backends::TaskExit& exit);
 
+  void SetObserver(TaskObserver* observer) { observer_ = observer; }
+  // SIGKILLs a running task; its exit comes through OnTaskExit as usual.
+  Status KillTask(std::string_view job_id, std::string_view task_name);
+  // Stops a job as failed (every task SIGTERM, grace, SIGKILL). No-op when it ended.
+  void FailJob(std::string_view job_id, const std::string& reason);
+  // The job's parsed spec (cached).
+  const spec::JobSpec& SpecOf(const Job& job);
+
   // Stops supervising (for daemon shutdown): running tasks keep running and
   // are re-adopted by the next daemon on the same state dir.
   Status Shutdown();
@@ -102,7 +128,6 @@ class JobManager {
   void Schedule();                      // grant devices to pending jobs, launch pending tasks
   bool GrantDevices(Job& job);
   void LaunchTask(Job& job, Task& task);
-  const spec::JobSpec& SpecOf(const Job& job);  // parsed once per job, cached
   void StopJob(Job& job, std::string reason);  // SIGTERM every running task, then the grace timer
   void MaybeFinishJob(Job& job);
   void StartRestartTimer(Job& job, Task& task, std::chrono::milliseconds delay);
@@ -116,6 +141,7 @@ class JobManager {
   std::map<std::string, backends::Executor*> executors_;
   backends::PortLeaseRegistry& ports_;
   DaemonMetrics& metrics_;
+  TaskObserver* observer_ = nullptr;
   JobTable table_;
   std::set<int> busy_gpus_;
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> timers_;  // by task or job id

@@ -32,6 +32,8 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")
       ->envname("TANDEM_EXEC_SHIM");
+  app.add_option("--worker-bin", s.worker_bin, "Path of tandem-worker, run for roles with \"worker\" (default: beside this binary)")
+      ->envname("TANDEM_WORKER_BIN");
   app.add_option("--slurm-job", s.slurm_job,
                  "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
                  "(default: $SLURM_JOB_ID; \"none\": no Slurm backend)")
@@ -91,12 +93,14 @@ Status Resolve(DaemonSettings& s) {
   } else {
     TANDEM_ASSIGN_OR_RETURN(s.gpu_ids, ParseGpuList(s.gpus));
   }
-  if (s.exec_shim.empty()) {
+  if (s.exec_shim.empty() || s.worker_bin.empty()) {
     char buf[4096];
     ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n > 0) {
       buf[n] = '\0';
-      s.exec_shim = (std::filesystem::path(buf).parent_path() / "tandem-exec").string();
+      const std::filesystem::path dir = std::filesystem::path(buf).parent_path();
+      if (s.exec_shim.empty()) s.exec_shim = (dir / "tandem-exec").string();
+      if (s.worker_bin.empty()) s.worker_bin = (dir / "tandem-worker").string();
     }
   }
   if (s.slurm_job.empty()) {

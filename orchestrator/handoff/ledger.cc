@@ -50,7 +50,9 @@ uint64_t Ledger::Resident(int gpu) const {
 Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
   std::string problems;
   for (const auto& [gpu, state] : gpus_) {
-    if (state.capacity == 0) continue;
+    // Without a configured capacity the device's own total is the bound.
+    const uint64_t capacity = state.capacity ? state.capacity : state.reading ? state.reading->total : 0;
+    if (capacity == 0) continue;
     uint64_t adding = 0;
     std::string resuming;
     for (const Planned& p : planned) {
@@ -61,7 +63,7 @@ Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
                               TagName(p.tag), p.bytes);
     }
     const uint64_t resident = Resident(gpu);
-    if (adding == 0 || resident + adding <= state.capacity) continue;
+    if (adding == 0 || resident + adding <= capacity) continue;
     std::string holders;
     for (const auto& [w, tags] : bytes_) {
       const std::vector<int>& gs = WorkerGpus(w);
@@ -73,7 +75,7 @@ Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
     }
     if (!problems.empty()) problems += "; ";
     problems += fmt::format("gpu {}: {} resident + {} resuming bytes > capacity {} (resident: {}; resuming: {})",
-                            gpu, resident, adding, state.capacity, holders.empty() ? "nothing" : holders,
+                            gpu, resident, adding, capacity, holders.empty() ? "nothing" : holders,
                             resuming);
   }
   if (problems.empty()) return Status::Ok();
@@ -95,8 +97,14 @@ std::vector<ResidencyRecord> Ledger::Report(const WorkerId& w, const std::map<Ta
   std::string leak_note;
   for (const DeviceMemory& d : devices) {
     Gpu& g = gpus_[d.gpu];
-    if (claimed > 0 && g.reading) {
-      const uint64_t fell = g.reading->used > d.used ? g.reading->used - d.used : 0;
+    std::optional<DeviceMemory> before = g.reading;
+    if (!d.device_wide) {
+      auto it = own_reading_.find({w, d.gpu});
+      before = it == own_reading_.end() ? std::nullopt : std::optional<DeviceMemory>(it->second);
+      own_reading_[{w, d.gpu}] = d;
+    }
+    if (claimed > 0 && before) {
+      const uint64_t fell = before->used > d.used ? before->used - d.used : 0;
       if (fell + claimed / 8 < claimed) {
         leak_note += fmt::format("{}gpu {}: used fell by {} bytes, the worker released {}",
                                  leak_note.empty() ? "" : "; ", d.gpu, fell, claimed);
@@ -122,6 +130,7 @@ std::vector<ResidencyRecord> Ledger::Report(const WorkerId& w, const std::map<Ta
 }
 
 std::vector<ResidencyRecord> Ledger::Forget(const WorkerId& w, double at) {
+  std::erase_if(own_reading_, [&](const auto& kv) { return kv.first.first == w; });
   std::vector<ResidencyRecord> out;
   auto it = bytes_.find(w);
   if (it == bytes_.end()) return out;

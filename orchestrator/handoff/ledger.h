@@ -12,7 +12,9 @@
 // - Report: applies a worker's answer; returns one ResidencyRecord per tag
 //   whose bytes changed. A release after which the device's used memory did
 //   not fall by what the worker claims (within 1/8 of the claim) is flagged
-//   as a leak on the released tags' records.
+//   as a leak on the released tags' records. A device-wide reading is
+//   compared with the GPU's previous reading (from any worker); a worker's
+//   own accounting with that worker's previous reading.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@ namespace tandem::handoff {
 class Ledger {
  public:
   struct Gpu {
-    uint64_t capacity = 0;                   // 0: unknown, not checked
+    uint64_t capacity = 0;                   // 0: the latest reading's total bounds it (none: not checked)
     std::optional<DeviceMemory> reading;     // the latest reading of this GPU, from any worker
   };
   struct Planned {
@@ -64,6 +66,7 @@ class Ledger {
   std::map<int, Gpu> gpus_;
   std::map<WorkerId, std::vector<int>> placement_;
   std::map<WorkerId, std::map<Tag, uint64_t>> bytes_;
+  std::map<std::pair<WorkerId, int>, DeviceMemory> own_reading_;  // per worker and GPU, for !device_wide
 };
 
 }  // namespace tandem::handoff

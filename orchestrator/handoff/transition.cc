@@ -17,6 +17,7 @@
 //       flight, recovery resumes what they held and reloads the last version
 //   T13 recovery is done: the interrupted transition runs again from its start
 //   T14 a hello from a worker (first or reconnect): its tag sizes are recorded
+//       and the ledger takes over the residency it reports
 //   T15 the ledger refuses a resume (it would not fit): the group fails
 //   T16 an event for an unknown worker, or after the group failed: ignored
 #include "orchestrator/handoff/transition.h"
@@ -265,8 +266,10 @@ void Fault(Ctx& c, const WorkerId& w, const std::string& cause) {
   for (const Outstanding& o : s.outstanding) {
     if (o.worker == w && o.kind == CommandKind::kRelease) releasing.insert(o.tags.begin(), o.tags.end());
   }
-  // Exports are not restored: they are recreated by publishing again.
-  ws.restore = Minus(Minus(s.ledger.ResidentTags(w), releasing), {Tag::kIpcExports});
+  // Exports are not restored: they are recreated by publishing again. A
+  // worker that faults again before its recovery finished keeps what it was
+  // still owed (found by the spin model: assigning here lost it).
+  for (Tag t : Minus(Minus(s.ledger.ResidentTags(w), releasing), {Tag::kIpcExports})) ws.restore.insert(t);
   if (ws.kind == RoleKind::kActor && s.mode != Mode::kSettled && s.target.kind == PhaseKind::kSync) {
     s.published_version = s.published_before;  // its exports are gone: publish again
   }
@@ -427,6 +430,9 @@ void OnHello(Ctx& c, const Hello& e) {
   WorkerState& ws = s.workers.at(e.worker);
   ws.tag_sizes = e.tag_sizes;
   ws.hello = true;
+  for (ResidencyRecord& r : s.ledger.Report(e.worker, e.resident, e.devices, {}, c.now)) {
+    c.actions.push_back(std::move(r));
+  }
   if (s.down.erase(e.worker)) {
     c.ids.push_back("T12");
     MaybeRecover(c);

@@ -58,6 +58,10 @@ struct DeviceMemory {
   int gpu = 0;  // logical id in the job's namespace
   uint64_t used = 0;
   uint64_t total = 0;
+  // true: the whole device's reading (CUDA's cuMemGetInfo); false: the
+  // worker's own accounting (its pools, or its RSS), comparable only with
+  // the same worker's earlier readings.
+  bool device_wide = true;
   friend bool operator==(const DeviceMemory&, const DeviceMemory&) = default;
 };
 
@@ -71,10 +75,15 @@ struct RequestPhase {
   double at = 0;
 };
 // A worker connected and said hello, with the size of each tag it manages
-// (bytes per GPU). Sent again by a restarted worker.
+// (bytes per GPU) and what it holds now (tags absent = 0) with its devices'
+// readings. Sent again by a restarted worker, and by a live worker that
+// reconnects to a restarted daemon: its residency is the truth the ledger
+// takes over.
 struct Hello {
   WorkerId worker;
   std::map<Tag, uint64_t> tag_sizes;
+  std::map<Tag, uint64_t> resident;
+  std::vector<DeviceMemory> devices;
   double at = 0;
 };
 // A worker acknowledged command `command_id`: bytes resident per tag now

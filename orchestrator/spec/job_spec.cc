@@ -1,8 +1,9 @@
 // The job spec parser: schemas/jobspec.schema.json plus the checks a schema
 // cannot make (see job_spec.h; docs/jobspec.md is the reference for people).
 // Every violation is reported, each with its JSON path; the cross-role checks
-// (colocation, device fit) run once every role's replicas, gpus_per_replica
-// and colocate_with are themselves valid, so they never report noise.
+// (colocation, device fit, the handoff section's roles and groups:
+// handoff_parser.h) run once every role's replicas, gpus_per_replica and
+// colocate_with are themselves valid, so they never report noise.
 #include "orchestrator/spec/job_spec.h"
 
 #include <set>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "orchestrator/spec/colocation.h"
+#include "orchestrator/spec/handoff_parser.h"
 #include "orchestrator/spec/role_parser.h"
 #include "orchestrator/spec/spec_reader.h"
 
@@ -107,7 +109,7 @@ ParseResult ParseDocument(const Json& doc) {
     r.Error("", "expected a JSON object (the job spec), got " + Describe(doc));
     return result;
   }
-  r.CheckKeys(doc, "", {"$schema", "name", "backend", "devices", "env", "run_dir", "roles"});
+  r.CheckKeys(doc, "", {"$schema", "name", "backend", "devices", "env", "run_dir", "roles", "handoff"});
   JobSpec spec;
 
   if (doc.contains("$schema") && !doc["$schema"].is_string()) {
@@ -150,15 +152,24 @@ ParseResult ParseDocument(const Json& doc) {
     }
   }
 
+  const bool has_handoff = doc.contains("handoff");
+  internal::ParsedHandoff handoff;
+  if (has_handoff) handoff = internal::ParseHandoff(doc["handoff"], "handoff", r);
+
   if (shapes_ok) {
     size_t before = result.errors.size();
     Colocation col = ResolveColocation(spec.roles, &result.errors);
-    if (result.errors.size() == before) {
-      CheckDeviceFit(col, spec.roles, devices, devices_given, spec, r);
-    }
+    const bool groups_ok = result.errors.size() == before;
+    if (groups_ok) CheckDeviceFit(col, spec.roles, devices, devices_given, spec, r);
+    // Roles taking part by their worker kind are checked too, with or
+    // without a handoff section.
+    internal::CheckHandoffRoles(handoff, spec.roles, groups_ok ? &col : nullptr, r);
+  } else if (has_handoff && !spec.roles.empty()) {
+    internal::CheckHandoffRoles(handoff, spec.roles, nullptr, r);
   }
 
   if (result.errors.empty()) {
+    spec.handoff = std::move(handoff.handoff);
     spec.raw = doc;
     result.spec = std::move(spec);
   }

@@ -55,6 +55,37 @@ struct RoleSpec {
   std::string cwd;                   // "" = the run dir
 };
 
+// The job's `handoff` section (issue #3; docs/handoff.md "In the job spec").
+// Which roles take part in GPU handoffs, as which kind, and how. Role kinds
+// and tags are the wire names of DESIGN.md "Control protocol":
+// kinds "actor", "rollout", "teacher"; tags "weights", "kv_cache",
+// "cuda_graph", "params", "grads", "optimizer", "activations", "ipc_exports".
+struct HandoffPhaseSpec {
+  // Role kind -> the tags that kind releases / resumes on entering the phase.
+  // A phase given in the spec replaces the default plan of that phase whole.
+  std::map<std::string, std::vector<std::string>> release;
+  std::map<std::string, std::vector<std::string>> resume;
+  double timeout_s = 0;  // per command; 0: the section's timeout_s
+};
+
+struct HandoffSpec {
+  // Role name -> kind. A role not named here takes part when its `worker`
+  // is "actor", "rollout" or "teacher" (that is its kind); other roles are
+  // plain tasks, never asked to hand off.
+  std::map<std::string, std::string> roles;
+  // The role whose tasks drive the phases (they send request_phase). When
+  // every task of it has succeeded, the other handoff workers of its group
+  // are sent `shutdown`. "" = none (phases come from the API only).
+  std::string controller;
+  double timeout_s = 120;          // default per-command timeout
+  std::string on_fault = "fail";   // "fail" | "restart"
+  uint64_t gpu_memory = 0;         // bytes per GPU the ledger checks against; 0: the device's own total
+  std::map<std::string, HandoffPhaseSpec> phases;  // "rollout", "teacher", "train", "sync"
+
+  // The kind of `role` in this job ("" when it does not take part).
+  std::string KindOf(const RoleSpec& role) const;
+};
+
 struct JobSpec {
   std::string name;
   BackendSpec backend;
@@ -62,6 +93,7 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   std::string run_dir;               // "" = <state-dir>/runs/<job id>; relative paths resolve against the submitter's cwd
   std::vector<RoleSpec> roles;       // in the order of the spec's "roles" object
+  HandoffSpec handoff;               // defaults when the spec has no `handoff`
   nlohmann::ordered_json raw;        // the spec as submitted, in the document's key order
 
   const RoleSpec* FindRole(std::string_view name) const;

@@ -205,6 +205,24 @@ std::optional<double> Reader::Number(const Json& v, std::string_view path, doubl
   return value;
 }
 
+std::optional<double> Reader::NumberAbove(const Json& v, std::string_view path, double above,
+                                          double max) {
+  std::optional<double> value;
+  if (v.is_number()) {
+    double d = v.get<double>();
+    if (std::isfinite(d)) value = d;
+  }
+  if (!value || *value <= above) {
+    Error(std::string(path), fmt::format("expected a number > {}, got {}", above, Describe(v)));
+    return std::nullopt;
+  }
+  if (*value > max) {
+    Error(std::string(path), fmt::format("expected a number <= {}, got {}", max, Describe(v)));
+    return std::nullopt;
+  }
+  return value;
+}
+
 std::optional<bool> Reader::Bool(const Json& v, std::string_view path) {
   if (v.is_boolean()) return v.get<bool>();
   Error(std::string(path), "expected true or false, got " + Describe(v));

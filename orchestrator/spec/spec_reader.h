@@ -74,6 +74,8 @@ class Reader {
   std::optional<int64_t> Integer(const Json& v, std::string_view path, int64_t min, int64_t max);
   // Any finite JSON number in [min, max].
   std::optional<double> Number(const Json& v, std::string_view path, double min, double max);
+  // Any finite JSON number in (above, max] (the schema's exclusiveMinimum).
+  std::optional<double> NumberAbove(const Json& v, std::string_view path, double above, double max);
   std::optional<bool> Bool(const Json& v, std::string_view path);
   // An array of strings, each checked by `rule`.
   std::optional<std::vector<std::string>> StringArray(const Json& v, std::string_view path,

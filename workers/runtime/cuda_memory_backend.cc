@@ -7,9 +7,13 @@
 // cuMemSetAccess read-write. Unmap: cuMemUnmap + cuMemRelease, which returns
 // the physical memory to the driver while the addresses stay reserved, so
 // pointers and captured CUDA graphs stay valid across release/resume.
-// Backups are pinned host memory (cuMemHostAlloc); a copy is cut into
+// Backups are pinned host memory (cuMemHostAlloc); a copy waits for the
+// context's queued work (cuCtxSynchronize: the copy streams are
+// non-blocking, so they would not wait for the worker's kernels), is cut into
 // `chunk_bytes` pieces issued round-robin on `streams` streams, then every
-// stream is synchronised before the call returns.
+// stream is synchronised before the call returns. Verified on an H200 by
+// workers/runtime/tests/tagged_memory_gpu_test.cc; figures in
+// docs/benchmarks.md "Offload / restore (tagged memory, H200)".
 #include <cuda.h>
 
 #include <dlfcn.h>
@@ -146,6 +150,10 @@ class CudaBackend final : public MemoryBackend {
   }
   Status CopyToHost(void* host, const void* device, size_t bytes) override {
     TANDEM_CU(D().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    // The copy streams are non-blocking: without this, a backup (or Read)
+    // could overtake kernels still queued on the worker's own streams that
+    // write this memory, and save stale bytes.
+    TANDEM_CU(D().cuCtxSynchronize(), "cuCtxSynchronize before copy to host");
     for (size_t off = 0, i = 0; off < bytes; off += chunk_, ++i) {
       size_t n = std::min(chunk_, bytes - off);
       TANDEM_CU(D().cuMemcpyDtoHAsync(static_cast<char*>(host) + off, Ptr(device) + off, n, streams_[i % streams_.size()]),
@@ -155,6 +163,8 @@ class CudaBackend final : public MemoryBackend {
   }
   Status CopyToDevice(void* device, const void* host, size_t bytes) override {
     TANDEM_CU(D().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+    // Likewise: queued kernels that still read the old bytes finish first.
+    TANDEM_CU(D().cuCtxSynchronize(), "cuCtxSynchronize before copy to device");
     for (size_t off = 0, i = 0; off < bytes; off += chunk_, ++i) {
       size_t n = std::min(chunk_, bytes - off);
       TANDEM_CU(D().cuMemcpyHtoDAsync(Ptr(device) + off, static_cast<const char*>(host) + off, n, streams_[i % streams_.size()]),

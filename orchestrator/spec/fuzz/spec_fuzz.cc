@@ -66,6 +66,26 @@ void CheckPlacement(const JobSpec& spec) {
   }
 }
 
+// An accepted handoff section names only roles of the job, its controller
+// takes part, and every role taking part has GPUs in its group.
+void CheckHandoff(const JobSpec& spec) {
+  const auto& h = spec.handoff;
+  Check(h.timeout_s > 0 && h.timeout_s <= 86400);
+  Check(h.on_fault == "fail" || h.on_fault == "restart");
+  for (const auto& [name, kind] : h.roles) {
+    const auto* role = spec.FindRole(name);
+    Check(role != nullptr && h.KindOf(*role) == kind);
+  }
+  if (!h.controller.empty()) {
+    const auto* controller = spec.FindRole(h.controller);
+    Check(controller != nullptr && !h.KindOf(*controller).empty());
+  }
+  for (const auto& [phase, plan] : h.phases) {
+    Check(phase == "rollout" || phase == "teacher" || phase == "train" || phase == "sync");
+    Check(plan.timeout_s >= 0);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -84,6 +104,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(again.spec->roles[i].name == r.spec->roles[i].name);
   }
   Check(again.spec->devices == r.spec->devices);
+  Check(again.spec->handoff.roles == r.spec->handoff.roles);
+  Check(again.spec->handoff.gpu_memory == r.spec->handoff.gpu_memory);
+
+  CheckHandoff(*r.spec);
 
   CheckPlacement(*r.spec);
   return 0;

@@ -1,0 +1,456 @@
+// The handoff service (handoff_service.h).
+#include "orchestrator/daemon/handoff_service.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "orchestrator/handoff/event_codec.h"
+#include "orchestrator/spec/colocation.h"
+
+namespace tandem::daemon {
+
+namespace {
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+using namespace tandem::handoff;
+using ConnectionPtr = control::ControlServer::ConnectionPtr;
+
+json ErrorLine(const json& id, std::string_view code, std::string_view message) {
+  return {{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
+}
+
+// Reads, increments and durably writes the daemon's epoch (a counter of
+// daemon lives on this state dir), which keeps wire command ids unique.
+StatusOr<uint32_t> NextEpoch(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoStatus("create " + dir.string(), ec.value());
+  uint32_t epoch = 0;
+  std::ifstream(dir / "epoch") >> epoch;
+  ++epoch;
+  if (epoch >= (1u << 20)) epoch = 1;  // wire ids stay below 2^52 (exact in every JSON reader)
+  const fs::path tmp = dir / "epoch.tmp";
+  const std::string text = std::to_string(epoch) + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("open " + tmp.string());
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return ErrnoStatus("write " + tmp.string());
+  fs::rename(tmp, dir / "epoch", ec);
+  if (ec) return ErrnoStatus("rename " + tmp.string(), ec.value());
+  return epoch;
+}
+
+StatusOr<Choreography> ChoreographyOf(const spec::HandoffSpec& h) {
+  Choreography c = DefaultChoreography();
+  c.timeout_s = h.timeout_s;
+  c.on_fault = h.on_fault == "restart" ? OnFault::kRestart : OnFault::kFail;
+  static const std::map<std::string, PhaseKind> kPhases = {
+      {"rollout", PhaseKind::kRollout}, {"teacher", PhaseKind::kTeacher},
+      {"train", PhaseKind::kTrain}, {"sync", PhaseKind::kSync}};
+  for (const auto& [name, ps] : h.phases) {
+    auto kind = kPhases.find(name);
+    if (kind == kPhases.end()) return InvalidArgument("handoff.phases: unknown phase " + name);
+    PhasePlan plan;
+    plan.timeout_s = ps.timeout_s;
+    for (const auto& [which, src] : {std::pair{&plan.release, &ps.release}, {&plan.resume, &ps.resume}}) {
+      for (const auto& [kind_name, tags] : *src) {
+        auto rk = ParseRoleKind(kind_name);
+        if (!rk) return InvalidArgument("handoff.phases." + name + ": unknown role kind " + kind_name);
+        TagSet set;
+        for (const std::string& t : tags) {
+          auto tag = ParseTag(t);
+          if (!tag) return InvalidArgument("handoff.phases." + name + ": unknown tag " + t);
+          set.insert(*tag);
+        }
+        (*which)[*rk] = std::move(set);
+      }
+    }
+    c.phases[kind->second] = std::move(plan);
+  }
+  return c;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ groups
+
+class HandoffService::GroupHost : public HandoffGroup::Host {
+ public:
+  GroupHost(HandoffService& s, std::string job, std::string group) : s_(s), job_(std::move(job)), group_(std::move(group)) {}
+  bool Send(const WorkerId& w, const json& line) override {
+    auto it = s_.connection_of_.find({job_, w});
+    if (it == s_.connection_of_.end()) return false;
+    auto peer = s_.peers_.find(it->second);
+    if (peer == s_.peers_.end()) return false;
+    auto c = peer->second.conn.lock();
+    if (!c || c->closed()) return false;
+    c->Send(line);
+    return true;
+  }
+  void RestartWorker(const WorkerId& w, const std::string& cause) override {
+    const std::string task = w.role + "." + std::to_string(w.rank);
+    if (s_.in_exit_ && s_.exiting_task_ == task) return;  // it is ending already; its exit restarts it
+    if (Status st = s_.jobs_.KillTask(job_, task); !st.ok()) {
+      log::Warn("handoff", "restart of {}/{} ({}): kill failed: {}", job_, task, cause, st.ToString());
+    }
+  }
+  void GroupFailed(const std::string& cause) override {
+    const std::string reason = fmt::format("handoff group {} failed: {}", group_, cause);
+    if (s_.in_exit_) {
+      s_.exit_failure_ = reason;
+      return;
+    }
+    // Not from inside a job manager callback: fail the job on the next turn.
+    boost::asio::post(s_.io_, [&s = s_, job = job_, reason] { s.jobs_.FailJob(job, reason); });
+  }
+
+ private:
+  HandoffService& s_;
+  std::string job_, group_;
+};
+
+struct HandoffService::JobGroups {
+  std::map<std::string, std::unique_ptr<GroupHost>> hosts;
+  std::map<std::string, std::unique_ptr<HandoffGroup>> groups;  // by owner role name
+  std::map<std::string, std::string> group_of_role;            // handoff roles only
+  std::string controller;
+};
+
+HandoffService::HandoffService(boost::asio::io_context& io, JobManager& jobs, fs::path state_dir)
+    : io_(io), jobs_(jobs), state_dir_(std::move(state_dir)) {}
+
+HandoffService::~HandoffService() { Stop(); }
+
+Status HandoffService::Start(const fs::path& socket) {
+  TANDEM_ASSIGN_OR_RETURN(epoch_, NextEpoch(state_dir_ / "handoff"), "handoff epoch");
+  for (const Job& job : jobs_.table().jobs) {
+    if (IsTerminal(job.state)) continue;
+    auto g = GroupsOf(job);
+    if (!g.ok()) log::Error("handoff", "job={} groups not restored: {}", job.id, g.status().ToString());
+  }
+  TANDEM_ASSIGN_OR_RETURN(server_, control::ControlServer::Listen(io_, socket, *this), "control socket");
+  return Status::Ok();
+}
+
+std::string HandoffService::endpoint() const { return server_ ? "unix:" + server_->path().string() : ""; }
+
+void HandoffService::Stop() {
+  if (server_) server_->Close();
+  server_.reset();
+}
+
+StatusOr<HandoffService::JobGroups*> HandoffService::GroupsOf(const Job& job) {
+  if (auto it = groups_.find(job.id); it != groups_.end()) return it->second.get();
+  const spec::JobSpec& sp = jobs_.SpecOf(job);
+  auto jg = std::make_unique<JobGroups>();
+  jg->controller = sp.handoff.controller;
+  std::vector<spec::SpecError> errors;
+  const spec::Colocation col = spec::ResolveColocation(sp.roles, &errors);
+  if (!errors.empty()) return InvalidArgument("colocation: " + errors.front().ToString());
+  TANDEM_ASSIGN_OR_RETURN(Choreography chor, ChoreographyOf(sp.handoff), "job " + job.id);
+  for (const spec::ColocationGroup& cg : col.groups) {
+    auto config = std::make_shared<GroupConfig>();
+    config->choreography = chor;
+    LogContext ctx;
+    ctx.group = sp.roles[static_cast<size_t>(cg.owner)].name;
+    for (int ri : cg.members) {
+      const spec::RoleSpec& role = sp.roles[static_cast<size_t>(ri)];
+      const std::string kind = sp.handoff.KindOf(role);
+      if (kind.empty()) continue;
+      GroupRole gr{role.name, *ParseRoleKind(kind), {}};
+      for (const Task& t : job.tasks) {
+        if (t.role != role.name) continue;
+        if (gr.gpus.size() <= static_cast<size_t>(t.rank)) gr.gpus.resize(static_cast<size_t>(t.rank) + 1);
+        gr.gpus[static_cast<size_t>(t.rank)] = t.logical_devices;
+        ctx.gpus[WorkerId{role.name, t.rank}] = t.logical_devices;
+        if (sp.handoff.gpu_memory > 0) {
+          for (int g : t.logical_devices) config->capacity[g] = sp.handoff.gpu_memory;
+        }
+      }
+      std::map<std::string, std::string> env = sp.env;
+      for (const auto& [k, v] : role.env) env[k] = v;
+      ctx.allocator[role.name] = AllocatorConfig(env);
+      config->roles.push_back(std::move(gr));
+      jg->group_of_role[role.name] = ctx.group;
+    }
+    if (config->roles.empty()) continue;
+    const std::string name = ctx.group;
+    auto host = std::make_unique<GroupHost>(*this, job.id, name);
+    auto group = HandoffGroup::Open(io_, name, config, state_dir_ / "handoff" / job.id / name, job.run_dir,
+                                    std::move(ctx), epoch_, *host);
+    if (!group.ok()) return group.status().WithContext("handoff group " + name);
+    jg->hosts[name] = std::move(host);
+    jg->groups[name] = std::move(group).value();
+  }
+  return groups_.emplace(job.id, std::move(jg)).first->second.get();
+}
+
+HandoffGroup* HandoffService::FindGroup(const std::string& job_id, const WorkerId& w) {
+  auto it = groups_.find(job_id);
+  if (it == groups_.end()) return nullptr;
+  auto g = it->second->group_of_role.find(w.role);
+  if (g == it->second->group_of_role.end()) return nullptr;
+  auto group = it->second->groups.find(g->second);
+  return group == it->second->groups.end() ? nullptr : group->second.get();
+}
+
+std::vector<DeviceMemory> HandoffService::Devices(const Job&, const Task& task, const json& residency) const {
+  std::vector<DeviceMemory> out;
+  if (!residency.is_object() || !residency.contains("device") || !residency["device"].is_object()) return out;
+  const json& d = residency["device"];
+  const int index = d.value("index", 0);
+  if (index < 0 || static_cast<size_t>(index) >= task.logical_devices.size()) return out;
+  out.push_back({task.logical_devices[static_cast<size_t>(index)], d.value("used", uint64_t{0}),
+                 d.value("total", uint64_t{0}), d.value("source", "") == "cuda"});
+  return out;
+}
+
+// ------------------------------------------------------------------ control connections
+
+StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello) {
+  const std::string job_id = hello.value("job_id", ""), task_id = hello.value("task_id", "");
+  const std::string role = hello.contains("role") && hello["role"].is_string() ? hello["role"].get<std::string>() : "";
+  const int rank = hello.contains("rank") && hello["rank"].is_number_integer() ? hello["rank"].get<int>() : -1;
+  const Job* job = jobs_.Find(job_id);
+  if (!job) return NotFound("hello: no job \"" + job_id + "\" (TANDEM_JOB_ID)");
+  if (IsTerminal(job->state)) return FailedPrecondition("hello: job " + job_id + " has ended");
+  const Task* task = job->FindTask(task_id);
+  if (!task || task->role != role || task->rank != rank) {
+    return InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id, role, rank));
+  }
+  if (task->state != TaskState::kRunning) return FailedPrecondition("hello: task " + task_id + " is not running");
+  TANDEM_ASSIGN_OR_RETURN(JobGroups * jg, GroupsOf(*job), "hello");
+  const WorkerId w{role, rank};
+  HandoffGroup* group = FindGroup(job_id, w);
+  // A new connection of the same worker replaces the old one.
+  if (auto old = connection_of_.find({job_id, w}); old != connection_of_.end()) {
+    auto peer = peers_.find(old->second);
+    if (peer != peers_.end()) {
+      if (auto oc = peer->second.conn.lock()) oc->Close();
+      peers_.erase(peer);
+    }
+  }
+  peers_[c->id()] = Peer{job_id, w, group ? group->name() : "", c};
+  connection_of_[{job_id, w}] = c->id();
+  const double timeout_s = group ? group->state().config->choreography.timeout_s : 0;
+  log::Info("control", "hello job={} worker={} pid={} group={}", job_id, w.ToString(), c->peer_pid(),
+            group ? group->name() : "(none: plain task)");
+  if (group) {
+    Hello h{w, {}, {}, {}, HandoffGroup::Now()};
+    if (hello.contains("tags") && hello["tags"].is_array()) {
+      for (const json& t : hello["tags"]) {
+        if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+        auto tag = ParseTag(t["name"].get<std::string>());
+        if (tag && t.contains("bytes") && t["bytes"].is_number_unsigned()) h.tag_sizes[*tag] = t["bytes"].get<uint64_t>();
+      }
+    }
+    const json residency = hello.value("residency", json::object());
+    h.resident = TagBytesFromJson(residency.is_object() ? residency.value("tags", json::object()) : json());
+    h.devices = Devices(*job, *task, residency);
+    // After the welcome is on its way: commands may follow at once.
+    boost::asio::post(io_, [this, job_id, h, cid = c->id()] {
+      auto peer = peers_.find(cid);
+      if (peer == peers_.end()) return;
+      if (HandoffGroup* g = FindGroup(job_id, h.worker)) g->OnHello(h);
+    });
+  }
+  (void)jg;
+  return json{{"session", job_id + "/" + w.ToString()},
+              {"handoff", group != nullptr},
+              {"command_timeout_ms", static_cast<int64_t>(timeout_s * 1000)}};
+}
+
+void HandoffService::OnMessage(const ConnectionPtr& c, const json& msg) {
+  auto it = peers_.find(c->id());
+  if (it == peers_.end()) return;
+  const Peer peer = it->second;
+  const std::string type = msg["type"].get<std::string>();
+  const json id = msg.contains("id") && msg["id"].is_number_integer() ? msg["id"] : json();
+  HandoffGroup* group = FindGroup(peer.job, peer.worker);
+  if (type == "ack" || type == "error") {
+    if (msg.value("command", "") == "shutdown" || !group) return;
+    if (id.is_null()) {
+      log::Warn("control", "worker={} {} without an id: {}", peer.worker.ToString(), type, msg.value("message", ""));
+      return;
+    }
+    const Job* job = jobs_.Find(peer.job);
+    const Task* task = job ? job->FindTask(peer.worker.role + "." + std::to_string(peer.worker.rank)) : nullptr;
+    if (!task) return;
+    const json residency = msg.value("residency", json::object());
+    auto resident = TagBytesFromJson(residency.is_object() ? residency.value("tags", json::object()) : json());
+    std::optional<std::string> error;
+    if (type == "error") {
+      error = msg.value("code", "error") + ": " + (msg.contains("message") && msg["message"].is_string()
+                                                         ? msg["message"].get<std::string>() : std::string());
+    }
+    group->OnAnswer(peer.worker, id.get<int64_t>(), std::move(resident), Devices(*job, *task, residency), error);
+    return;
+  }
+  if (type == "request_phase") {
+    if (id.is_null()) return c->Send(ErrorLine(nullptr, "malformed", "request_phase needs an integer id"));
+    if (!group) {
+      return c->Send(ErrorLine(id, "failed_precondition",
+                               "role " + peer.worker.role + " takes no part in handoffs (see the spec's handoff.roles)"));
+    }
+    const std::string text = msg.contains("phase") && msg["phase"].is_string() ? msg["phase"].get<std::string>() : "";
+    const int64_t version = msg.contains("version") && msg["version"].is_number_integer() ? msg["version"].get<int64_t>() : 0;
+    auto phase = ParsePhaseRequest(text, version, *group->state().config);
+    if (!phase.ok()) return c->Send(ErrorLine(id, "invalid_argument", phase.status().message()));
+    const auto start = std::chrono::steady_clock::now();
+    std::weak_ptr<control::ControlConnection> weak = c;
+    group->RequestPhase(*phase, [weak, id, start](StatusOr<json> r) {
+      auto conn = weak.lock();
+      if (!conn || conn->closed()) return;
+      if (!r.ok()) return conn->Send(ErrorLine(id, "failed_precondition", r.status().message()));
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+      conn->Send({{"type", "phase_done"}, {"id", id}, {"phase", (*r)["phase"]}, {"duration_us", us.count()}});
+    });
+    return;
+  }
+  if (type == "metrics") {
+    log::Info("control", "metrics job={} worker={} {}", peer.job, peer.worker.ToString(), msg.value("values", json()).dump());
+    return;
+  }
+  if (type == "hello") return c->Send(ErrorLine(id, "failed_precondition", "hello was already said on this connection"));
+  c->Send(ErrorLine(id, "unknown_command", "unknown message type \"" + type + "\""));
+}
+
+void HandoffService::OnClosed(const ConnectionPtr& c) {
+  auto it = peers_.find(c->id());
+  if (it == peers_.end()) return;
+  const Peer peer = it->second;
+  peers_.erase(it);
+  if (auto cur = connection_of_.find({peer.job, peer.worker}); cur != connection_of_.end() && cur->second == c->id()) {
+    connection_of_.erase(cur);
+  }
+  HandoffGroup* group = FindGroup(peer.job, peer.worker);
+  if (!group || closing_.count(peer.job)) return;
+  if (group->Outstanding(peer.worker)) {
+    group->Feed(handoff::Event{WorkerDied{peer.worker, "control connection closed while a command was outstanding",
+                                 HandoffGroup::Now()}});
+  } else {
+    log::Info("control", "job={} worker={} disconnected while idle", peer.job, peer.worker.ToString());
+  }
+}
+
+// ------------------------------------------------------------------ tasks and jobs
+
+TaskObserver::Verdict HandoffService::OnTaskExit(const Job& job, const Task& task, const backends::TaskExit& exit,
+                                                 std::string* reason) {
+  if (closing_.count(job.id)) return Verdict::kDefault;
+  const WorkerId w{task.role, task.rank};
+  HandoffGroup* group = FindGroup(job.id, w);
+  if (!group) return Verdict::kDefault;
+  if (exit.succeeded() && !group->Outstanding(w) && !group->state().down.count(w)) {
+    log::Info("handoff", "job={} worker={} left cleanly", job.id, w.ToString());
+    boost::asio::post(io_, [this, id = job.id] {
+      if (const Job* j = jobs_.Find(id)) MaybeShutdownGroup(*j);
+    });
+    return Verdict::kDefault;
+  }
+  in_exit_ = true;
+  exiting_task_ = task.name;
+  exit_failure_.clear();
+  const std::string cause = exit.status_known
+      ? (exit.signal ? "killed by signal " + std::to_string(exit.signal) : "exit code " + std::to_string(exit.exit_code))
+      : "exit status unknown";
+  group->Feed(handoff::Event{WorkerDied{w, cause, HandoffGroup::Now()}});
+  in_exit_ = false;
+  exiting_task_.clear();
+  if (!exit_failure_.empty()) {
+    *reason = exit_failure_;
+    return Verdict::kFailJob;
+  }
+  return group->state().down.count(w) ? Verdict::kRestartNow : Verdict::kDefault;
+}
+
+void HandoffService::MaybeShutdownGroup(const Job& job) {
+  auto it = groups_.find(job.id);
+  if (it == groups_.end() || it->second->controller.empty() || closing_.count(job.id)) return;
+  const std::string& controller = it->second->controller;
+  for (const Task& t : job.tasks) {
+    if (t.role == controller && t.state != TaskState::kSucceeded) return;
+  }
+  closing_.insert(job.id);
+  log::Info("handoff", "job={} controller {} finished: shutting the workers down", job.id, controller);
+  int64_t id = (static_cast<int64_t>(epoch_) << 32) | 0xfffffff0;  // outside the engine's ids
+  for (auto& [cid, peer] : peers_) {
+    if (peer.job != job.id || peer.worker.role == controller) continue;
+    if (auto c = peer.conn.lock()) c->Send({{"type", "shutdown"}, {"id", id++}, {"reason", "the controller finished"}});
+  }
+}
+
+void HandoffService::OnJobEnded(const Job& job) { DropJob(job.id, /*remove_journals=*/true); }
+
+void HandoffService::DropJob(const std::string& job_id, bool remove_journals) {
+  auto it = groups_.find(job_id);
+  if (it != groups_.end()) {
+    if (remove_journals) {
+      for (auto& [name, g] : it->second->groups) g->RemoveJournal();
+      std::error_code ec;
+      fs::remove_all(state_dir_ / "handoff" / job_id, ec);
+    }
+    // Destroyed on the next turn: this may run inside one of the group's own callbacks.
+    boost::asio::post(io_, [jg = std::shared_ptr<JobGroups>(std::move(it->second))] {});
+    groups_.erase(it);
+  }
+  std::erase_if(peers_, [&](const auto& kv) { return kv.second.job == job_id; });
+  std::erase_if(connection_of_, [&](const auto& kv) { return kv.first.first == job_id; });
+  closing_.erase(job_id);
+}
+
+// ------------------------------------------------------------------ API
+
+void HandoffService::RequestPhase(const std::string& job_id, const std::string& group_name, const std::string& phase,
+                                  int64_t version, PhaseCallback done) {
+  const Job* job = jobs_.Find(job_id);
+  if (!job) return done(NotFound("no job " + job_id));
+  if (IsTerminal(job->state)) return done(FailedPrecondition("job " + job_id + " has ended"));
+  auto jg = GroupsOf(*job);
+  if (!jg.ok()) return done(jg.status());
+  auto& groups = (*jg)->groups;
+  if (groups.empty()) return done(FailedPrecondition("job " + job_id + " has no handoff roles (see the spec's handoff section)"));
+  HandoffGroup* group = nullptr;
+  if (group_name.empty()) {
+    if (groups.size() > 1) {
+      std::string names;
+      for (const auto& [n, g] : groups) names += (names.empty() ? "" : ", ") + n;
+      return done(InvalidArgument("the job has several handoff groups (" + names + "): name one with \"group\""));
+    }
+    group = groups.begin()->second.get();
+  } else if (auto it = groups.find(group_name); it != groups.end()) {
+    group = it->second.get();
+  } else {
+    return done(NotFound("no handoff group " + group_name + " in job " + job_id));
+  }
+  auto p = ParsePhaseRequest(phase, version, *group->state().config);
+  if (!p.ok()) return done(p.status());
+  const auto start = std::chrono::steady_clock::now();
+  group->RequestPhase(*p, [done = std::move(done), start, name = group->name()](StatusOr<json> r) {
+    if (!r.ok()) return done(r.status());
+    json out = *r;
+    out["group"] = name;
+    out["duration_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    done(out);
+  });
+}
+
+StatusOr<json> HandoffService::Residency(const std::string& job_id) {
+  const Job* job = jobs_.Find(job_id);
+  if (!job) return NotFound("no job " + job_id);
+  json groups = json::array();
+  if (!IsTerminal(job->state)) {
+    TANDEM_ASSIGN_OR_RETURN(JobGroups * jg, GroupsOf(*job), "residency");
+    for (const auto& [name, g] : jg->groups) groups.push_back(g->ResidencyJson());
+  }
+  return json{{"job", job_id}, {"state", ToString(job->state)}, {"run_dir", job->run_dir}, {"groups", groups}};
+}
+
+}  // namespace tandem::daemon

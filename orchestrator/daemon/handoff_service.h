@@ -1,0 +1,98 @@
+// The handoff service: the daemon's side of issue #3 (DESIGN.md "Control
+// protocol", "Handoff engine", "Residency ledger and logs").
+//
+// - Listens on the control socket (<state_dir>/control.sock, handed to tasks
+//   as TANDEM_CONTROL=unix:...), and admits a connection only when its hello
+//   names a running task of a live job (job_id, task_id, role and rank must
+//   agree with the daemon's own records).
+// - Builds one HandoffGroup per colocation group that has handoff roles (the
+//   spec's `handoff` section, HandoffSpec::KindOf), named after the group's
+//   owner role, with its journal under <state_dir>/handoff/<job>/<group>/ and
+//   its logs in the job's run dir.
+// - Turns worker lines into engine events (ack, error, request_phase), and
+//   task exits into WorkerDied, deciding with the job manager what happens to
+//   the task (TaskObserver): on_fault=restart relaunches it, on_fault=fail
+//   fails the job. A control connection that closes while the worker owes an
+//   answer is a death; one that closes while idle is not (the task's exit
+//   decides). A worker that exits 0 owing nothing has left cleanly.
+// - When every task of the spec's `controller` role has succeeded, the
+//   group's other workers are sent `shutdown`.
+// - API: RequestPhase (POST /v1/jobs/{id}/phase) and Residency (GET
+//   /v1/jobs/{id}/residency).
+// Single-threaded, on the daemon's io thread.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/control/control_server.h"
+#include "orchestrator/daemon/handoff_group.h"
+#include "orchestrator/daemon/job_manager.h"
+
+namespace tandem::daemon {
+
+class HandoffService : public control::ControlServer::Delegate, public TaskObserver {
+ public:
+  using PhaseCallback = HandoffGroup::PhaseCallback;
+
+  HandoffService(boost::asio::io_context& io, JobManager& jobs, std::filesystem::path state_dir);
+  ~HandoffService() override;
+
+  // Bumps the daemon epoch, re-opens the groups of live jobs (replaying their
+  // journals) and starts listening. Call after JobManager::Recover.
+  Status Start(const std::filesystem::path& socket);
+  std::string endpoint() const;  // "unix:<socket>"
+  void Stop();
+
+  // POST /v1/jobs/{id}/phase: `group` "" = the job's only group.
+  void RequestPhase(const std::string& job_id, const std::string& group, const std::string& phase,
+                    int64_t version, PhaseCallback done);
+  // GET /v1/jobs/{id}/residency.
+  StatusOr<nlohmann::json> Residency(const std::string& job_id);
+
+  // control::ControlServer::Delegate
+  StatusOr<nlohmann::json> OnHello(const control::ControlServer::ConnectionPtr& c, const nlohmann::json& hello) override;
+  void OnMessage(const control::ControlServer::ConnectionPtr& c, const nlohmann::json& message) override;
+  void OnClosed(const control::ControlServer::ConnectionPtr& c) override;
+
+  // TaskObserver
+  Verdict OnTaskExit(const Job& job, const Task& task, const backends::TaskExit& exit, std::string* reason) override;
+  void OnJobEnded(const Job& job) override;
+
+ private:
+  struct JobGroups;
+  struct Peer {
+    std::string job;
+    handoff::WorkerId worker;
+    std::string group;  // "" for a plain task
+    std::weak_ptr<control::ControlConnection> conn;
+  };
+  class GroupHost;
+
+  StatusOr<JobGroups*> GroupsOf(const Job& job);
+  HandoffGroup* FindGroup(const std::string& job_id, const handoff::WorkerId& w);
+  std::vector<handoff::DeviceMemory> Devices(const Job& job, const Task& task, const nlohmann::json& residency) const;
+  void MaybeShutdownGroup(const Job& job);
+  void DropJob(const std::string& job_id, bool remove_journals);
+
+  boost::asio::io_context& io_;
+  JobManager& jobs_;
+  std::filesystem::path state_dir_;
+  uint32_t epoch_ = 0;
+  std::unique_ptr<control::ControlServer> server_;
+  std::map<std::string, std::unique_ptr<JobGroups>> groups_;       // by job id
+  std::map<uint64_t, Peer> peers_;                                 // by connection id
+  std::map<std::pair<std::string, handoff::WorkerId>, uint64_t> connection_of_;  // (job, worker) -> connection id
+  std::set<std::string> closing_;                                  // jobs whose controller finished
+  std::string exit_failure_;                                       // GroupFailed during OnTaskExit
+  std::string exiting_task_;                                       // the task OnTaskExit is about
+  bool in_exit_ = false;
+};
+
+}  // namespace tandem::daemon
