@@ -75,7 +75,7 @@ class Group {
   void HelloAll() {
     std::vector<std::pair<WorkerId, RoleKind>> workers;
     for (const auto& [w, ws] : state.workers) workers.emplace_back(w, ws.kind);
-    for (const auto& [w, kind] : workers) Feed(Hello{w, SizesOf(kind), Now()});
+    for (const auto& [w, kind] : workers) Feed(Hello{.worker = w, .tag_sizes = SizesOf(kind), .at = Now()});
   }
   double Now() { return clock += 0.5; }
 

@@ -81,7 +81,7 @@ inline void WriteRun(const std::filesystem::path& dir, RunOptions o = {}) {
           g.resident.erase(hs::kJudge);  // its memory went with the process
           g.Feed(handoff::WorkerDied{hs::kJudge, "killed by signal 9", g.Now()});
           write();
-          g.Feed(handoff::Hello{hs::kJudge, hs::SizesOf(handoff::RoleKind::kTeacher), g.Now()});
+          g.Feed(handoff::Hello{.worker = hs::kJudge, .tag_sizes = hs::SizesOf(handoff::RoleKind::kTeacher), .at = g.Now()});
           write();
           continue;
         }
