@@ -11,7 +11,8 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev)
 # Extra packages for the test suite (services, validators, fuzzers).
 test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
-  python3-prometheus-client spin)
+  python3-prometheus-client spin
+  chromium)  # headless, renders the timeline page (orchestrator/report/tests/)
 # The test services (scripts/services/): a single-node Slurm and a Redis, with
 # the client libraries the Slurm and Redis backends build against.
 services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev jq)

@@ -229,6 +229,8 @@ int CmdEvents(Client& c, const std::string& job, bool follow) {
       json ev = json::parse(line, nullptr, false);
       if (!ev.is_discarded()) std::cout << FormatEvent(ev) << "\n";
     }
+    if (fs::is_regular_file(fs::path(job) / "handoff.jsonl"))
+      std::cerr << "(this run has a handoff log: tandem events " << job << " --handoff)\n";
     return kExitOk;
   }
   return StreamEvents(c, job, follow, [](const json& ev) { std::cout << FormatEvent(ev) << std::endl; });

@@ -32,6 +32,16 @@ int CmdEvents(Client& c, const std::string& job, bool follow);
 int WaitForJob(Client& c, const std::string& job, bool quiet);
 int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings);
 
+// Reading a run's handoff (report_commands.cc). `target` is a run directory
+// or a job id (the daemon tells its run_dir). Exit 1 when the run dir has no
+// handoff.jsonl / residency.jsonl; skipped log lines are warnings on stderr.
+int CmdResidency(Client& c, const std::string& target, bool json);
+// Writes the timeline page to `out_path` (via a temporary file and rename).
+// `max_bars` > 0 overrides the page's bar limit.
+int CmdTimeline(Client& c, const std::string& target, const std::string& out_path, size_t max_bars);
+// `tandem events JOB|RUN_DIR --handoff`: handoff.jsonl, one line per command.
+int CmdHandoffEvents(Client& c, const std::string& target);
+
 // Exit code for a job's final state name.
 int ExitCodeForState(const std::string& state);
 // One line of a job event, for people: "12:00:01.234 actor.0 running pid=123".

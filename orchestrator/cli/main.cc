@@ -67,9 +67,22 @@ int main(int argc, char** argv) {
   logs->add_flag("--follow,-f", follow, "Keep printing until the task ends");
   logs->add_flag("--stderr", err_stream, "Print stderr instead of stdout");
 
-  auto* events = app.add_subcommand("events", "Print a job's state changes");
-  events->add_option("JOB", job, "Job id")->required();
-  events->add_flag("--follow,-f", follow, "Keep printing until the job ends");
+  auto* events = app.add_subcommand("events", "Print a job's state changes, or with --handoff its handoff log");
+  events->add_option("JOB", job, "Job id or run directory")->required();
+  auto* follow_flag = events->add_flag("--follow,-f", follow, "Keep printing until the job ends");
+  bool handoff = false;
+  events->add_flag("--handoff", handoff, "Print handoff.jsonl: one line per command")->excludes(follow_flag);
+
+  auto* residency = app.add_subcommand("residency", "Per GPU: who holds what memory now, the peak, leaks");
+  residency->add_option("JOB", job, "Job id or run directory")->required();
+  residency->add_flag("--json", as_json, "Print the model as JSON");
+
+  auto* timeline = app.add_subcommand("timeline", "Write an HTML page drawing who held which GPU's memory over time");
+  timeline->add_option("JOB", job, "Job id or run directory")->required();
+  std::string timeline_out = "timeline.html";
+  size_t max_bars = 0;
+  timeline->add_option("-o,--output", timeline_out, "Output file (default timeline.html)");
+  timeline->add_option("--max-bars", max_bars, "Bars drawn before holds are merged (default 4000)");
 
   auto* validate = app.add_subcommand("validate", "Check a job spec; exit 0 if valid, 1 with the errors");
   validate->add_option("SPEC", spec, "Job spec (JSON)")->required();
@@ -112,6 +125,9 @@ int main(int argc, char** argv) {
   if (*status) return cli::CmdStatus(client, job, as_json);
   if (*cancel) return cli::CmdCancel(client, job);
   if (*logs) return cli::CmdLogs(client, job, task, follow, err_stream);
+  if (*events && handoff) return cli::CmdHandoffEvents(client, job);
   if (*events) return cli::CmdEvents(client, job, follow);
+  if (*residency) return cli::CmdResidency(client, job, as_json);
+  if (*timeline) return cli::CmdTimeline(client, job, timeline_out, max_bars);
   return cli::kExitUsage;
 }
