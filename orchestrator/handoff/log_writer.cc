@@ -27,7 +27,9 @@ Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
 
 nlohmann::json Devices(const std::vector<DeviceMemory>& devices) {
   nlohmann::json out = nlohmann::json::array();
-  for (const DeviceMemory& d : devices) out.push_back({{"gpu", d.gpu}, {"used", d.used}, {"total", d.total}});
+  for (const DeviceMemory& d : devices) {
+    out.push_back({{"gpu", d.gpu}, {"used", d.used}, {"total", d.total}, {"device_wide", d.device_wide}});
+  }
   return out;
 }
 

@@ -51,7 +51,7 @@ struct GpuResidency {
   std::vector<LeakMark> leaks;
   // Device used minus ledger bytes at the last reading (memory no tag accounts for).
   int64_t Untracked() const {
-    return reading ? static_cast<int64_t>(reading->used) - static_cast<int64_t>(ledger_bytes) : 0;
+    return reading && reading->device_wide ? static_cast<int64_t>(reading->used) - static_cast<int64_t>(ledger_bytes) : 0;
   }
 };
 

@@ -48,11 +48,11 @@ std::string ResidencyText(const ResidencyModel& m) {
   for (const GpuResidency& g : m.gpus) {
     out += fmt::format("\nGPU {}", g.gpu);
     if (g.reading) {
-      out += fmt::format("  device {} used of {} (at {})", HumanBytes(g.reading->used),
-                         HumanBytes(g.reading->total), ClockTime(g.reading_ts));
+      out += fmt::format("  {} {} used of {} (at {})", g.reading->device_wide ? "device" : "worker-reported",
+                         HumanBytes(g.reading->used), HumanBytes(g.reading->total), ClockTime(g.reading_ts));
     }
     out += fmt::format("  ledger {}", HumanBytes(g.ledger_bytes));
-    if (g.reading) {
+    if (g.reading && g.reading->device_wide) {
       const int64_t u = g.Untracked();
       out += fmt::format("  untracked {}{}", u < 0 ? "-" : "", HumanBytes(static_cast<uint64_t>(u < 0 ? -u : u)));
     }

@@ -154,6 +154,7 @@ StatusOr<ResidencyLine> ParseResidencyLine(std::string_view text) {
         break;
       }
       r.gpu = gpu;
+      if (auto dw = d.find("device_wide"); dw != d.end() && dw->is_boolean()) r.device_wide = dw->get<bool>();
       l.devices.push_back(r);
     }
   }

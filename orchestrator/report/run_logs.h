@@ -42,6 +42,7 @@ struct DeviceReading {
   int gpu = 0;
   uint64_t used = 0;
   uint64_t total = 0;
+  bool device_wide = true;  // false: the worker's own accounting, not the whole device
 };
 
 // One line of residency.jsonl: what a worker holds for one tag changed.
