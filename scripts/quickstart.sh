@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF
-exec build/bin/tandem run examples/quickstart.json --gpus 0,1,2,3 "$@"
+exec build/bin/tandem run examples/quickstart.json --gpus 0,1 "$@"

@@ -173,6 +173,19 @@ int CmdStatus(Client& c, const std::string& job, bool as_json) {
   return kExitOk;
 }
 
+int CmdPhase(Client& c, const std::string& job, const std::string& phase, int64_t version, const std::string& group) {
+  json body = {{"phase", phase}};
+  if (version > 0) body["version"] = version;
+  if (!group.empty()) body["group"] = group;
+  auto r = c.Request("POST", "/v1/jobs/" + job + "/phase", body.dump());
+  if (!r.ok()) return Unreachable(r.status());
+  if (r->status != 200) return Refused(*r);
+  const json b = r->Json();
+  std::cout << b.value("group", "") << ": " << b.value("phase", "") << " reached in "
+            << static_cast<int64_t>(b.value("duration_s", 0.0) * 1000) << " ms\n";
+  return kExitOk;
+}
+
 int CmdCancel(Client& c, const std::string& job) {
   auto r = c.Request("POST", "/v1/jobs/" + job + "/cancel");
   if (!r.ok()) return Unreachable(r.status());

@@ -26,6 +26,8 @@ int CmdValidate(const std::string& spec_path);
 int CmdSubmit(Client& c, const std::string& spec_path, bool wait);
 int CmdStatus(Client& c, const std::string& job, bool json);
 int CmdCancel(Client& c, const std::string& job);
+// POST /v1/jobs/{id}/phase: runs a handoff of the job's group and waits for it.
+int CmdPhase(Client& c, const std::string& job, const std::string& phase, int64_t version, const std::string& group);
 int CmdLogs(Client& c, const std::string& job, const std::string& task, bool follow, bool stderr_stream);
 int CmdEvents(Client& c, const std::string& job, bool follow);
 // Follows a job's events until it ends; prints per-role progress; returns the job's exit code.

@@ -61,6 +61,14 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a job (SIGTERM, grace period, SIGKILL)");
   cancel->add_option("JOB", job, "Job id")->required();
 
+  std::string phase, group;
+  int64_t version = 0;
+  auto* phase_cmd = app.add_subcommand("phase", "Run a GPU handoff: move the job's colocation group into a phase");
+  phase_cmd->add_option("JOB", job, "Job id")->required();
+  phase_cmd->add_option("PHASE", phase, "rollout, train, sync (with --version), teacher or teacher:ROLE")->required();
+  phase_cmd->add_option("--version", version, "Weights version, for sync");
+  phase_cmd->add_option("--group", group, "The colocation group (its owner role); needed when the job has several");
+
   auto* logs = app.add_subcommand("logs", "Print a task's output");
   logs->add_option("JOB", job, "Job id")->required();
   logs->add_option("--task,-t", task, "Task name (role.rank); optional for one-task jobs");
@@ -124,6 +132,7 @@ int main(int argc, char** argv) {
   if (*submit) return cli::CmdSubmit(client, spec, wait);
   if (*status) return cli::CmdStatus(client, job, as_json);
   if (*cancel) return cli::CmdCancel(client, job);
+  if (*phase_cmd) return cli::CmdPhase(client, job, phase, version, group);
   if (*logs) return cli::CmdLogs(client, job, task, follow, err_stream);
   if (*events && handoff) return cli::CmdHandoffEvents(client, job);
   if (*events) return cli::CmdEvents(client, job, follow);

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/daemon/daemon.h"
+#include "orchestrator/report/residency_model.h"
 
 namespace tandem::cli {
 
@@ -122,6 +123,14 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
       std::cerr << "[run]   " << t.name << "  " << daemon::ToString(t.state)
                 << (t.detail.empty() ? "" : "  " + t.detail) << "\n";
     std::cerr << "[run] logs: " << job->run_dir << "/tasks/\n";
+    // A job with GPU handoffs ends with who held what (tandem residency RUN_DIR).
+    if (fs::exists(fs::path(job->run_dir) / "residency.jsonl")) {
+      if (auto logs = report::ReadRunLogs(job->run_dir); logs.ok()) {
+        std::cerr << "[run] residency (tandem residency " << job->run_dir << "; tandem timeline " << job->run_dir
+                  << " -o timeline.html):\n"
+                  << report::ResidencyText(report::BuildResidencyModel(*logs));
+      }
+    }
     std::cout << job->id << "\n";
   }
   if (temp_state) {

@@ -181,6 +181,13 @@ TEST_F(HandoffTest, ApiDrivesPhasesAndReportsResidency) {
   ASSERT_EQ(st, 200) << body.dump();
   EXPECT_EQ(Residency(id)["groups"][0]["published_version"], 1);
   EXPECT_EQ(Phase(id, {{"phase", "sync"}, {"version", 1}}).first, 200) << "the phase it is in: answered at once";
+  // The same through the CLI.
+  const std::string cmd = (BinDir() / "tandem").string() + " --socket " + (dir_ / "tandemd.sock").string() +
+                          " phase " + id + " rollout > " + (dir_ / "phase.out").string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << ReadFile(dir_ / "phase.out");
+  EXPECT_NE(ReadFile(dir_ / "phase.out").find("actor: ROLLOUT reached in"), std::string::npos) << ReadFile(dir_ / "phase.out");
+  EXPECT_NE(std::system(((BinDir() / "tandem").string() + " --socket " + (dir_ / "tandemd.sock").string() + " phase " +
+                         id + " sync > /dev/null 2>&1").c_str()), 0) << "sync without --version is refused";
   auto c = d_->client().Request("POST", "/v1/jobs/" + id + "/cancel");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(d_->WaitJob(id), "cancelled");

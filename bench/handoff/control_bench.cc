@@ -1,0 +1,228 @@
+// bench/handoff/control_bench: the control overhead of the GPU handoff
+// (issue #3 part 9; ../shared/BENCHMARKS.md "handoff control overhead").
+//
+// An embedded daemon (the same code as tandemd) runs a colocated job of N
+// real `tandem-worker probe` processes whose tags are 4 KiB (they move no
+// bytes worth counting): 1 actor and N-1 rollouts. The bench enters the
+// phases ROLLOUT -> TRAIN -> SYNC(v) -> ROLLOUT ... through the handoff
+// service (the code behind POST /v1/jobs/{id}/phase, without HTTP) and times
+// each transition: every stage's commands over the control socket, the
+// workers' answers, the journal append and the log lines.
+// Baseline in the same run: one bare round trip of a JSON line of the same
+// size over a unix socket to another process.
+//   control_bench [--max N] [--cycles K]
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "orchestrator/daemon/daemon.h"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One request/answer of a ~200-byte JSON line between two processes.
+double BareRoundTripUs(int reps) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 0;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(sv[0]);
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(sv[1], buf, sizeof buf);
+      if (n <= 0) ::_exit(0);
+      if (::write(sv[1], buf, static_cast<size_t>(n)) != n) ::_exit(1);
+    }
+  }
+  ::close(sv[1]);
+  const std::string line =
+      json{{"type", "release"}, {"id", 4294967297}, {"tags", {"weights", "kv_cache"}}, {"phase", "TRAIN"},
+           {"residency", {{"tags", {{"weights", 4096}, {"kv_cache", 4096}}}}}}.dump() + "\n";
+  std::vector<double> us;
+  char buf[4096];
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    if (::write(sv[0], line.data(), line.size()) != static_cast<ssize_t>(line.size())) break;
+    size_t got = 0;
+    while (got < line.size()) {
+      ssize_t n = ::read(sv[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  ::close(sv[0]);
+  ::waitpid(child, nullptr, 0);
+  return Median(us);
+}
+
+struct Result {
+  std::map<std::string, double> median_us;  // per phase entered
+  double cycle_us = 0;                      // ROLLOUT->TRAIN->SYNC->ROLLOUT, median
+  bool ok = false;
+};
+
+Result Run(int n, int cycles) {
+  std::string tmpl = (fs::temp_directory_path() / "tandem-control-bench-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) return {};
+  tandem::daemon::DaemonSettings s;
+  s.state_dir = tmpl;
+  s.socket = tmpl + "/tandemd.sock";
+  const int gpus = std::max(1, n - 1);
+  for (int g = 0; g < gpus; ++g) s.gpus += (g ? "," : "") + std::to_string(g);
+  s.log_level = "warn";
+  boost::asio::io_context io;
+  Result r;
+  {
+    tandem::daemon::Daemon d(io, s);
+    if (auto st = d.Start(); !st.ok()) {
+      std::cerr << st.ToString() << "\n";
+      return {};
+    }
+    const std::vector<std::string> common = {"--backend", "cpu", "--cpu-capacity", "1GiB", "--start-released"};
+    auto args = [&](std::vector<std::string> tags) {
+      std::vector<std::string> a;
+      for (auto& t : tags) a.insert(a.end(), {"--tag", t});
+      a.insert(a.end(), common.begin(), common.end());
+      return a;
+    };
+    nlohmann::ordered_json roles;
+    roles["actor"] = {{"worker", "probe"}, {"args", args({"params=4KiB:backup", "grads=4KiB", "optimizer=4KiB:backup"})},
+                      {"replicas", 1}, {"gpus_per_replica", gpus}};
+    if (n > 1) {
+      roles["rollout"] = {{"worker", "probe"}, {"args", args({"weights=4KiB:backup", "kv_cache=4KiB", "cuda_graph=4KiB:backup"})},
+                          {"replicas", n - 1}, {"gpus_per_replica", 1}, {"colocate_with", "actor"}};
+    }
+    nlohmann::ordered_json spec = {{"name", "control-bench"}, {"backend", {{"kind", "local"}}}, {"roles", roles},
+                                   {"handoff", {{"roles", {{"actor", "actor"}, {"rollout", "rollout"}}}}}};
+    if (n == 1) spec["handoff"]["roles"] = {{"actor", "actor"}};
+    std::string job;
+    d.jobs().Submit(spec, [&](tandem::StatusOr<json> res) {
+      if (!res.ok()) std::cerr << "submit: " << res.status().ToString() << "\n";
+      else job = res->value("id", "");
+    });
+    // The phase sequence, each timed; the first ROLLOUT is warm-up.
+    std::vector<std::pair<std::string, int64_t>> plan;
+    plan.push_back({"rollout", 0});
+    for (int c = 1; c <= cycles; ++c) plan.insert(plan.end(), {{"train", 0}, {"sync", c}, {"rollout", 0}});
+    std::map<std::string, std::vector<double>> times;
+    std::vector<double> cycle;
+    size_t next = 0;
+    double cycle_acc = 0;
+    std::function<void()> step = [&] {
+      if (next == plan.size()) {
+        r.ok = true;
+        return io.stop();
+      }
+      const auto [phase, version] = plan[next];
+      const auto t0 = Clock::now();
+      d.handoff().RequestPhase(job, "", phase, version, [&, phase, t0](tandem::StatusOr<json> res) {
+        if (!res.ok()) {
+          std::cerr << "phase " << phase << ": " << res.status().ToString() << "\n";
+          return io.stop();
+        }
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (next > 0) {
+          times[phase].push_back(us);
+          cycle_acc += us;
+          if (phase == "rollout") {
+            cycle.push_back(cycle_acc);
+            cycle_acc = 0;
+          }
+        }
+        ++next;
+        boost::asio::post(io, step);
+      });
+    };
+    // Start once every worker said hello (a request waits for hellos anyway,
+    // but the first transition should not include process start-up).
+    boost::asio::steady_timer poll(io);
+    std::function<void(boost::system::error_code)> wait_ready = [&](boost::system::error_code) {
+      auto res = job.empty() ? tandem::StatusOr<json>(tandem::NotFound("")) : d.handoff().Residency(job);
+      int hello = 0;
+      if (res.ok()) {
+        for (const auto& g : (*res)["groups"])
+          for (const auto& w : g["workers"]) hello += w.value("hello", false) && w.value("connected", false);
+      }
+      if (hello == n) return step();
+      poll.expires_after(std::chrono::milliseconds(20));
+      poll.async_wait(wait_ready);
+    };
+    poll.expires_after(std::chrono::milliseconds(20));
+    poll.async_wait(wait_ready);
+    boost::asio::steady_timer deadline(io, std::chrono::seconds(120));
+    deadline.async_wait([&](boost::system::error_code ec) {
+      if (!ec) {
+        std::cerr << "n=" << n << ": timed out\n";
+        io.stop();
+      }
+    });
+    io.run();
+    for (const auto& [p, v] : times) r.median_us[p] = Median(v);
+    r.cycle_us = Median(cycle);
+    if (!job.empty()) (void)d.jobs().Cancel(job);
+    io.restart();
+    io.run_for(std::chrono::seconds(5));  // SIGTERM to the workers, reaped
+    d.Stop();
+  }
+  if (!std::getenv("CONTROL_BENCH_KEEP")) fs::remove_all(tmpl);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int max_n = 64, cycles = 20;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], "--max")) max_n = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--cycles")) cycles = std::atoi(argv[i + 1]);
+  }
+  tandem::log::Init("warn");
+  const double rtt = BareRoundTripUs(2000);
+  std::cout << fmt::format("bare round trip (unix socket, one JSON line, to another process): {:.1f} us\n", rtt);
+  std::cout << "workers  rollout_us  train_us  sync_us  cycle_us  per_transition_us  transition/rtt\n";
+  std::map<int, double> per_transition;
+  for (int n = 1; n <= max_n; n *= 2) {
+    Result r = Run(n, cycles);
+    if (!r.ok) {
+      std::cout << fmt::format("{:7d}  failed\n", n);
+      continue;
+    }
+    per_transition[n] = r.cycle_us / 3;
+    std::cout << fmt::format("{:7d}  {:10.0f}  {:8.0f}  {:7.0f}  {:8.0f}  {:17.0f}  {:14.1f}\n", n, r.median_us["rollout"],
+                             r.median_us["train"], r.median_us["sync"], r.cycle_us, r.cycle_us / 3,
+                             r.cycle_us / 3 / rtt);
+  }
+  if (per_transition.count(8)) {
+    std::cout << fmt::format("verdict: {:.3f} ms per transition at 8 workers (target <= 1 ms): {}\n",
+                             per_transition[8] / 1000, per_transition[8] <= 1000 ? "met" : "NOT met");
+  }
+  if (per_transition.count(1) && per_transition.count(max_n)) {
+    std::cout << fmt::format("scaling: {}x the workers cost {:.1f}x the time per transition\n", max_n,
+                             per_transition[max_n] / per_transition[1]);
+  }
+  return 0;
+}
