@@ -173,17 +173,15 @@ void HandoffGroup::RequestPhase(const Phase& p, PhaseCallback done) {
 }
 
 void HandoffGroup::Perform(std::vector<Action>& actions) {
+  if (Status st = logs_->WriteAll(actions); !st.ok()) log::Error("handoff", "group={} {}", name_, st.ToString());
   bool residency_changed = false;
   for (Action& a : actions) {
     if (auto* c = std::get_if<SendCommand>(&a)) {
       sent_[c->command_id] = *c;
       Send(*c, /*retry=*/false);
       ArmTimer(c->command_id, c->timeout_s);
-    } else if (auto* h = std::get_if<HandoffRecord>(&a)) {
-      if (Status st = logs_->Write(*h); !st.ok()) log::Error("handoff", "group={} {}", name_, st.ToString());
     } else if (auto* r = std::get_if<ResidencyRecord>(&a)) {
       residency_changed = true;
-      if (Status st = logs_->Write(*r); !st.ok()) log::Error("handoff", "group={} {}", name_, st.ToString());
       if (r->leak) log::Warn("handoff", "group={} worker={} leak: {}", name_, r->worker.ToString(), r->note);
     } else if (auto* p = std::get_if<PhaseReached>(&a)) {
       log::Info("handoff", "group={} phase reached {}", name_, PhaseName(p->phase));

@@ -226,7 +226,7 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello
     return InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id, role, rank));
   }
   if (task->state != TaskState::kRunning) return FailedPrecondition("hello: task " + task_id + " is not running");
-  TANDEM_ASSIGN_OR_RETURN(JobGroups * jg, GroupsOf(*job), "hello");
+  TANDEM_RETURN_IF_ERROR(GroupsOf(*job).status(), "hello");
   const WorkerId w{role, rank};
   HandoffGroup* group = FindGroup(job_id, w);
   // A new connection of the same worker replaces the old one.
@@ -261,7 +261,6 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello
       if (HandoffGroup* g = FindGroup(job_id, h.worker)) g->OnHello(h);
     });
   }
-  (void)jg;
   return json{{"session", job_id + "/" + w.ToString()},
               {"handoff", group != nullptr},
               {"command_timeout_ms", static_cast<int64_t>(timeout_s * 1000)}};

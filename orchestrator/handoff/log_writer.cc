@@ -11,8 +11,7 @@ namespace {
 
 constexpr int kLogVersion = 1;
 
-Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
-  std::string text = line.dump() + "\n";
+Status AppendText(int fd, const std::string& text, const char* what) {
   size_t off = 0;
   while (off < text.size()) {
     ssize_t n = ::write(fd, text.data() + off, text.size() - off);
@@ -23,6 +22,10 @@ Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
     off += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
+  return AppendText(fd, line.dump() + "\n", what);
 }
 
 nlohmann::json Devices(const std::vector<DeviceMemory>& devices) {
@@ -141,10 +144,16 @@ Status LogWriter::Write(const ResidencyRecord& r) {
 }
 
 Status LogWriter::WriteAll(const std::vector<Action>& actions) {
+  // One write per file for the whole batch: whole lines, fewer syscalls.
+  std::string handoff, residency;
   for (const Action& a : actions) {
-    if (const auto* h = std::get_if<HandoffRecord>(&a)) TANDEM_RETURN_IF_ERROR(Write(*h));
-    if (const auto* r = std::get_if<ResidencyRecord>(&a)) TANDEM_RETURN_IF_ERROR(Write(*r));
+    if (const auto* h = std::get_if<HandoffRecord>(&a)) {
+      for (const nlohmann::json& line : HandoffLines(ctx_, *h)) handoff += line.dump() + "\n";
+    }
+    if (const auto* r = std::get_if<ResidencyRecord>(&a)) residency += ResidencyLine(ctx_, *r).dump() + "\n";
   }
+  if (!handoff.empty()) TANDEM_RETURN_IF_ERROR(AppendText(handoff_fd_, handoff, "handoff.jsonl"));
+  if (!residency.empty()) TANDEM_RETURN_IF_ERROR(AppendText(residency_fd_, residency, "residency.jsonl"));
   return Status::Ok();
 }
 

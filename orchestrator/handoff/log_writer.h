@@ -55,7 +55,8 @@ class LogWriter {
 
   Status Write(const HandoffRecord& r);
   Status Write(const ResidencyRecord& r);
-  // Writes the records among `actions` (others are skipped).
+  // Writes the records among `actions` (others are skipped), one write(2)
+  // per file.
   Status WriteAll(const std::vector<Action>& actions);
 
  private:
