@@ -16,11 +16,11 @@ namespace asio = boost::asio;
 using Socket = asio::local::stream_protocol::socket;
 
 constexpr int kProtocolVersion = 1;
+}  // namespace
 
 json ErrorLine(const json& id, std::string_view code, std::string_view message) {
   return {{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
 }
-}  // namespace
 
 ControlConnection::ControlConnection(Socket socket, ControlServer& server, uint64_t id)
     : socket_(std::move(socket)), server_(server), id_(id), handshake_timer_(server.io_) {

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -36,6 +37,9 @@
 namespace tandem::control {
 
 class ControlServer;
+
+// An error line of the protocol: {"type":"error","id","code","message"}.
+nlohmann::json ErrorLine(const nlohmann::json& id, std::string_view code, std::string_view message);
 
 class ControlConnection : public std::enable_shared_from_this<ControlConnection> {
  public:

@@ -75,12 +75,7 @@ StatusOr<std::unique_ptr<HandoffGroup>> HandoffGroup::Open(boost::asio::io_conte
     }
     ++replayed;
   }
-  std::erase_if(g->sent_, [&](const auto& kv) {
-    for (const handoff::Outstanding& o : g->state_.outstanding) {
-      if (o.command_id == kv.first) return false;
-    }
-    return true;
-  });
+  g->DropAnswered();
   g->TrackPeaks();
   if (replayed > 0) {
     log::Info("handoff", "group={} replayed events={} mode={} phase={} outstanding={}", g->name_, replayed,
@@ -200,15 +195,18 @@ void HandoffGroup::Perform(std::vector<Action>& actions) {
       host_.GroupFailed(f->cause);
     }
   }
-  // Commands no longer outstanding need no timer.
+  DropAnswered();
+  if (residency_changed) TrackPeaks();
+}
+
+void HandoffGroup::DropAnswered() {
   std::erase_if(sent_, [&](const auto& kv) {
     for (const handoff::Outstanding& o : state_.outstanding) {
       if (o.command_id == kv.first) return false;
     }
-    timers_.erase(kv.first);
+    timers_.erase(kv.first);  // no longer outstanding: no timer
     return true;
   });
-  if (residency_changed) TrackPeaks();
 }
 
 void HandoffGroup::Send(const SendCommand& c, bool retry) {

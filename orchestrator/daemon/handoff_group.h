@@ -89,6 +89,7 @@ class HandoffGroup {
   void Send(const handoff::SendCommand& c, bool retry);
   void ArmTimer(uint64_t command_id, double timeout_s);
   void Answer(const handoff::Phase& p, const StatusOr<nlohmann::json>& result);
+  void DropAnswered();  // forgets sent commands the engine no longer has outstanding
   void TrackPeaks();
   bool AllSaidHello() const;
   std::string MissingHello() const;

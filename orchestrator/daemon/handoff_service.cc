@@ -21,9 +21,7 @@ namespace fs = std::filesystem;
 using namespace tandem::handoff;
 using ConnectionPtr = control::ControlServer::ConnectionPtr;
 
-json ErrorLine(const json& id, std::string_view code, std::string_view message) {
-  return {{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
-}
+using control::ErrorLine;
 
 // Reads, increments and durably writes the daemon's epoch (a counter of
 // daemon lives on this state dir), which keeps wire command ids unique.
