@@ -83,7 +83,19 @@ class DaemonProcess {
     const std::string log = (state_dir_ / "tandemd.log").string();
     std::filesystem::create_directories(state_dir_);
     posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ASSERT_EQ(::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    // The daemon gets this process's environment minus the backend switches
+    // that scripts/test.sh exports for the service tests (TANDEM_REDIS_URL,
+    // ...): a test daemon enables a backend only through `extra`.
+    std::vector<std::string> env_text;
+    for (char** e = environ; *e; ++e) {
+      const std::string_view v(*e);
+      if (v.rfind("TANDEM_REDIS", 0) == 0 || v.rfind("TANDEM_SLURM_JOB=", 0) == 0) continue;
+      env_text.emplace_back(v);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    ASSERT_EQ(::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&fa);
     ASSERT_TRUE(WaitFor([&] {
       auto r = client().Request("GET", "/healthz");
