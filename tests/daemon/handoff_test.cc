@@ -129,7 +129,7 @@ void CheckResidencyInvariants(const fs::path& run_dir, uint64_t capacity, size_t
     }
     EXPECT_FALSE(l["allocator"].is_null());
   }
-  EXPECT_GT(lines, 10u);
+  EXPECT_GT(lines, max_lines ? 0u : 10u);
 }
 
 TEST_F(HandoffTest, ControllerRunsCyclesThatFollowTheChoreography) {
