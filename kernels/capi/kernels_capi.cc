@@ -28,6 +28,8 @@ tandem::kernels::TreeAttentionKernel Variant(int v) {
          : v == 1 ? tandem::kernels::TreeAttentionKernel::kTensorCore
          : v == 3 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWide
          : v == 4 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWideLazy
+         : v == 5 ? tandem::kernels::TreeAttentionKernel::kTensorCoreFusedBwd
+         : v == 6 ? tandem::kernels::TreeAttentionKernel::kTensorCoreFusedBwdOrdered
                   : tandem::kernels::TreeAttentionKernel::kTensorCoreOverlapV;
 }
 
@@ -107,13 +109,21 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
                               const void* q, const void* k, const void* v, const void* out, const void* dout,
                               const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
                               int variant) {
+  return tandem_tree_attention_bwd_ws(plan, T, hq, hkv, d, scale, q, k, v, out, dout, lse, delta, dq, dk, dv, stream,
+                                      variant, nullptr);
+}
+
+int tandem_tree_attention_bwd_ws(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                                 const void* q, const void* k, const void* v, const void* out, const void* dout,
+                                 const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
+                                 int variant, float* dq_accum) {
   const auto* h = static_cast<const PlanHandle*>(plan);
   using B = __nv_bfloat16;
   return Report(tandem::kernels::TreeAttentionBackwardCuda(
       h->device.view(), Shape(T, hq, hkv, d, scale), static_cast<const B*>(q), static_cast<const B*>(k),
       static_cast<const B*>(v), static_cast<const B*>(out), static_cast<const B*>(dout), lse, delta,
       static_cast<B*>(dq), static_cast<B*>(dk), static_cast<B*>(dv), static_cast<cudaStream_t>(stream),
-      Variant(variant)));
+      Variant(variant), dq_accum));
 }
 
 int tandem_lm_head_loss_workspace_bytes(int64_t n, int32_t h, int32_t v, int64_t m, int64_t chunk_rows,

@@ -19,7 +19,9 @@ int tandem_tree_plan_stats(const void* plan, int64_t* stats3);
 void tandem_tree_plan_destroy(void* plan);
 /* variant: 0 simple (baseline), 1 tensor core, 2 tensor core with one V stage
  * (forward), 3 tensor core with 128-row blocks (forward), 4 the same with lazy
- * rescaling (forward). bf16 q/k/v/out, fp32 lse. */
+ * rescaling (forward), 5 lazy forward + one-pass backward with fp32 atomic dQ,
+ * 6 the same with dQ summed in a fixed order (deterministic). bf16 q/k/v/out,
+ * fp32 lse. */
 int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
                               const void* q, const void* k, const void* v, void* out, float* lse, void* stream,
                               int variant);
@@ -27,6 +29,12 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
                               const void* q, const void* k, const void* v, const void* out, const void* dout,
                               const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
                               int variant);
+/* The same with a caller-owned workspace of hq*(T*d + ceil(T/64)) floats
+ * (used by variants 5 and 6 only; NULL: allocated per call). */
+int tandem_tree_attention_bwd_ws(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
+                                 const void* q, const void* k, const void* v, const void* out, const void* dout,
+                                 const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
+                                 int variant, float* dq_accum);
 
 /* Chunked LM-head loss (lm_head_loss_cuda.h); bf16 hidden/weight, int32
  * rows/labels, fp32 everything else. Uses a cuBLAS handle owned by the

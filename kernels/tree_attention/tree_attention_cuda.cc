@@ -1,7 +1,7 @@
 // Tree attention on CUDA: argument checks, plan upload and dispatch to the
 // kernel variants (tree_attention_cuda.h). Host code only; the kernels are in
-// tree_attention_simple.cu, tree_attention.cu, tree_attention_fwd_wide.cu and
-// tree_attention_bwd.cu.
+// tree_attention_simple.cu, tree_attention.cu, tree_attention_fwd_wide.cu,
+// tree_attention_bwd.cu and tree_attention_bwd_fused.cu.
 #include "kernels/tree_attention/tree_attention_cuda.h"
 
 #include <cstring>
@@ -101,6 +101,11 @@ StatusOr<TreeAttentionPlanBuffer> TreeAttentionPlanBuffer::Upload(const TreeAtte
   return buf;
 }
 
+size_t TreeAttentionBackwardWorkspaceFloats(const TreeAttentionShape& shape) {
+  const size_t tiles = (static_cast<size_t>(shape.num_tokens) + kTreeTile - 1) / kTreeTile;
+  return static_cast<size_t>(shape.num_q_heads) * (static_cast<size_t>(shape.num_tokens) * shape.head_dim + tiles);
+}
+
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                 __nv_bfloat16* out, float* lse, cudaStream_t stream, TreeAttentionKernel kernel) {
@@ -115,7 +120,9 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
   const cudaError_t e = kernel == TreeAttentionKernel::kSimple       ? detail::LaunchForwardSimple(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCore ? detail::LaunchForwardTensorCore(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCoreWide ? detail::LaunchForwardTensorCoreWide(a, stream)
-                        : kernel == TreeAttentionKernel::kTensorCoreWideLazy
+                        : kernel == TreeAttentionKernel::kTensorCoreWideLazy ||
+                                kernel == TreeAttentionKernel::kTensorCoreFusedBwd ||
+                                kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered
                             ? detail::LaunchForwardTensorCoreWideLazy(a, stream)
                                                                          : detail::LaunchForwardTensorCoreOverlapV(a, stream);
   return CudaStatus(e, "tree attention forward launch");
@@ -125,9 +132,12 @@ Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const Tree
                                  const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                  const __nv_bfloat16* out, const __nv_bfloat16* dout, const float* lse, float* delta,
                                  __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
-                                 TreeAttentionKernel kernel) {
+                                 TreeAttentionKernel kernel, float* dq_accum) {
   TANDEM_RETURN_IF_ERROR(CheckArgs(plan, shape, {q, k, v, out, dout, lse, delta, dq, dk, dv}),
                          "tree attention backward");
+  if (dq_accum != nullptr && !Aligned16(dq_accum)) {
+    return InvalidArgument("tree attention backward (cuda): dq_accum must be 16-byte aligned");
+  }
   if (shape.num_tokens == 0) return Status::Ok();
   detail::TreeAttnArgs a = MakeArgs(plan, shape);
   a.q = q;
@@ -140,6 +150,21 @@ Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const Tree
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
+  if (kernel == TreeAttentionKernel::kTensorCoreFusedBwd || kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered) {
+    const bool ordered = kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered;
+    if (dq_accum != nullptr) {
+      return CudaStatus(detail::LaunchBackwardTensorCoreFused(a, dq_accum, ordered, stream),
+                        "tree attention backward launch");
+    }
+    const size_t bytes = TreeAttentionBackwardWorkspaceFloats(shape) * sizeof(float);
+    void* ws = nullptr;
+    TANDEM_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&ws, bytes, stream), "tree attention backward: dq workspace"));
+    const Status launched =
+        CudaStatus(detail::LaunchBackwardTensorCoreFused(a, static_cast<float*>(ws), ordered, stream),
+                   "tree attention backward launch");
+    const Status freed = CudaStatus(cudaFreeAsync(ws, stream), "tree attention backward: free dq workspace");
+    return launched.ok() ? freed : launched;
+  }
   const cudaError_t e = kernel == TreeAttentionKernel::kSimple ? detail::LaunchBackwardSimple(a, stream)
                                                                : detail::LaunchBackwardTensorCore(a, stream);
   return CudaStatus(e, "tree attention backward launch");

@@ -9,7 +9,9 @@
 // one V stage, 0-10% faster on the H200); kTensorCoreWide (forward, 128-row
 // blocks, two m16 tiles per warp, 1.04-1.3x over kTensorCoreOverlapV);
 // kTensorCoreWideLazy (the same with lazy rescaling, another 1.03-1.05x, the
-// default forward). Figures: docs/benchmarks.md.
+// default forward); kTensorCoreFusedBwd (backward in one pass, dQ by fp32
+// atomics; forward = kTensorCoreWideLazy) and kTensorCoreFusedBwdOrdered (the
+// same, deterministic: dQ summed in a fixed order). Figures: docs/benchmarks.md.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,7 +62,25 @@ class TreeAttentionPlanBuffer {
 // warp, over the union of two plan tiles' key lists; its backward is
 // kTensorCore's. kTensorCoreWideLazy: the same, rescaling the accumulators
 // only when a row's max grows by more than 2^8 (tree_attention_fwd_wide.cu).
-enum class TreeAttentionKernel { kSimple, kTensorCore, kTensorCoreOverlapV, kTensorCoreWide, kTensorCoreWideLazy };
+// kTensorCoreFusedBwd changes the backward only (its forward is
+// kTensorCoreWideLazy's): one block per key tile computes dK, dV and adds
+// its share of dQ into an fp32 workspace with atomics, so dQ's last bits may
+// differ between runs (tree_attention_bwd_fused.cu). kTensorCoreFusedBwdOrdered:
+// the same, but the key tiles add into a query tile's dQ in a fixed order
+// (taking turns), so every output is bitwise reproducible.
+enum class TreeAttentionKernel {
+  kSimple,
+  kTensorCore,
+  kTensorCoreOverlapV,
+  kTensorCoreWide,
+  kTensorCoreWideLazy,
+  kTensorCoreFusedBwd,
+  kTensorCoreFusedBwdOrdered,
+};
+
+// Size in floats of the `dq_accum` workspace of the fused backward variants:
+// Hq * (T * D + ceil(T / 64)).
+size_t TreeAttentionBackwardWorkspaceFloats(const TreeAttentionShape& shape);
 
 // out [T, Hq, D] bf16, lse [Hq, T] fp32. head_dim must be 64 or 128.
 Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
@@ -70,10 +90,14 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
 
 // Gradients of sum(out * dout). `delta` is a workspace of Hq*T floats.
 // dq [T, Hq, D], dk and dv [T, Hkv, D] are overwritten (bf16).
+// `dq_accum` (TreeAttentionBackwardWorkspaceFloats floats, 16-byte aligned,
+// any contents) is a workspace used by the fused variants only; when null
+// they allocate it on `stream` (cudaMallocAsync) for the call.
 Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
                                  const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                  const __nv_bfloat16* out, const __nv_bfloat16* dout, const float* lse, float* delta,
                                  __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, cudaStream_t stream,
-                                 TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCore);
+                                 TreeAttentionKernel kernel = TreeAttentionKernel::kTensorCore,
+                                 float* dq_accum = nullptr);
 
 }  // namespace tandem::kernels

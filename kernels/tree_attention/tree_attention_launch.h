@@ -36,5 +36,8 @@ cudaError_t LaunchForwardTensorCoreOverlapV(const TreeAttnArgs& a, cudaStream_t 
 cudaError_t LaunchForwardTensorCoreWide(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchForwardTensorCoreWideLazy(const TreeAttnArgs& a, cudaStream_t s);
 cudaError_t LaunchBackwardTensorCore(const TreeAttnArgs& a, cudaStream_t s);
+// One pass (tree_attention_bwd_fused.cu); ws: T*Hq*D floats of dQ partial
+// sums, then Hq*num_tiles ints of turn counters (ordered only).
+cudaError_t LaunchBackwardTensorCoreFused(const TreeAttnArgs& a, float* ws, bool ordered, cudaStream_t s);
 
 }  // namespace tandem::kernels::detail

@@ -7,7 +7,10 @@ d=128, 16 heads. Side by side in one run, timed with CUDA events (median):
   - FlexAttention with a block mask on the same trie (kend rule as mask_mod)
   - ours: the simple baseline kernel and the tensor-core kernels (C ABI, ctypes):
     variant 1 tc, 2 tc2 (one V stage), 3 wide (128-row blocks), 4 lazy (wide,
-    lazy rescaling)
+    lazy rescaling), 5 fused (lazy forward, one-pass backward with fp32 atomic
+    dQ into a caller workspace), 6 ordered (the same, dQ summed in a fixed
+    order: deterministic); backward variants: tc (two deterministic passes,
+    the baseline), fused and ordered
 Prints useful TFLOP/s (unmasked pairs only) and the wall-time speedup over the
 flat batch against the attention-pair reduction; ratios last.
 Usage: tree_attention_bench.py LIB.so [--shapes P,R,G ...] [--no-flex] [--json OUT]
@@ -31,6 +34,7 @@ def load(lib_path):
     i32, f32 = ctypes.c_int32, ctypes.c_float
     lib.tandem_tree_attention_fwd.argtypes = [P, i32, i32, i32, i32, f32, P, P, P, P, P, P, ctypes.c_int]
     lib.tandem_tree_attention_bwd.argtypes = [P, i32, i32, i32, i32, f32] + [P] * 11 + [ctypes.c_int]
+    lib.tandem_tree_attention_bwd_ws.argtypes = [P, i32, i32, i32, i32, f32] + [P] * 11 + [ctypes.c_int, P]
     return lib
 
 
@@ -113,16 +117,18 @@ def run_shape(lib, P, R, G, use_flex, results):
     lse = torch.empty(H, Tt, device=dev, dtype=torch.float32)
     delta = torch.empty(H, Tt, device=dev, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq_acc = torch.empty(H * (Tt * D + (Tt + 63) // 64), device=dev, dtype=torch.float32)
     ptr = lambda t: t.data_ptr()
 
     def ours_fwd(variant):
         return lambda: check(lib, lib.tandem_tree_attention_fwd(plan, Tt, H, H, D, scale, ptr(q), ptr(k), ptr(v), ptr(o),
                                                                 ptr(lse), None, variant))
 
-    def ours_bwd(variant):
-        return lambda: check(lib, lib.tandem_tree_attention_bwd(plan, Tt, H, H, D, scale, ptr(q), ptr(k), ptr(v), ptr(o),
-                                                                ptr(do), ptr(lse), ptr(delta), ptr(dq), ptr(dk), ptr(dv),
-                                                                None, variant))
+    def ours_bwd(variant, ws=True):
+        return lambda: check(lib, lib.tandem_tree_attention_bwd_ws(plan, Tt, H, H, D, scale, ptr(q), ptr(k), ptr(v),
+                                                                   ptr(o), ptr(do), ptr(lse), ptr(delta), ptr(dq),
+                                                                   ptr(dk), ptr(dv), None, variant,
+                                                                   ptr(dq_acc) if ws else None))
 
     row = dict(P=P, R=R, G=G, tree_tokens=Tt, pair_reduction=pair_red, token_reduction=G * T / Tt)
     useful_fwd = 4 * tree_pairs * D * H
@@ -135,7 +141,7 @@ def run_shape(lib, P, R, G, use_flex, results):
     dof_ref[1:, :, :P] = 0
     of.backward(dof_ref)
     o_flat = of.detach().transpose(1, 2).reshape(G * T, H, D)
-    for variant, name in ((1, "tc"), (2, "tc2"), (3, "wide"), (4, "lazy"), (0, "simple")):
+    for variant, name in ((1, "tc"), (2, "tc2"), (3, "wide"), (4, "lazy"), (5, "fused"), (6, "ordered"), (0, "simple")):
         o.fill_(float("nan")); dq.fill_(float("nan")); dk.fill_(float("nan")); dv.fill_(float("nan"))
         ours_fwd(variant)(); ours_bwd(variant)(); torch.cuda.synchronize()
         # forward: every flat row equals the trie row it came from
@@ -157,6 +163,18 @@ def run_shape(lib, P, R, G, use_flex, results):
         if not (row[f"relerr_{name}"] < 2e-2):
             print(f"  MISMATCH {name}: out {err:.3g} dq {err_dq:.3g} dk {err_dk:.3g} dv {err_dv:.3g}", flush=True)
     del qf_, kf_, vf_, of
+    # Run-to-run: the fused backward's dK/dV must repeat bitwise; dQ (atomics) may not.
+    ours_bwd(5)(); torch.cuda.synchronize()
+    dq1, dk1, dv1 = dq.clone(), dk.clone(), dv.clone()
+    ours_bwd(5)(); torch.cuda.synchronize()
+    row["fused_dkdv_bitwise_repeat"] = bool(torch.equal(dk1, dk) and torch.equal(dv1, dv))
+    row["fused_dq_bitwise_repeat"] = bool(torch.equal(dq1, dq))
+    row["fused_dq_repeat_maxdiff"] = (dq1.float() - dq.float()).abs().max().item()
+    ours_bwd(6)(); torch.cuda.synchronize()
+    dq1, dk1, dv1 = dq.clone(), dk.clone(), dv.clone()
+    ours_bwd(6)(); torch.cuda.synchronize()
+    row["ordered_bitwise_repeat"] = bool(torch.equal(dq1, dq) and torch.equal(dk1, dk) and torch.equal(dv1, dv))
+    del dq1, dk1, dv1
 
     row["sdpa_fwd_ms"] = bench(lambda: F.scaled_dot_product_attention(qf, kf, vf, is_causal=True, scale=scale))
     qg, kg, vg = qf.clone().requires_grad_(), kf.clone().requires_grad_(), vf.clone().requires_grad_()
@@ -171,6 +189,12 @@ def run_shape(lib, P, R, G, use_flex, results):
     row["lazy_fwd_ms"] = bench(ours_fwd(4))
     row["tc_fwd_ms_again"] = bench(ours_fwd(1))  # run-to-run spread
     row["tc_bwd_ms"] = bench(ours_bwd(1))
+    row["fused_bwd_ms"] = bench(ours_bwd(5))
+    row["fused_bwd_alloc_ms"] = bench(ours_bwd(5, ws=False))  # workspace allocated per call
+    row["ordered_bwd_ms"] = bench(ours_bwd(6))
+    row["tc_bwd_ms_again"] = bench(ours_bwd(1))
+    row["fused_bwd_ms_again"] = bench(ours_bwd(5))
+    row["ordered_bwd_ms_again"] = bench(ours_bwd(6))
     if Tt * G <= 20000:
         row["simple_fwd_ms"] = bench(ours_fwd(0), 1, 3)
         row["simple_bwd_ms"] = bench(ours_bwd(0), 1, 3)
@@ -201,6 +225,22 @@ def run_shape(lib, P, R, G, use_flex, results):
     row["lazy_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (row["lazy_fwd_ms"] + row["tc_bwd_ms"])
     row["wide_speedup_fwd_vs_flat"] = row["sdpa_fwd_ms"] / row["wide_fwd_ms"]
     row["wide_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (row["wide_fwd_ms"] + row["tc_bwd_ms"])
+    lf = row["lazy_fwd_ms"]
+    row["tc_bwd_over_lazy_fwd"] = row["tc_bwd_ms"] / lf
+    row["fused_bwd_over_lazy_fwd"] = row["fused_bwd_ms"] / lf
+    row["fused_speedup_bwd_vs_tc"] = row["tc_bwd_ms"] / row["fused_bwd_ms"]
+    row["fused_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (lf + row["fused_bwd_ms"])
+    row["sdpa_bwd_over_fwd"] = (row["sdpa_fwdbwd_ms"] - row["sdpa_fwd_ms"]) / row["sdpa_fwd_ms"]
+    row["fused_fwdbwd_tflops"] = 3.5 * useful_fwd / (lf + row["fused_bwd_ms"]) / 1e9
+    row["ordered_bwd_over_lazy_fwd"] = row["ordered_bwd_ms"] / lf
+    row["ordered_speedup_bwd_vs_tc"] = row["tc_bwd_ms"] / row["ordered_bwd_ms"]
+    row["ordered_cost_vs_fused"] = row["ordered_bwd_ms"] / row["fused_bwd_ms"]
+    row["ordered_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (lf + row["ordered_bwd_ms"])
+    row["ordered_fwdbwd_tflops"] = 3.5 * useful_fwd / (lf + row["ordered_bwd_ms"]) / 1e9
+    if "flex_fwdbwd_ms" in row:
+        row["fused_vs_flex_fwdbwd"] = row["flex_fwdbwd_ms"] / (lf + row["fused_bwd_ms"])
+        row["ordered_vs_flex_fwdbwd"] = row["flex_fwdbwd_ms"] / (lf + row["ordered_bwd_ms"])
+        row["lazy_tc_vs_flex_fwdbwd"] = row["flex_fwdbwd_ms"] / (lf + row["tc_bwd_ms"])
     row["tc_fwdbwd_tflops"] = 3.5 * useful_fwd / (row["tc_fwd_ms"] + row["tc_bwd_ms"]) / 1e9
     row["sdpa_fwd_tflops"] = 4 * flat_pairs * D * H / row["sdpa_fwd_ms"] / 1e9
     row["speedup_fwd_vs_flat"] = row["sdpa_fwd_ms"] / row["tc_fwd_ms"]
@@ -257,6 +297,26 @@ def main():
         print(f"| {r['P']} | {r['R']} | {r['G']} | {r['wide_fwd_tflops']:.0f} | {r['lazy_fwd_tflops']:.0f} | "
               f"{r['lazy_speedup_fwd_vs_flat']:.2f} | {r['lazy_speedup_fwdbwd_vs_flat']:.2f} | "
               f"{r.get('lazy_vs_flex_fwd', float('nan')):.2f} | {r['relerr_lazy']:.1e} |")
+    print("\n| P | R | G | pair red. | lazy fwd ms | tc bwd ms (again) | fused bwd ms (again) | fused bwd, alloc per call | "
+          "fused/tc | tc bwd/fwd | fused bwd/fwd | SDPA bwd/fwd | f+b vs flat: tc | fused | f+b vs Flex: tc | fused | "
+          "fused f+b TF/s | relerr fused | dK/dV repeat | dQ repeat max diff |")
+    print("|" + "---|" * 20)
+    for r in results:
+        print(f"| {r['P']} | {r['R']} | {r['G']} | {r['pair_reduction']:.2f} | {r['lazy_fwd_ms']:.2f} | "
+              f"{r['tc_bwd_ms']:.2f} ({r['tc_bwd_ms_again']:.2f}) | {r['fused_bwd_ms']:.2f} ({r['fused_bwd_ms_again']:.2f}) | "
+              f"{r['fused_bwd_alloc_ms']:.2f} | {r['fused_speedup_bwd_vs_tc']:.2f} | {r['tc_bwd_over_lazy_fwd']:.2f} | "
+              f"{r['fused_bwd_over_lazy_fwd']:.2f} | {r['sdpa_bwd_over_fwd']:.2f} | {r['lazy_speedup_fwdbwd_vs_flat']:.2f} | "
+              f"{r['fused_speedup_fwdbwd_vs_flat']:.2f} | {r.get('lazy_tc_vs_flex_fwdbwd', float('nan')):.2f} | "
+              f"{r.get('fused_vs_flex_fwdbwd', float('nan')):.2f} | {r['fused_fwdbwd_tflops']:.0f} | "
+              f"{r['relerr_fused']:.1e} | {r['fused_dkdv_bitwise_repeat']} | {r['fused_dq_repeat_maxdiff']:.1e} |")
+    print("\n| P | R | G | ordered bwd ms (again) | ordered/fused | ordered/tc speedup | ordered bwd/fwd | f+b vs flat | "
+          "f+b vs Flex | f+b TF/s | relerr ordered | bitwise repeat |")
+    print("|" + "---|" * 13)
+    for r in results:
+        print(f"| {r['P']} | {r['R']} | {r['G']} | {r['ordered_bwd_ms']:.2f} ({r['ordered_bwd_ms_again']:.2f}) | "
+              f"{r['ordered_cost_vs_fused']:.2f} | {r['ordered_speedup_bwd_vs_tc']:.2f} | {r['ordered_bwd_over_lazy_fwd']:.2f} | "
+              f"{r['ordered_speedup_fwdbwd_vs_flat']:.2f} | {r.get('ordered_vs_flex_fwdbwd', float('nan')):.2f} | "
+              f"{r['ordered_fwdbwd_tflops']:.0f} | {r['relerr_ordered']:.1e} | {r['ordered_bitwise_repeat']} |")
 
 
 if __name__ == "__main__":

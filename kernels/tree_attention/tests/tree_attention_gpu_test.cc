@@ -1,10 +1,12 @@
-// Tree attention on the GPU: both CUDA variants (the simple baseline and the
-// tensor-core kernels) against the CPU oracle on the same bf16-rounded inputs,
+// Tree attention on the GPU: every CUDA variant (the simple baseline and the
+// tensor-core kernels, forward and backward) against the CPU oracle on the same bf16-rounded inputs,
 // forward and backward, over swept forests (depth 1..64, fan-out up to 16,
 // one-token segments, lengths off the tile size, several tries), GQA and head
 // dims 64 and 128. Fresh random inputs every run; outputs poisoned before
 // every launch. Run on the GPU machine by scripts/gpu/.
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "kernels/testing/compare.h"
 #include "kernels/testing/cuda_buffers.h"
@@ -35,13 +37,20 @@ void ExpectClose(const std::vector<float>& out, const std::vector<float>& ref, c
   EXPECT_LT(testing::RelativeL2(out, ref), 1e-2) << what;
 }
 
-void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel) {
+// caller_workspace: the fused backward variants get a poisoned dq_accum from
+// the caller (else they allocate their own), and a second backward must give
+// bitwise the same dK and dV, and for kTensorCoreFusedBwdOrdered the same dQ
+// too (only kTensorCoreFusedBwd sums dQ by atomics).
+void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel, bool caller_workspace = false) {
   const Forest f = testing::RandomForest(rng, c.forest);
   SCOPED_TRACE(std::string(c.name) + " tokens=" + std::to_string(f.num_tokens) +
+               (caller_workspace ? " caller-workspace" : "") +
                (kernel == TreeAttentionKernel::kSimple        ? " simple"
                 : kernel == TreeAttentionKernel::kTensorCore ? " tensorcore"
                 : kernel == TreeAttentionKernel::kTensorCoreWide ? " tensorcore-wide"
                 : kernel == TreeAttentionKernel::kTensorCoreWideLazy ? " tensorcore-wide-lazy"
+                : kernel == TreeAttentionKernel::kTensorCoreFusedBwd ? " tensorcore-fused-bwd"
+                : kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered ? " tensorcore-fused-bwd-ordered"
                                                                 : " tensorcore-overlapV"));
   auto plan = BuildTreeAttentionPlan(f);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -78,16 +87,39 @@ void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel) {
 
   for (auto* b : {&d_dq, &d_dk, &d_dv}) TANDEM_CUDA_OK(b->Poison());
   TANDEM_CUDA_OK(d_delta.Poison());
+  DeviceBuffer<float> ws(caller_workspace ? TreeAttentionBackwardWorkspaceFloats(s) : 1);
+  TANDEM_CUDA_OK(ws.Poison());
   st = TreeAttentionBackwardCuda(dplan->view(), s, dq_in.get(), dk_in.get(), dv_in.get(), d_o.get(), d_do.get(),
-                                 d_lse.get(), d_delta.get(), d_dq.get(), d_dk.get(), d_dv.get(), nullptr, kernel);
+                                 d_lse.get(), d_delta.get(), d_dq.get(), d_dk.get(), d_dv.get(), nullptr, kernel,
+                                 caller_workspace ? ws.get() : nullptr);
   ASSERT_TRUE(st.ok()) << st.ToString();
   TANDEM_CUDA_OK(cudaDeviceSynchronize());
-  TANDEM_CUDA_OK(d_dq.Download(hb));
-  ExpectClose(testing::ToFloat(hb), dq_ref, "dq");
-  TANDEM_CUDA_OK(d_dk.Download(hb));
-  ExpectClose(testing::ToFloat(hb), dk_ref, "dk");
-  TANDEM_CUDA_OK(d_dv.Download(hb));
-  ExpectClose(testing::ToFloat(hb), dv_ref, "dv");
+  std::vector<__nv_bfloat16> dq1, dk1, dv1;
+  TANDEM_CUDA_OK(d_dq.Download(dq1));
+  ExpectClose(testing::ToFloat(dq1), dq_ref, "dq");
+  TANDEM_CUDA_OK(d_dk.Download(dk1));
+  ExpectClose(testing::ToFloat(dk1), dk_ref, "dk");
+  TANDEM_CUDA_OK(d_dv.Download(dv1));
+  ExpectClose(testing::ToFloat(dv1), dv_ref, "dv");
+  if (caller_workspace) {
+    for (auto* b : {&d_dq, &d_dk, &d_dv}) TANDEM_CUDA_OK(b->Poison());
+    TANDEM_CUDA_OK(ws.Poison());
+    st = TreeAttentionBackwardCuda(dplan->view(), s, dq_in.get(), dk_in.get(), dv_in.get(), d_o.get(), d_do.get(),
+                                   d_lse.get(), d_delta.get(), d_dq.get(), d_dk.get(), d_dv.get(), nullptr, kernel,
+                                   ws.get());
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    TANDEM_CUDA_OK(cudaDeviceSynchronize());
+    TANDEM_CUDA_OK(d_dq.Download(hb));
+    ExpectClose(testing::ToFloat(hb), dq_ref, "dq, second run");
+    std::vector<__nv_bfloat16> dk2, dv2;
+    TANDEM_CUDA_OK(d_dk.Download(dk2));
+    TANDEM_CUDA_OK(d_dv.Download(dv2));
+    EXPECT_EQ(0, std::memcmp(dk1.data(), dk2.data(), dk1.size() * sizeof(dk1[0]))) << "dk differs between runs";
+    EXPECT_EQ(0, std::memcmp(dv1.data(), dv2.data(), dv1.size() * sizeof(dv1[0]))) << "dv differs between runs";
+    if (kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered) {
+      EXPECT_EQ(0, std::memcmp(dq1.data(), hb.data(), dq1.size() * sizeof(dq1[0]))) << "dq differs between runs";
+    }
+  }
 }
 
 const std::vector<Case>& Cases() {
@@ -110,6 +142,16 @@ TEST_P(TreeAttentionGpu, MatchesOracleOverForestsAndShapes) {
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   for (const Case& c : Cases()) RunCase(c, rng, GetParam());
+}
+
+TEST(TreeAttentionGpuFusedBwd, CallerWorkspaceIsOverwrittenAndRepeatsBitwise) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const Case& c : Cases()) {
+    RunCase(c, rng, TreeAttentionKernel::kTensorCoreFusedBwd, true);
+    RunCase(c, rng, TreeAttentionKernel::kTensorCoreFusedBwdOrdered, true);
+  }
 }
 
 TEST_P(TreeAttentionGpu, GroupOfSequencesEqualsFlatAttentionThroughBuilder) {
@@ -148,7 +190,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, TreeAttentionGpu,
                          ::testing::Values(TreeAttentionKernel::kSimple, TreeAttentionKernel::kTensorCore,
                                            TreeAttentionKernel::kTensorCoreOverlapV,
                                            TreeAttentionKernel::kTensorCoreWide,
-                                           TreeAttentionKernel::kTensorCoreWideLazy));
+                                           TreeAttentionKernel::kTensorCoreWideLazy,
+                                           TreeAttentionKernel::kTensorCoreFusedBwd,
+                                           TreeAttentionKernel::kTensorCoreFusedBwdOrdered));
 
 }  // namespace
 }  // namespace tandem::kernels
