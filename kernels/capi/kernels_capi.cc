@@ -30,6 +30,7 @@ tandem::kernels::TreeAttentionKernel Variant(int v) {
          : v == 4 ? tandem::kernels::TreeAttentionKernel::kTensorCoreWideLazy
          : v == 5 ? tandem::kernels::TreeAttentionKernel::kTensorCoreFusedBwd
          : v == 6 ? tandem::kernels::TreeAttentionKernel::kTensorCoreFusedBwdOrdered
+         : v == 7 ? tandem::kernels::TreeAttentionKernel::kTensorCoreFusedBwdWide
                   : tandem::kernels::TreeAttentionKernel::kTensorCoreOverlapV;
 }
 

@@ -20,8 +20,8 @@ void tandem_tree_plan_destroy(void* plan);
 /* variant: 0 simple (baseline), 1 tensor core, 2 tensor core with one V stage
  * (forward), 3 tensor core with 128-row blocks (forward), 4 the same with lazy
  * rescaling (forward), 5 lazy forward + one-pass backward with fp32 atomic dQ,
- * 6 the same with dQ summed in a fixed order (deterministic). bf16 q/k/v/out,
- * fp32 lse. */
+ * 6 the same with dQ summed in a fixed order (deterministic), 7 one pass with
+ * 128 keys per block. bf16 q/k/v/out, fp32 lse. */
 int tandem_tree_attention_fwd(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
                               const void* q, const void* k, const void* v, void* out, float* lse, void* stream,
                               int variant);
@@ -30,7 +30,7 @@ int tandem_tree_attention_bwd(const void* plan, int32_t T, int32_t hq, int32_t h
                               const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,
                               int variant);
 /* The same with a caller-owned workspace of hq*(T*d + ceil(T/64)) floats
- * (used by variants 5 and 6 only; NULL: allocated per call). */
+ * (used by variants 5-7 only; NULL: allocated per call). */
 int tandem_tree_attention_bwd_ws(const void* plan, int32_t T, int32_t hq, int32_t hkv, int32_t d, float scale,
                                  const void* q, const void* k, const void* v, const void* out, const void* dout,
                                  const float* lse, float* delta, void* dq, void* dk, void* dv, void* stream,

@@ -210,6 +210,169 @@ __global__ void __launch_bounds__(kThreads) BwdFusedTC(TreeAttnArgs a, float* dq
   }
 }
 
+// kTensorCoreFusedBwdWide: the one-pass backward with 128 keys per block (two
+// plan key tiles, 8 warps of 16 keys) over the union of the two tiles'
+// query-tile lists (PairCursor). Each Q/dO tile loaded feeds twice the keys
+// and each query row's dQ takes one atomic add per 128 keys instead of per
+// 64 (half the atomic traffic). A warp whose key tile is not in the current
+// query tile's list skips its GEMMs and leaves zeros in dS^T. dQ: warp w
+// computes query rows 16 (w % 4) .. +16, columns (w / 4) D/2 .. +D/2.
+constexpr int kWideThreads = 256;
+constexpr int kWideKeys = 128;
+
+// rows [r0, r0 + kRows) of head h of a [T, H, D] tensor into smem, 256 threads.
+template <int D, int kRows>
+__device__ __forceinline__ void LoadRows256(__nv_bfloat16* dst, const __nv_bfloat16* src, int r0, int T, int H,
+                                            int h) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kWideThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8;
+    const bool valid = r0 + r < T;
+    const __nv_bfloat16* g = valid ? src + (static_cast<int64_t>(r0 + r) * H + h) * D + c : src;
+    CpAsync16(dst + r * Smem<D>::kLd + c, g, valid);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWideThreads) BwdFusedWideTC(TreeAttnArgs a, float* dq_acc) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kE = Smem<D>::kTileElems;  // one 64-row tile
+  constexpr int kLd = Smem<D>::kLd;
+  __nv_bfloat16* ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // 128 rows
+  __nv_bfloat16* vs = ks + 2 * kE;                                  // 128 rows
+  __nv_bfloat16* qs = vs + 2 * kE;                                  // 2 stages of 64 rows
+  __nv_bfloat16* dos = qs + 2 * kE;                                 // 2 stages
+  __nv_bfloat16* dst = dos + 2 * kE;                                // dS^T [128 keys][kLdS]
+  float* lse_s = reinterpret_cast<float*>(dst + kWideKeys * kLdS);  // [2][64], log2 units
+  float* delta_s = lse_s + 2 * kTile;                               // [2][64]
+  const int kt0 = 2 * blockIdx.x, hk = blockIdx.y, G = a.Hq / a.Hkv;
+  const bool has_second = kt0 + 1 < a.num_tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k0 = kt0 * kTile;
+  const int ktw = kt0 + warp / 4;  // this warp's plan key tile
+  const int krow0 = k0 + warp * 16 + lane / 4, krow1 = krow0 + 8;
+  const int kend0 = krow0 < a.T ? a.kend[krow0] : 0, kend1 = krow1 < a.T ? a.kend[krow1] : 0;
+  const float sl2 = a.scale * kLog2e;
+  const int tile_kend_min = ktw < a.num_tiles ? a.tile_kend_min[ktw] : 0;
+
+  int h = hk * G;
+  PairCursor cur(a.k_ptr, a.q_ranges, kt0, has_second);
+  auto load_item = [&](int hh, int tile, int st) {
+    LoadRows256<D, kTile>(qs + st * kE, a.q, tile * kTile, a.T, a.Hq, hh);
+    LoadRows256<D, kTile>(dos + st * kE, a.dout, tile * kTile, a.T, a.Hq, hh);
+    if (threadIdx.x < kTile) {
+      const int q = tile * kTile + threadIdx.x;
+      lse_s[st * kTile + threadIdx.x] = q < a.T ? a.lse_in[static_cast<int64_t>(hh) * a.T + q] * kLog2e : 0.f;
+    } else if (threadIdx.x < 2 * kTile) {
+      const int q = tile * kTile + threadIdx.x - kTile;
+      delta_s[st * kTile + threadIdx.x - kTile] = q < a.T ? a.delta[static_cast<int64_t>(hh) * a.T + q] : 0.f;
+    }
+  };
+  LoadRows256<D, kWideKeys>(ks, a.k, k0, a.T, a.Hkv, hk);
+  LoadRows256<D, kWideKeys>(vs, a.v, k0, a.T, a.Hkv, hk);
+  if (cur.tile >= 0) load_item(h, cur.tile, 0);
+  CpAsyncCommit();
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
+    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
+  }
+  int stage = 0;
+  const int first_tile = cur.tile;
+  while (cur.tile >= 0) {
+    int next = cur.Next(), next_h = h;
+    if (next < 0 && h + 1 < (hk + 1) * G) next = first_tile, next_h = h + 1;
+    if (next >= 0) load_item(next_h, next, stage ^ 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const int q0 = cur.tile * kTile;
+    const bool in0 = cur.a.tile == cur.tile, in1 = cur.b.tile == cur.tile;  // block-uniform
+    __nv_bfloat16* d0 = dst + (warp * 16 + lane / 4) * kLdS + (lane % 4) * 2;
+    if (warp < 4 ? in0 : in1) {
+      float s[8][4], dp[8][4];
+      GemmRowsRowsT<D>(s, ks + warp * 16 * kLd, qs + stage * kE, lane);
+      GemmRowsRowsT<D>(dp, vs + warp * 16 * kLd, dos + stage * kE, lane);
+      const bool full = (ktw + 1) * kTile <= q0 && (ktw + 1) * kTile <= a.T && tile_kend_min >= q0 + kTile;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
+          const int q = q0 + c;
+          float p = exp2f(fmaf(s[nt][e], sl2, -lse_s[stage * kTile + c]));
+          if (!full) p = (e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1)) ? p : 0.f;
+          s[nt][e] = p;
+          dp[nt][e] = p * (dp[nt][e] - delta_s[stage * kTile + c]);  // dS^T
+        }
+      }
+      GemmRegsRows<D>(dv, s, dos + stage * kE, lane);
+      GemmRegsRows<D>(dk, dp, qs + stage * kE, lane);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        *reinterpret_cast<uint32_t*>(d0 + nt * 8) = PackBf16(dp[nt][0], dp[nt][1]);
+        *reinterpret_cast<uint32_t*>(d0 + 8 * kLdS + nt * 8) = PackBf16(dp[nt][2], dp[nt][3]);
+      }
+    }
+    __syncthreads();
+    // dQ (64 x D) += dS (64 x 128 keys) K (128 x D); skip a key half not in the list.
+    const int qrow0 = q0 + (warp % 4) * 16 + lane / 4, qrow1 = qrow0 + 8;
+    const int c0 = (warp / 4) * (D / 2);
+    const int64_t o0 = (static_cast<int64_t>(qrow0) * a.Hq + h) * D + c0 + (lane % 4) * 2;
+    const int64_t o1 = (static_cast<int64_t>(qrow1) * a.Hq + h) * D + c0 + (lane % 4) * 2;
+    const int kk_begin = in0 ? 0 : 4, kk_end = in1 ? 8 : 4;
+#pragma unroll
+    for (int dc = 0; dc < D / 64; ++dc) {
+      float acc[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+      for (int kk = kk_begin; kk < kk_end; ++kk) {
+        uint32_t af[4];
+        LdMatrixX4Trans(af, dst + (kk * 16 + (lane / 16) * 8 + lane % 8) * kLdS + (warp % 4) * 16 +
+                                ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          uint32_t bf[4];
+          LdMatrixX4Trans(bf, ks + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kLd + c0 + dc * 32 + j * 16 +
+                                  (lane / 16) * 8);
+          Mma16816(acc[2 * j], af, bf[0], bf[1]);
+          Mma16816(acc[2 * j + 1], af, bf[2], bf[3]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = dc * 32 + i * 8;
+        if (qrow0 < a.T) atomicAdd(reinterpret_cast<float2*>(dq_acc + o0 + col), make_float2(acc[i][0], acc[i][1]));
+        if (qrow1 < a.T) atomicAdd(reinterpret_cast<float2*>(dq_acc + o1 + col), make_float2(acc[i][2], acc[i][3]));
+      }
+    }
+    __syncthreads();
+    if (cur.Next() < 0 && next >= 0) {
+      cur = PairCursor(a.k_ptr, a.q_ranges, kt0, has_second);
+      h = next_h;
+    } else {
+      cur.Advance();
+    }
+    stage ^= 1;
+  }
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int col = i * 8 + (lane % 4) * 2;
+    if (krow0 < a.T) {
+      const int64_t o = (static_cast<int64_t>(krow0) * a.Hkv + hk) * D + col;
+      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][0] * a.scale, dk[i][1] * a.scale);
+      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][0], dv[i][1]);
+    }
+    if (krow1 < a.T) {
+      const int64_t o = (static_cast<int64_t>(krow1) * a.Hkv + hk) * D + col;
+      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][2] * a.scale, dk[i][3] * a.scale);
+      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][2], dv[i][3]);
+    }
+  }
+}
+
 // dq = bf16(scale * dq_acc), 4 elements per thread (n is a multiple of 64).
 __global__ void ConvertDq(const float* __restrict__ acc, __nv_bfloat16* __restrict__ dq, int64_t n4, float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
@@ -219,6 +382,27 @@ __global__ void ConvertDq(const float* __restrict__ acc, __nv_bfloat16* __restri
     o[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
     o[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
   }
+}
+
+template <int D>
+cudaError_t LaunchBackwardFusedWide(const TreeAttnArgs& a, float* ws, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(a.T) * a.Hq * D;
+  cudaError_t e = cudaMemsetAsync(ws, 0, n * sizeof(float), s);
+  if (e != cudaSuccess) return e;
+  if ((e = LaunchDelta(a, s)) != cudaSuccess) return e;
+  const int smem = 8 * Smem<D>::kTileElems * static_cast<int>(sizeof(__nv_bfloat16)) +
+                   kWideKeys * kLdS * static_cast<int>(sizeof(__nv_bfloat16)) +
+                   4 * kTile * static_cast<int>(sizeof(float));
+  if ((e = cudaFuncSetAttribute(BwdFusedWideTC<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) !=
+      cudaSuccess) {
+    return e;
+  }
+  BwdFusedWideTC<D><<<dim3((a.num_tiles + 1) / 2, a.Hkv), kWideThreads, smem, s>>>(a, ws);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  const int64_t n4 = n / 4;
+  const int blocks = static_cast<int>(std::min<int64_t>((n4 + 255) / 256, 132 * 16));
+  ConvertDq<<<blocks, 256, 0, s>>>(ws, a.dq, n4, a.scale);
+  return cudaGetLastError();
 }
 
 template <int D, bool kOrdered>
@@ -243,6 +427,14 @@ cudaError_t LaunchBackwardFused(const TreeAttnArgs& a, float* ws, cudaStream_t s
 }
 
 }  // namespace
+
+cudaError_t LaunchBackwardTensorCoreFusedWide(const TreeAttnArgs& a, float* ws, cudaStream_t s) {
+  if (a.D == 128) return LaunchBackwardFusedWide<128>(a, ws, s);
+#ifndef TANDEM_CUDA_CI_SUBSET
+  if (a.D == 64) return LaunchBackwardFusedWide<64>(a, ws, s);
+#endif
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t LaunchBackwardTensorCoreFused(const TreeAttnArgs& a, float* ws, bool ordered, cudaStream_t s) {
   if (a.D == 128) return ordered ? LaunchBackwardFused<128, true>(a, ws, s) : LaunchBackwardFused<128, false>(a, ws, s);

@@ -122,7 +122,8 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
                         : kernel == TreeAttentionKernel::kTensorCoreWide ? detail::LaunchForwardTensorCoreWide(a, stream)
                         : kernel == TreeAttentionKernel::kTensorCoreWideLazy ||
                                 kernel == TreeAttentionKernel::kTensorCoreFusedBwd ||
-                                kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered
+                                kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered ||
+                                kernel == TreeAttentionKernel::kTensorCoreFusedBwdWide
                             ? detail::LaunchForwardTensorCoreWideLazy(a, stream)
                                                                          : detail::LaunchForwardTensorCoreOverlapV(a, stream);
   return CudaStatus(e, "tree attention forward launch");
@@ -150,18 +151,19 @@ Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const Tree
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
-  if (kernel == TreeAttentionKernel::kTensorCoreFusedBwd || kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered) {
+  if (kernel == TreeAttentionKernel::kTensorCoreFusedBwd || kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered ||
+      kernel == TreeAttentionKernel::kTensorCoreFusedBwdWide) {
     const bool ordered = kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered;
-    if (dq_accum != nullptr) {
-      return CudaStatus(detail::LaunchBackwardTensorCoreFused(a, dq_accum, ordered, stream),
-                        "tree attention backward launch");
-    }
+    const bool wide = kernel == TreeAttentionKernel::kTensorCoreFusedBwdWide;
+    auto launch = [&](float* ws) {
+      return wide ? detail::LaunchBackwardTensorCoreFusedWide(a, ws, stream)
+                  : detail::LaunchBackwardTensorCoreFused(a, ws, ordered, stream);
+    };
+    if (dq_accum != nullptr) return CudaStatus(launch(dq_accum), "tree attention backward launch");
     const size_t bytes = TreeAttentionBackwardWorkspaceFloats(shape) * sizeof(float);
     void* ws = nullptr;
     TANDEM_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&ws, bytes, stream), "tree attention backward: dq workspace"));
-    const Status launched =
-        CudaStatus(detail::LaunchBackwardTensorCoreFused(a, static_cast<float*>(ws), ordered, stream),
-                   "tree attention backward launch");
+    const Status launched = CudaStatus(launch(static_cast<float*>(ws)), "tree attention backward launch");
     const Status freed = CudaStatus(cudaFreeAsync(ws, stream), "tree attention backward: free dq workspace");
     return launched.ok() ? freed : launched;
   }

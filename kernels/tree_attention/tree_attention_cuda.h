@@ -11,7 +11,8 @@
 // kTensorCoreWideLazy (the same with lazy rescaling, another 1.03-1.05x, the
 // default forward); kTensorCoreFusedBwd (backward in one pass, dQ by fp32
 // atomics; forward = kTensorCoreWideLazy) and kTensorCoreFusedBwdOrdered (the
-// same, deterministic: dQ summed in a fixed order). Figures: docs/benchmarks.md.
+// same, deterministic: dQ summed in a fixed order); kTensorCoreFusedBwdWide
+// (one pass, 128 keys per block). Figures: docs/benchmarks.md.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,6 +69,8 @@ class TreeAttentionPlanBuffer {
 // differ between runs (tree_attention_bwd_fused.cu). kTensorCoreFusedBwdOrdered:
 // the same, but the key tiles add into a query tile's dQ in a fixed order
 // (taking turns), so every output is bitwise reproducible.
+// kTensorCoreFusedBwdWide: kTensorCoreFusedBwd with 128 keys (two plan key
+// tiles) per block of 8 warps: half the Q/dO loads and dQ atomics per key.
 enum class TreeAttentionKernel {
   kSimple,
   kTensorCore,
@@ -76,6 +79,7 @@ enum class TreeAttentionKernel {
   kTensorCoreWideLazy,
   kTensorCoreFusedBwd,
   kTensorCoreFusedBwdOrdered,
+  kTensorCoreFusedBwdWide,
 };
 
 // Size in floats of the `dq_accum` workspace of the fused backward variants:

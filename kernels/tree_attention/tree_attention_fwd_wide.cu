@@ -24,29 +24,6 @@ using namespace tc;
 
 constexpr int kRowsPerWarp = 32;  // 4 warps: 128 rows, two plan tiles
 
-__device__ __forceinline__ int MinTile(int x, int y) { return x < 0 ? y : (y < 0 ? x : min(x, y)); }
-
-// The union, in ascending order, of the key-tile lists of two plan rows.
-struct PairCursor {
-  TileCursor a, b;
-  int tile;
-  __device__ PairCursor(const int32_t* ptr, const int32_t* rg, int row_a, bool has_b)
-      : a(ptr, rg, row_a), b(ptr, rg, has_b ? row_a + 1 : row_a), tile(-1) {
-    if (!has_b) b.tile = -1;
-    tile = MinTile(a.tile, b.tile);
-  }
-  __device__ int Next() const {
-    const int na = a.tile == tile ? a.Next() : a.tile;
-    const int nb = b.tile == tile ? b.Next() : b.tile;
-    return MinTile(na, nb);
-  }
-  __device__ void Advance() {
-    if (a.tile == tile) a.Advance();
-    if (b.tile == tile) b.Advance();
-    tile = MinTile(a.tile, b.tile);
-  }
-};
-
 // S (32 x 64 per warp, two m16 tiles) = Q rows (32 x D at `qw`) * K rows^T (64 x D at `kt`).
 template <int D>
 __device__ __forceinline__ void GemmS2(float (&s)[2][8][4], const __nv_bfloat16* qw, const __nv_bfloat16* kt,

@@ -39,5 +39,7 @@ cudaError_t LaunchBackwardTensorCore(const TreeAttnArgs& a, cudaStream_t s);
 // One pass (tree_attention_bwd_fused.cu); ws: T*Hq*D floats of dQ partial
 // sums, then Hq*num_tiles ints of turn counters (ordered only).
 cudaError_t LaunchBackwardTensorCoreFused(const TreeAttnArgs& a, float* ws, bool ordered, cudaStream_t s);
+// The same with 128 keys per block; ws: T*Hq*D floats.
+cudaError_t LaunchBackwardTensorCoreFusedWide(const TreeAttnArgs& a, float* ws, cudaStream_t s);
 
 }  // namespace tandem::kernels::detail

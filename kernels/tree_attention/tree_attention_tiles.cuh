@@ -1,6 +1,7 @@
 // Internal: tile helpers shared by the tensor-core tree attention kernels
 // (tree_attention.cu forward, tree_attention_bwd.cu backward): smem tile
-// layout, cp.async tile loads, the plan cursor and the two warp GEMM shapes.
+// layout, cp.async tile loads, the plan cursors (one plan row; the union of
+// two rows) and the two warp GEMM shapes.
 #pragma once
 
 #include "kernels/tree_attention/mma_sm80.cuh"
@@ -47,6 +48,29 @@ struct TileCursor {
     const int n = Next();
     if (tile + 1 >= ranges[2 * j + 1]) ++j;
     tile = n;
+  }
+};
+
+__device__ __forceinline__ int MinTile(int x, int y) { return x < 0 ? y : (y < 0 ? x : min(x, y)); }
+
+// The union, in ascending order, of the key-tile lists of two plan rows.
+struct PairCursor {
+  TileCursor a, b;
+  int tile;
+  __device__ PairCursor(const int32_t* ptr, const int32_t* rg, int row_a, bool has_b)
+      : a(ptr, rg, row_a), b(ptr, rg, has_b ? row_a + 1 : row_a), tile(-1) {
+    if (!has_b) b.tile = -1;
+    tile = MinTile(a.tile, b.tile);
+  }
+  __device__ int Next() const {
+    const int na = a.tile == tile ? a.Next() : a.tile;
+    const int nb = b.tile == tile ? b.Next() : b.tile;
+    return MinTile(na, nb);
+  }
+  __device__ void Advance() {
+    if (a.tile == tile) a.Advance();
+    if (b.tile == tile) b.Advance();
+    tile = MinTile(a.tile, b.tile);
   }
 };
 

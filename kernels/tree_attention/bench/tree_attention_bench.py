@@ -9,7 +9,8 @@ d=128, 16 heads. Side by side in one run, timed with CUDA events (median):
     variant 1 tc, 2 tc2 (one V stage), 3 wide (128-row blocks), 4 lazy (wide,
     lazy rescaling), 5 fused (lazy forward, one-pass backward with fp32 atomic
     dQ into a caller workspace), 6 ordered (the same, dQ summed in a fixed
-    order: deterministic); backward variants: tc (two deterministic passes,
+    order: deterministic), 7 fusedwide (one pass, 128 keys per block);
+    backward variants: tc (two deterministic passes,
     the baseline), fused and ordered
 Prints useful TFLOP/s (unmasked pairs only) and the wall-time speedup over the
 flat batch against the attention-pair reduction; ratios last.
@@ -141,7 +142,8 @@ def run_shape(lib, P, R, G, use_flex, results):
     dof_ref[1:, :, :P] = 0
     of.backward(dof_ref)
     o_flat = of.detach().transpose(1, 2).reshape(G * T, H, D)
-    for variant, name in ((1, "tc"), (2, "tc2"), (3, "wide"), (4, "lazy"), (5, "fused"), (6, "ordered"), (0, "simple")):
+    for variant, name in ((1, "tc"), (2, "tc2"), (3, "wide"), (4, "lazy"), (5, "fused"), (6, "ordered"), (7, "fusedwide"),
+                          (0, "simple")):
         o.fill_(float("nan")); dq.fill_(float("nan")); dk.fill_(float("nan")); dv.fill_(float("nan"))
         ours_fwd(variant)(); ours_bwd(variant)(); torch.cuda.synchronize()
         # forward: every flat row equals the trie row it came from
@@ -195,6 +197,8 @@ def run_shape(lib, P, R, G, use_flex, results):
     row["tc_bwd_ms_again"] = bench(ours_bwd(1))
     row["fused_bwd_ms_again"] = bench(ours_bwd(5))
     row["ordered_bwd_ms_again"] = bench(ours_bwd(6))
+    row["fusedwide_bwd_ms"] = bench(ours_bwd(7))
+    row["fusedwide_bwd_ms_again"] = bench(ours_bwd(7))
     if Tt * G <= 20000:
         row["simple_fwd_ms"] = bench(ours_fwd(0), 1, 3)
         row["simple_bwd_ms"] = bench(ours_bwd(0), 1, 3)
@@ -232,6 +236,13 @@ def run_shape(lib, P, R, G, use_flex, results):
     row["fused_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (lf + row["fused_bwd_ms"])
     row["sdpa_bwd_over_fwd"] = (row["sdpa_fwdbwd_ms"] - row["sdpa_fwd_ms"]) / row["sdpa_fwd_ms"]
     row["fused_fwdbwd_tflops"] = 3.5 * useful_fwd / (lf + row["fused_bwd_ms"]) / 1e9
+    for name in ("fusedwide",):
+        row[f"{name}_bwd_over_lazy_fwd"] = row[f"{name}_bwd_ms"] / lf
+        row[f"{name}_speedup_bwd_vs_tc"] = row["tc_bwd_ms"] / row[f"{name}_bwd_ms"]
+        row[f"{name}_speedup_fwdbwd_vs_flat"] = row["sdpa_fwdbwd_ms"] / (lf + row[f"{name}_bwd_ms"])
+        row[f"{name}_fwdbwd_tflops"] = 3.5 * useful_fwd / (lf + row[f"{name}_bwd_ms"]) / 1e9
+        if "flex_fwdbwd_ms" in row:
+            row[f"{name}_vs_flex_fwdbwd"] = row["flex_fwdbwd_ms"] / (lf + row[f"{name}_bwd_ms"])
     row["ordered_bwd_over_lazy_fwd"] = row["ordered_bwd_ms"] / lf
     row["ordered_speedup_bwd_vs_tc"] = row["tc_bwd_ms"] / row["ordered_bwd_ms"]
     row["ordered_cost_vs_fused"] = row["ordered_bwd_ms"] / row["fused_bwd_ms"]
@@ -317,6 +328,14 @@ def main():
               f"{r['ordered_cost_vs_fused']:.2f} | {r['ordered_speedup_bwd_vs_tc']:.2f} | {r['ordered_bwd_over_lazy_fwd']:.2f} | "
               f"{r['ordered_speedup_fwdbwd_vs_flat']:.2f} | {r.get('ordered_vs_flex_fwdbwd', float('nan')):.2f} | "
               f"{r['ordered_fwdbwd_tflops']:.0f} | {r['relerr_ordered']:.1e} | {r['ordered_bitwise_repeat']} |")
+    print("\n| P | R | G | fusedwide bwd ms (again) | vs tc | vs fused | bwd/fwd | f+b vs flat | f+b vs Flex | f+b TF/s | relerr |")
+    print("|" + "---|" * 12)
+    for r in results:
+        print(f"| {r['P']} | {r['R']} | {r['G']} | {r['fusedwide_bwd_ms']:.2f} ({r['fusedwide_bwd_ms_again']:.2f}) | "
+              f"{r['fusedwide_speedup_bwd_vs_tc']:.2f} | {r['fused_bwd_ms'] / r['fusedwide_bwd_ms']:.2f} | "
+              f"{r['fusedwide_bwd_over_lazy_fwd']:.2f} | {r['fusedwide_speedup_fwdbwd_vs_flat']:.2f} | "
+              f"{r.get('fusedwide_vs_flex_fwdbwd', float('nan')):.2f} | {r['fusedwide_fwdbwd_tflops']:.0f} | "
+              f"{r['relerr_fusedwide']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ void RunCase(const Case& c, std::mt19937_64& rng, TreeAttentionKernel kernel, bo
                 : kernel == TreeAttentionKernel::kTensorCoreWideLazy ? " tensorcore-wide-lazy"
                 : kernel == TreeAttentionKernel::kTensorCoreFusedBwd ? " tensorcore-fused-bwd"
                 : kernel == TreeAttentionKernel::kTensorCoreFusedBwdOrdered ? " tensorcore-fused-bwd-ordered"
+                : kernel == TreeAttentionKernel::kTensorCoreFusedBwdWide ? " tensorcore-fused-bwd-wide"
                                                                 : " tensorcore-overlapV"));
   auto plan = BuildTreeAttentionPlan(f);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -151,6 +152,7 @@ TEST(TreeAttentionGpuFusedBwd, CallerWorkspaceIsOverwrittenAndRepeatsBitwise) {
   for (const Case& c : Cases()) {
     RunCase(c, rng, TreeAttentionKernel::kTensorCoreFusedBwd, true);
     RunCase(c, rng, TreeAttentionKernel::kTensorCoreFusedBwdOrdered, true);
+    RunCase(c, rng, TreeAttentionKernel::kTensorCoreFusedBwdWide, true);
   }
 }
 
@@ -192,7 +194,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, TreeAttentionGpu,
                                            TreeAttentionKernel::kTensorCoreWide,
                                            TreeAttentionKernel::kTensorCoreWideLazy,
                                            TreeAttentionKernel::kTensorCoreFusedBwd,
-                                           TreeAttentionKernel::kTensorCoreFusedBwdOrdered));
+                                           TreeAttentionKernel::kTensorCoreFusedBwdOrdered,
+                                           TreeAttentionKernel::kTensorCoreFusedBwdWide));
 
 }  // namespace
 }  // namespace tandem::kernels
