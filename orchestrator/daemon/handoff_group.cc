@@ -63,6 +63,7 @@ StatusOr<std::unique_ptr<HandoffGroup>> HandoffGroup::Open(boost::asio::io_conte
   for (const auto& w : rec.warnings) log::Warn("handoff", "group={} journal: {}", g->name_, w);
   size_t replayed = 0;
   for (const json& r : rec.records) {
+    ++g->events_;  // a skipped record keeps its number: the logs' "event" stay aligned
     auto ev = EventFromJson(r);
     if (!ev.ok()) {
       log::Warn("handoff", "group={} journal record skipped: {}", g->name_, ev.status().message());
@@ -70,6 +71,11 @@ StatusOr<std::unique_ptr<HandoffGroup>> HandoffGroup::Open(boost::asio::io_conte
     }
     ApplyResult res = Apply(g->state_, *ev);
     g->state_ = std::move(res.state);
+    // Lines of events journaled just before a crash may be missing; the
+    // writer adds exactly those (log_writer.h).
+    if (Status st = g->logs_->WriteAll(res.actions, g->events_); !st.ok()) {
+      log::Error("handoff", "group={} {}", g->name_, st.ToString());
+    }
     for (const Action& a : res.actions) {
       if (const auto* s = std::get_if<SendCommand>(&a)) g->sent_[s->command_id] = *s;
     }
@@ -97,6 +103,7 @@ bool HandoffGroup::Outstanding(const WorkerId& w) const {
 }
 
 void HandoffGroup::Feed(const Event& e) {
+  ++events_;
   journal_->Append(EventToJson(e));
   ApplyResult res = Apply(state_, e);
   state_ = std::move(res.state);
@@ -168,7 +175,7 @@ void HandoffGroup::RequestPhase(const Phase& p, PhaseCallback done) {
 }
 
 void HandoffGroup::Perform(std::vector<Action>& actions) {
-  if (Status st = logs_->WriteAll(actions); !st.ok()) log::Error("handoff", "group={} {}", name_, st.ToString());
+  if (Status st = logs_->WriteAll(actions, events_); !st.ok()) log::Error("handoff", "group={} {}", name_, st.ToString());
   bool residency_changed = false;
   for (Action& a : actions) {
     if (auto* c = std::get_if<SendCommand>(&a)) {

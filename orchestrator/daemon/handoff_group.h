@@ -104,6 +104,7 @@ class HandoffGroup {
   std::filesystem::path journal_dir_;
   std::unique_ptr<handoff::LogWriter> logs_;
   std::map<uint64_t, handoff::SendCommand> sent_;  // outstanding commands by engine id, as sent
+  uint64_t events_ = 0;  // events journaled so far (replayed + fed): the logs' "event" numbers
   std::map<uint64_t, std::unique_ptr<boost::asio::steady_timer>> timers_;
   std::vector<std::pair<handoff::Phase, PhaseCallback>> waiters_;
   std::vector<std::pair<handoff::Phase, PhaseCallback>> held_;  // requests waiting for hellos

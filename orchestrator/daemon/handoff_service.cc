@@ -355,10 +355,7 @@ TaskObserver::Verdict HandoffService::OnTaskExit(const Job& job, const Task& tas
   in_exit_ = true;
   exiting_task_ = task.name;
   exit_failure_.clear();
-  const std::string cause = exit.status_known
-      ? (exit.signal ? "killed by signal " + std::to_string(exit.signal) : "exit code " + std::to_string(exit.exit_code))
-      : "exit status unknown";
-  group->Feed(handoff::Event{WorkerDied{w, cause, HandoffGroup::Now()}});
+  group->Feed(handoff::Event{WorkerDied{w, ExitDetail(exit), HandoffGroup::Now()}});
   in_exit_ = false;
   exiting_task_.clear();
   if (!exit_failure_.empty()) {

@@ -31,17 +31,6 @@ std::string NewJobId(const std::string& name) {
   return base + "-" + buf;
 }
 
-std::string ExitDetail(const backends::TaskExit& e) {
-  if (!e.status_known) return e.detail.empty() ? "exit status unknown" : e.detail;
-  std::string s;
-  if (e.signal) s = "killed by signal " + std::to_string(e.signal) + " (" + (sigabbrev_np(e.signal) ? std::string("SIG") + sigabbrev_np(e.signal) : "?") + ")";
-  else s = "exit code " + std::to_string(e.exit_code);
-  // The shim's own detail repeats how the command ended; keep only news.
-  if (!e.detail.empty() && e.detail.rfind("killed by signal", 0) != 0 && e.detail.rfind("exit", 0) != 0)
-    s += ": " + e.detail;
-  return s;
-}
-
 // A run dir reused by a new job keeps the old job's files under history/<old id>/.
 void ArchivePreviousRun(const fs::path& run_dir) {
   std::string old_id = "previous";
@@ -59,6 +48,17 @@ fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
   return fs::path(job.run_dir) / "tasks" / (task.name + ext);
 }
 }  // namespace
+
+std::string ExitDetail(const backends::TaskExit& e) {
+  if (!e.status_known) return e.detail.empty() ? "exit status unknown" : e.detail;
+  std::string s;
+  if (e.signal) s = "killed by signal " + std::to_string(e.signal) + " (" + (sigabbrev_np(e.signal) ? std::string("SIG") + sigabbrev_np(e.signal) : "?") + ")";
+  else s = "exit code " + std::to_string(e.exit_code);
+  // The shim's own detail repeats how the command ended; keep only news.
+  if (!e.detail.empty() && e.detail.rfind("killed by signal", 0) != 0 && e.detail.rfind("exit", 0) != 0)
+    s += ": " + e.detail;
+  return s;
+}
 
 JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
                        store::DurableLog& log, std::map<std::string, backends::Executor*> executors,

@@ -59,6 +59,11 @@ struct JobManagerOptions {
   std::filesystem::path run_root;                 // run dirs default to <run_root>/<job id>; "" = <state_dir>/runs
 };
 
+// How a task ended, for people: "exit code 3", "killed by signal 9
+// (SIGKILL)", "exit status unknown", plus the executor's detail when it adds
+// something (e.g. "exec failed: ...").
+std::string ExitDetail(const backends::TaskExit& e);
+
 // What the handoff service (handoff_service.h) learns from and asks of the
 // job manager. Calls come on the io thread.
 class TaskObserver {

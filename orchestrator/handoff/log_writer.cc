@@ -1,6 +1,9 @@
 // handoff.jsonl / residency.jsonl writers (log_writer.h).
 #include "orchestrator/handoff/log_writer.h"
 
+#include <algorithm>
+#include <fstream>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -24,8 +27,20 @@ Status AppendText(int fd, const std::string& text, const char* what) {
   return Status::Ok();
 }
 
-Status AppendLine(int fd, const nlohmann::json& line, const char* what) {
-  return AppendText(fd, line.dump() + "\n", what);
+// The last "event" among the lines of `group` in the JSONL file at `path`
+// (0 when none). Lines of other groups, torn or foreign lines are skipped.
+uint64_t LastLoggedEvent(const std::string& path, const std::string& group) {
+  std::ifstream in(path);
+  uint64_t last = 0;
+  const std::string needle = "\"group\":" + nlohmann::json(group).dump();
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(needle) == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("group", "") == group && j.contains("event") && j["event"].is_number_unsigned()) {
+      last = std::max(last, j["event"].get<uint64_t>());
+    }
+  }
+  return last;
 }
 
 nlohmann::json Devices(const std::vector<DeviceMemory>& devices) {
@@ -129,31 +144,36 @@ StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir,
     ::close(hfd);
     return st;
   }
-  return std::unique_ptr<LogWriter>(new LogWriter(hfd, rfd, std::move(ctx)));
+  std::unique_ptr<LogWriter> w(new LogWriter(hfd, rfd, std::move(ctx)));
+  w->handoff_logged_ = LastLoggedEvent(h, w->ctx_.group);
+  w->residency_logged_ = LastLoggedEvent(r, w->ctx_.group);
+  return w;
 }
 
-Status LogWriter::Write(const HandoffRecord& r) {
-  for (const nlohmann::json& line : HandoffLines(ctx_, r)) {
-    TANDEM_RETURN_IF_ERROR(AppendLine(handoff_fd_, line, "handoff.jsonl"));
-  }
-  return Status::Ok();
-}
-
-Status LogWriter::Write(const ResidencyRecord& r) {
-  return AppendLine(residency_fd_, ResidencyLine(ctx_, r), "residency.jsonl");
-}
-
-Status LogWriter::WriteAll(const std::vector<Action>& actions) {
+Status LogWriter::WriteAll(const std::vector<Action>& actions, uint64_t event) {
   // One write per file for the whole batch: whole lines, fewer syscalls.
   std::string handoff, residency;
   for (const Action& a : actions) {
-    if (const auto* h = std::get_if<HandoffRecord>(&a)) {
-      for (const nlohmann::json& line : HandoffLines(ctx_, *h)) handoff += line.dump() + "\n";
+    if (const auto* h = std::get_if<HandoffRecord>(&a); h && event > handoff_logged_) {
+      for (nlohmann::json& line : HandoffLines(ctx_, *h)) {
+        line["event"] = event;
+        handoff += line.dump() + "\n";
+      }
     }
-    if (const auto* r = std::get_if<ResidencyRecord>(&a)) residency += ResidencyLine(ctx_, *r).dump() + "\n";
+    if (const auto* r = std::get_if<ResidencyRecord>(&a); r && event > residency_logged_) {
+      nlohmann::json line = ResidencyLine(ctx_, *r);
+      line["event"] = event;
+      residency += line.dump() + "\n";
+    }
   }
-  if (!handoff.empty()) TANDEM_RETURN_IF_ERROR(AppendText(handoff_fd_, handoff, "handoff.jsonl"));
-  if (!residency.empty()) TANDEM_RETURN_IF_ERROR(AppendText(residency_fd_, residency, "residency.jsonl"));
+  if (!handoff.empty()) {
+    TANDEM_RETURN_IF_ERROR(AppendText(handoff_fd_, handoff, "handoff.jsonl"));
+    handoff_logged_ = event;
+  }
+  if (!residency.empty()) {
+    TANDEM_RETURN_IF_ERROR(AppendText(residency_fd_, residency, "residency.jsonl"));
+    residency_logged_ = event;
+  }
   return Status::Ok();
 }
 

@@ -9,6 +9,13 @@
 // role (PYTORCH_CUDA_ALLOC_CONF and the other allocator variables, as the
 // task's environment has them after env overrides). Each line is written
 // with one write(2) on an O_APPEND descriptor, so a crash leaves whole lines.
+//
+// Every line carries "event": the number (1-based) of the group journal's
+// event that produced it. A daemon killed between journaling an event and
+// writing its lines replays the journal on restart and hands every replayed
+// event's actions to WriteAll again: the writer skips the events each file
+// already holds (the last "event" of the group found at Open), so after a
+// restart each file has every event's lines exactly once.
 #pragma once
 
 #include <map>
@@ -53,11 +60,10 @@ class LogWriter {
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
 
-  Status Write(const HandoffRecord& r);
-  Status Write(const ResidencyRecord& r);
-  // Writes the records among `actions` (others are skipped), one write(2)
-  // per file.
-  Status WriteAll(const std::vector<Action>& actions);
+  // Writes the records among `actions` (others are skipped), produced by
+  // the group's event number `event`, one write(2) per file; a file that
+  // already holds lines of `event` or a later event gets nothing.
+  Status WriteAll(const std::vector<Action>& actions, uint64_t event);
 
  private:
   LogWriter(int handoff_fd, int residency_fd, LogContext ctx);
@@ -65,6 +71,8 @@ class LogWriter {
   int handoff_fd_;
   int residency_fd_;
   LogContext ctx_;
+  uint64_t handoff_logged_ = 0;    // last event with lines in handoff.jsonl
+  uint64_t residency_logged_ = 0;  // same for residency.jsonl
 };
 
 }  // namespace tandem::handoff

@@ -79,13 +79,14 @@ TEST(HandoffLogs, EveryEmittedLineMatchesItsSchema) {
     auto writer = LogWriter::Open(dir.string(), std::move(ctx));
     ASSERT_TRUE(writer.ok()) << writer.status().ToString();
     Group g;
+    uint64_t event = 0;
     g.HelloAll();
     auto enter = [&](Phase p) {
       g.Feed(RequestPhase{p, g.Now()});
-      ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+      ASSERT_TRUE((*writer)->WriteAll(g.last, ++event).ok());
       while (!g.pending.empty()) {
         g.AckNext();
-        ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+        ASSERT_TRUE((*writer)->WriteAll(g.last, ++event).ok());
       }
     };
     enter(Rollout());
@@ -97,7 +98,7 @@ TEST(HandoffLogs, EveryEmittedLineMatchesItsSchema) {
     enter(Sync(1));
     enter(Rollout());
     g.Feed(WorkerDied{kRollout, "killed", g.Now()});
-    ASSERT_TRUE((*writer)->WriteAll(g.last).ok());
+    ASSERT_TRUE((*writer)->WriteAll(g.last, ++event).ok());
   }
   const auto handoff = Split(dir / "handoff.jsonl", dir / "lines");
   const auto residency = Split(dir / "residency.jsonl", dir / "lines");
@@ -128,6 +129,61 @@ TEST(HandoffLogs, EveryEmittedLineMatchesItsSchema) {
   auto broken = Validate("handoff.schema.json", {dir / "lines/broken.json"});
   ASSERT_EQ(broken.size(), 1u);
   EXPECT_FALSE(broken.begin()->second["valid"].get<bool>());
+  fs::remove_all(dir);
+}
+
+
+// A daemon killed after journaling an event but before writing its lines
+// replays the journal into a new writer: the missing lines are added, and
+// the lines already written are not written twice.
+TEST(HandoffLogs, AReopenedWriterAddsOnlyTheEventsNotYetLogged) {
+  const fs::path dir = fs::temp_directory_path() / ("handoff_logs_reopen_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Group g;
+  std::vector<std::vector<Action>> events;  // what the journal would replay
+  g.HelloAll();
+  events.push_back(g.last);
+  g.Feed(RequestPhase{Rollout(), g.Now()});
+  events.push_back(g.last);
+  while (!g.pending.empty()) {
+    g.AckNext();
+    events.push_back(g.last);
+  }
+  ASSERT_GE(events.size(), 4u);
+  const LogContext ctx{.group = "actor", .allocator = {}, .gpus = {{kRollout, {0}}}};
+  auto lines = [&] { return Lines(dir / "handoff.jsonl").size() + Lines(dir / "residency.jsonl").size(); };
+  // Live: every event but the last was logged; the handoff lines of the one
+  // before it were lost too (a kill between the two files' writes).
+  {
+    auto w = LogWriter::Open(dir.string(), ctx);
+    ASSERT_TRUE(w.ok());
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      std::vector<Action> only_residency;
+      for (const Action& a : events[i]) {
+        if (i + 2 < events.size() || std::holds_alternative<ResidencyRecord>(a)) only_residency.push_back(a);
+      }
+      ASSERT_TRUE((*w)->WriteAll(only_residency, i + 1).ok());
+    }
+  }
+  const size_t lines_before = lines();
+  // Replay into a new writer: every event again.
+  {
+    auto w = LogWriter::Open(dir.string(), ctx);
+    ASSERT_TRUE(w.ok());
+    for (size_t i = 0; i < events.size(); ++i) ASSERT_TRUE((*w)->WriteAll(events[i], i + 1).ok());
+  }
+  // Each event's lines exactly once, as one uninterrupted writer would have written them.
+  const fs::path clean = dir / "clean";
+  fs::create_directories(clean);
+  {
+    auto w = LogWriter::Open(clean.string(), ctx);
+    ASSERT_TRUE(w.ok());
+    for (size_t i = 0; i < events.size(); ++i) ASSERT_TRUE((*w)->WriteAll(events[i], i + 1).ok());
+  }
+  EXPECT_EQ(Lines(dir / "handoff.jsonl"), Lines(clean / "handoff.jsonl"));
+  EXPECT_EQ(Lines(dir / "residency.jsonl"), Lines(clean / "residency.jsonl"));
+  EXPECT_LT(lines_before, lines()) << "the lost lines were added";
   fs::remove_all(dir);
 }
 

@@ -48,15 +48,17 @@ inline void WriteRun(const std::filesystem::path& dir, RunOptions o = {}) {
   ASSERT_TRUE(writer.ok()) << writer.status().ToString();
   hs::Group g(hs::GroupOptions{.rollout_ranks = 2, .capacity = 200});
   g.clock = o.clock;
+  uint64_t event = 0;
   auto write = [&] {
-    for (Action a : g.last) {
+    std::vector<Action> actions = g.last;
+    for (Action& a : actions) {
       if (auto* r = std::get_if<ResidencyRecord>(&a)) {
         const handoff::DeviceMemory reading = r->devices.empty() ? handoff::DeviceMemory{} : r->devices.front();
         r->devices.clear();
         for (int gpu : gpus.at(r->worker)) r->devices.push_back({gpu, reading.used, reading.total});
       }
-      ASSERT_TRUE((*writer)->WriteAll({a}).ok());
     }
+    ASSERT_TRUE((*writer)->WriteAll(actions, ++event).ok());
   };
   auto enter = [&](handoff::Phase p) {
     g.Feed(handoff::RequestPhase{p, g.Now()});
