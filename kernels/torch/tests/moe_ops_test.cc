@@ -89,8 +89,8 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
     const Layer l = RunLayer(logits.dev, x.dev, wgu.dev, wd.dev, c.top_k, c.score, c.renorm);
     const at::Tensor idx = l.routing.topk_idx.cpu();
     // The chosen experts are the top k of the reference scores.
-    const at::Tensor ref_idx = std::get<1>(logits64.topk(c.top_k, 1)).to(at::kInt).sort(1).values;
-    ASSERT_TRUE(idx.sort(1).values.equal(ref_idx));
+    const at::Tensor ref_idx = std::get<0>(std::get<1>(logits64.topk(c.top_k, 1)).to(at::kInt).sort(1));
+    ASSERT_TRUE(std::get<0>(idx.sort(1)).equal(ref_idx));
     // Counts and offsets agree with the choice; in the skewed case all
     // tokens went to experts 0..k-1 and the others are empty.
     const at::Tensor counts = l.routing.counts.cpu();
@@ -98,7 +98,9 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
       const int64_t n = idx.eq(static_cast<int32_t>(e)).sum().item<int64_t>();
       EXPECT_EQ(counts.data_ptr<int32_t>()[e], n) << "expert " << e;
       EXPECT_EQ(l.plan.host_offsets[e + 1] - l.plan.host_offsets[e], n) << "expert " << e;
-      if (c.skewed) EXPECT_EQ(n, e < c.top_k ? c.tokens : 0);
+      if (c.skewed) {
+        EXPECT_EQ(n, e < c.top_k ? c.tokens : 0);
+      }
     }
 
     const RefLayer r = Reference(logits.ref, x.ref, wgu.ref, wd.ref, idx, c.score, c.renorm);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/autograd.h>
