@@ -91,7 +91,7 @@ void TreeAttentionCase(int prompt, int groups, int response, int hq, int hkv, in
 void LmHeadLossCase(int64_t n, int h, int vocab, int64_t chunk) {
   const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   const at::Tensor hidden = at::randn({n, h}, opts).requires_grad_(true);
-  const at::Tensor weight = (at::randn({vocab, h}, opts) * 0.02).detach().requires_grad_(true);
+  const at::Tensor weight = at::randn({vocab, h}, opts).mul(0.02).detach().requires_grad_(true);
   const at::Tensor rows = at::empty({n}, opts.dtype(at::kInt));
   const at::Tensor labels = at::empty({n}, opts.dtype(at::kInt));
   {
@@ -103,7 +103,7 @@ void LmHeadLossCase(int64_t n, int h, int vocab, int64_t chunk) {
   tk::LmHeadLossShape shape{n, h, vocab, n, 1.f};
   const size_t ws_bytes = tk::LmHeadLossWorkspaceBytes(shape, chunk);
   const at::Tensor ws = at::empty({static_cast<int64_t>(ws_bytes)}, opts.dtype(at::kByte));
-  const at::Tensor lp = at::empty({n}, opts.dtype(at::kFloat)), ent = at::empty_like(lp), lse = at::empty_like(lp);
+  const at::Tensor lp = at::empty({n}, opts.dtype(at::kFloat)), ent = at::empty({n}, opts.dtype(at::kFloat)), lse = at::empty({n}, opts.dtype(at::kFloat));
   cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
   const double direct = MicrosPerCall([&] {
