@@ -63,6 +63,10 @@ void CheckPlan(const MoePermutation& p, const at::Tensor& like, const char* fn) 
   TORCH_CHECK(static_cast<int64_t>(p.host_offsets.size()) == p.experts + 1, fn, ": plan host_offsets size");
 }
 
+// Permute, unpermute and the router do not use `inter`; the CUDA row
+// kernels still check it (multiple of 8), so they get this placeholder.
+constexpr int64_t kUnusedInter = 8;
+
 MoeShape Shape(int64_t tokens, int64_t hidden, int64_t inter, int64_t experts, int64_t top_k, const char* fn) {
   MoeShape s;
   s.tokens = tokens;
@@ -179,7 +183,7 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
     CheckActivation(x_in, kPermute, "x", 2, x_in);
     CheckPlan(p, x_in, kPermute);
     TORCH_CHECK(x_in.size(0) == p.tokens, kPermute, ": x has ", x_in.size(0), " rows, the plan ", p.tokens, " tokens");
-    const MoeShape s = Shape(p.tokens, x_in.size(1), 1, p.experts, p.top_k, kPermute);
+    const MoeShape s = Shape(p.tokens, x_in.size(1), kUnusedInter, p.experts, p.top_k, kPermute);
     const at::Tensor x = x_in.contiguous();
     const int64_t rows = p.tokens * p.top_k, H = s.hidden;
     at::Tensor xp = NewOutput({rows, H}, x.options());
@@ -204,7 +208,7 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const MoePermutation p = LoadPlan(ctx);
     const int64_t H = ctx->saved_data["hidden"].toInt();
-    const MoeShape s = Shape(p.tokens, H, 1, p.experts, p.top_k, kPermute);
+    const MoeShape s = Shape(p.tokens, H, kUnusedInter, p.experts, p.top_k, kPermute);
     const at::Tensor dxp = grads[0].contiguous();
     at::Tensor dx = NewOutput({p.tokens, H}, dxp.options());
     if (dxp.device().is_cpu()) {
@@ -335,7 +339,7 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
                 p.tokens * p.top_k);
     TORCH_CHECK(w_in.size(0) == p.tokens && w_in.size(1) == p.top_k, kUnpermute, ": topk_weight must be [T, k] = [",
                 p.tokens, ", ", p.top_k, "], got ", w_in.sizes());
-    const MoeShape s = Shape(p.tokens, yp_in.size(1), 1, p.experts, p.top_k, kUnpermute);
+    const MoeShape s = Shape(p.tokens, yp_in.size(1), kUnusedInter, p.experts, p.top_k, kUnpermute);
     const at::Tensor yp = yp_in.contiguous(), w = w_in.contiguous();
     const int64_t H = s.hidden, K = p.top_k;
     at::Tensor out = NewOutput({p.tokens, H}, yp.options());
@@ -370,7 +374,7 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
     const MoePermutation p = LoadPlan(ctx);
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &yp = saved[0], &w = saved[1];
-    const MoeShape s = Shape(p.tokens, yp.size(1), 1, p.experts, p.top_k, kUnpermute);
+    const MoeShape s = Shape(p.tokens, yp.size(1), kUnusedInter, p.experts, p.top_k, kUnpermute);
     const int64_t H = s.hidden, K = p.top_k;
     const at::Tensor dout = grads[0].to(yp.scalar_type()).contiguous();
     at::Tensor dyp = NewOutput(yp.sizes(), yp.options());

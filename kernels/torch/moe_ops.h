@@ -17,7 +17,8 @@
 //   MoeUnpermute(yp, topk_weight [T, k] fp32, plan) -> out [T, H];
 //     grads for yp and topk_weight.
 // Activations and weights: CPU fp32, CUDA bf16 (weight gradients are
-// computed in fp32 and returned in the weights' dtype). Wrong device, dtype
+// computed in fp32 and returned in the weights' dtype); on CUDA H and I must
+// be multiples of 8 (16-byte rows). Wrong device, dtype
 // or shape throws c10::Error. On the CPU an expert id out of range is an
 // error; on CUDA such a pair is counted nowhere and its rows stay unwritten.
 #pragma once

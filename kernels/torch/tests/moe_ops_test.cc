@@ -104,8 +104,10 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
     }
 
     const RefLayer r = Reference(logits.ref, x.ref, wgu.ref, wd.ref, idx, c.score, c.renorm);
-    EXPECT_EQ(Close(l.routing.topk_weight, r.weight, testing::Tolerance{1e-6, 1e-5}), "");
-    EXPECT_EQ(Close(l.routing.score_sum, r.score_sum, testing::Tolerance{1e-5, 1e-5}), "");
+    // The router is fp32 on both devices (CUDA: fast exp, atomic sums).
+    const testing::Tolerance router_tol = dev.is_cpu() ? testing::Tolerance{1e-6, 1e-5} : testing::Tolerance{1e-5, 1e-4};
+    EXPECT_EQ(Close(l.routing.topk_weight, r.weight, router_tol), "");
+    EXPECT_EQ(Close(l.routing.score_sum, r.score_sum, router_tol), "");
     EXPECT_EQ(Close(l.out, r.out, OutputTol(dev, r.out)), "");
 
     // Gradients of sum(out * dout) + sum(score_sum * ds) (a load-balancing term).
