@@ -51,7 +51,7 @@ spec() {
   "env": {"JOB_LAYER": "job"},
   "roles": {
     "actor": {
-      "command": ["sh", "-c", "sleep $1; echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID res=\$SLURM_JOB_RESERVATION"],
+      "command": ["sh", "-c", "sleep $1; echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
       "gpus_per_replica": 2,
       "env": {"ACTOR_ONLY": "a"}
     },
@@ -135,8 +135,12 @@ case $CASE in
     id=$(T submit "$SCRATCH/job.json" | tail -1)
     wait_end "$id" 60
     [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
     out=$(T logs "$id" --task actor.0)
-    [[ "$out" == *"res=$res"* ]] || fail "actor did not run in reservation $res: $out"
+    [[ "$out" == *"job=$batch"* ]] || fail "actor did not run in batch job $batch: $out"
+    [[ $(scontrol show job "$batch" | grep -o 'Reservation=[^ ]*') == "Reservation=$res" ]] ||
+      fail "batch job $batch is not in reservation $res: $(scontrol show job "$batch")"
     pass "the batch job ran in reservation $res"
     ;;
   restart)
