@@ -6,8 +6,9 @@
 #
 #   run          a colocated job (2 GPUs) submitted with --begin so the batch
 #                job pends first: pending -> running is logged with Slurm's
-#                reason, both roles see the same GPUs, the job succeeds and
-#                the batch job is gone afterwards.
+#                reason, both roles see the same GPUs (the batch job's 2,3:
+#                another job holds 0,1), the job succeeds and the batch job
+#                is gone afterwards.
 #   cancel       tandem cancel mid-run: the job is cancelled, no step and no
 #                batch job are left.
 #   scancel      the batch job is cancelled behind tandem's back: the job
@@ -86,6 +87,12 @@ nothing_left() {  # BATCH
 start_daemon
 case $CASE in
   run)
+    # Another job holds GPUs 0,1: the batch job gets 2,3, and the job's
+    # logical devices 0,1 must be mapped onto them.
+    holder=$(sbatch --parsable --job-name=tandem-test-holder --output=/dev/null --ntasks=1 --gres=gpu:2 \
+      --time=5 --wrap="sleep 300")
+    CLEANUPS+=("scancel $holder")
+    wait_for 30 "holder $holder running" bash -c "squeue -h -j $holder -o %T | grep -q RUNNING"
     spec 2 '"sbatch_args": ["--begin=now+3"]'
     id=$(T submit "$SCRATCH/job.json" | tail -1)
     wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
@@ -98,6 +105,8 @@ case $CASE in
     grep -q "batch job=$batch tandem_job=$id state=RUNNING" "$SCRATCH/tandemd.log" || fail "running not logged"
     pass "batch job $batch pending (BeginTime) then running, logged"
     check_outputs "$id" "$batch"
+    [[ $(T logs "$id" --task actor.0) == *"CVD=2,3 "* ]] || fail "logical devices not mapped onto the batch job's GPUs 2,3"
+    pass "logical devices 0,1 ran on the batch job's GPUs 2,3"
     nothing_left "$batch"
     ;;
   cancel)
