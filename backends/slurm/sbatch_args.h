@@ -12,8 +12,8 @@
 //   sbatch_args         -> appended as given, last (they override)
 //
 // Without gres/gpus_per_node the batch job asks for the job's device count
-// (`--gres=gpu:N`). --ntasks is the number of tasks (a GPU-owning step takes
-// one CPU of the allocation; colocated and CPU-only steps overlap).
+// (`--gres=gpu:N`). --ntasks is the number of GPU-owning tasks (such a step
+// takes one CPU of the allocation; colocated and CPU-only steps overlap).
 #pragma once
 
 #include <string>
@@ -28,7 +28,7 @@ namespace tandem::backends::slurm {
 struct BatchShape {
   std::string name;    // --job-name (the tandem job id)
   int devices = 0;     // the job's device count
-  int tasks = 1;       // the job's task count
+  int tasks = 1;       // --ntasks: GPU-owning steps take one CPU each (at least 1)
   std::string output;  // --output of the batch script ("" = /dev/null)
 };
 

@@ -55,7 +55,7 @@ namespace tandem::backends {
 struct SlurmJobInfo {
   nlohmann::json options = nlohmann::json::object();  // the spec's backend object
   int devices = 0;                                     // the job's device count
-  int tasks = 1;                                       // the job's task count
+  int tasks = 1;                                       // --ntasks: the job's GPU-owning tasks (at least 1)
   std::filesystem::path run_dir;                       // batch script output goes to <run_dir>/slurm-batch.out
 };
 

@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <vector>
 
 #include "common/log.h"
 #ifdef TANDEM_HAVE_SLURM
@@ -98,7 +100,12 @@ Status Daemon::Start(const fs::path& run_root) {
       backends::SlurmJobInfo info;
       info.options = sp.backend.options;
       info.devices = static_cast<int>(job->logical_devices.size());
-      info.tasks = static_cast<int>(job->tasks.size());
+      // One CPU per GPU-owning step (one per distinct device set); colocated
+      // and CPU-only steps overlap.
+      std::set<std::vector<int>> owners;
+      for (const auto& t : job->tasks)
+        if (!t.logical_devices.empty()) owners.insert(t.logical_devices);
+      info.tasks = std::max<int>(1, static_cast<int>(owners.size()));
       info.run_dir = job->run_dir;
       return info;
     };
