@@ -138,7 +138,7 @@ TEST_P(ExecutorSuite, KillEndsTheTaskWithSigkill) {
   EXPECT_TRUE(exec_->Alive(ref));
   auto st = exec_->Kill(ref);
   EXPECT_TRUE(st.ok()) << st.ToString();
-  auto x = WaitExit(r.task_id);  // Slurm's Kill returns before the end (slurm_executor.h)
+  auto x = WaitExit(r.task_id);  // a remote backend's Kill may return before the end (executor.h)
   ASSERT_TRUE(x);
   EXPECT_FALSE(exec_->Alive(ref));
   EXPECT_EQ(x->signal, SIGKILL) << x->ToJson().dump();

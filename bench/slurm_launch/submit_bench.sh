@@ -3,8 +3,9 @@
 # launch"): one tandem job of N trivial CPU tasks (`true`) through
 # `tandemd --slurm-job submit` (sbatch of the batch job, polling, one srun
 # step per task, exit records read back), from `tandem submit --wait` to its
-# return, next to plain `sbatch --wait` of a batch script running the same N
-# `srun --overlap true` steps at once, on the same cluster. One line per N:
+# return, next to plain `sbatch` of a batch script running the same N
+# `srun --overlap true` steps at once, until squeue no longer lists it
+# (polled every 50 ms), on the same cluster. One line per N:
 # both wall times and their ratio.
 #
 #   . /tmp/tandem-services/slurm.env
@@ -30,10 +31,12 @@ for n in "${@:-1 10 50}"; do
  "roles": {"t": {"command": ["true"], "replicas": $n}}}
 JSON
   t0=$(now)
-  "$BIN/tandem" --socket "$SCRATCH/state/tandemd.sock" submit --wait "$SCRATCH/job.json" >/dev/null || echo "tandem job of $n failed" >&2
+  "$BIN/tandem" --socket "$SCRATCH/state/tandemd.sock" submit --wait "$SCRATCH/job.json" >/dev/null 2>&1 || echo "tandem job of $n failed" >&2
   t1=$(now)
-  sbatch --wait --parsable --output=/dev/null --ntasks=1 --time=10 \
-    --wrap="for i in \$(seq $n); do srun --overlap --gres=none -n1 true & done; wait" >/dev/null
+  id=$(sbatch --parsable --output=/dev/null --ntasks=1 --time=10 \
+    --wrap="for i in \$(seq $n); do srun --overlap --gres=none -n1 true & done; wait")
+  # Polled like tandem's own wait (sbatch --wait polls every few seconds).
+  while [[ -n $(squeue -h -j "$id" -o %T 2>/dev/null) ]]; do sleep 0.05; done
   t2=$(now)
   awk -v n="$n" -v a="$(echo "$t1 - $t0" | bc)" -v b="$(echo "$t2 - $t1" | bc)" \
     'BEGIN { printf "%6d %12.2f %12.2f %7.2f\n", n, a, b, a / b }'
