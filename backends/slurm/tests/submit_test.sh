@@ -16,13 +16,15 @@
 #   reservation  the spec's reservation reaches the batch job.
 #   restart      kill -9 of tandemd mid-job; the restarted daemon re-attaches
 #                to the batch job by id; the job succeeds, nothing is left.
+#   rejected     sbatch refuses the options (unknown partition): the job
+#                fails with sbatch's message.
 #
 # Usage: submit_test.sh CASE. Skips (77) without the cluster.
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
 BIN=${TANDEM_BIN_DIR:?}
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected}
 unset SLURM_JOB_ID
 
 state=$SCRATCH/state
@@ -170,6 +172,16 @@ case $CASE in
     check_outputs "$id" "$batch"
     [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
     nothing_left "$batch"
+    ;;
+  rejected)
+    spec 0 '"partition": "no-such-partition"'
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_end "$id" 30
+    st=$(T status "$id" --json)
+    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
+    [[ "$st" == *"sbatch"*"invalid partition"* ]] || fail "sbatch's refusal missing: $st"
+    [[ -z $(squeue -h --states=all --name="$id" -o %i) ]] || fail "a batch job exists for $id"
+    pass "sbatch refused the batch job: the job failed with sbatch's words ($(jq -r .detail <<<"$st"))"
     ;;
   *) fail "unknown case $CASE" ;;
 esac
