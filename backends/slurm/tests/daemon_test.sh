@@ -42,12 +42,12 @@ cat >"$SCRATCH/job.json" <<'JSON'
   "env": {"JOB_LAYER": "job"},
   "roles": {
     "actor": {
-      "command": ["sh", "-c", "sleep 8; echo actor CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ACTOR_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
+      "command": ["sh", "-c", "sleep 12; echo actor CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ACTOR_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
       "gpus_per_replica": 2,
       "env": {"ACTOR_ONLY": "a"}
     },
     "rollout": {
-      "command": ["sh", "-c", "sleep 8; echo rollout CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ROLLOUT_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
+      "command": ["sh", "-c", "sleep 12; echo rollout CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ROLLOUT_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
       "gpus_per_replica": 2,
       "colocate_with": "actor",
       "env": {"ROLLOUT_ONLY": "r"}
@@ -71,6 +71,11 @@ case $CASE in
     start_daemon
     ;;
   ctld-restart)
+    # slurmctld saves its state every few seconds: a step created after the
+    # last save is unknown to the restarted controller, which kills it when
+    # the node registers (Slurm's behaviour, not tandem's); so is a cancel
+    # of an earlier test's job. Let it save once.
+    sleep 5
     pid=$(<"$TANDEM_SLURMCTLD_PIDFILE")
     kill -9 "$pid"
     wait_for 10 "slurmctld $pid to die" bash -c "! kill -0 $pid"
