@@ -88,7 +88,10 @@ class Executor {
 
   // Kills the task and every descendant, including ones that left its
   // process group or session (double-forked daemons). Returns once nothing
-  // of the task remains that the backend can find. Ok if it already ended.
+  // of the task remains that the backend can find, except where finding it
+  // needs a slow remote call (Slurm: squeue/scancel): such a backend starts
+  // the kill and returns, and the task's ExitCallback says when it is gone.
+  // Ok if it already ended.
   virtual Status Kill(const TaskRef& ref) = 0;
 
   // After a daemon restart: takes supervision of a task started by an earlier

@@ -79,11 +79,19 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   for (auto& f : fds)
     if (f.fd >= 0) ::close(f.fd);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
   if (timed_out)
     return DeadlineExceeded("run " + argv[0] + ": no answer after " +
                             std::to_string(timeout.count()) + " ms");
+  if (waited < 0) {
+    // ECHILD: tandemd's orphan reaper (LocalExecutorOptions::reap_orphans),
+    // running on the io thread while this runs on a worker, reaped it first.
+    // The Slurm clients print to stderr exactly when they fail.
+    res.exit_code = res.err.empty() ? 0 : 1;
+    return res;
+  }
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return res;
 }

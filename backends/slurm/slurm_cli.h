@@ -3,9 +3,9 @@
 // The CLI is the portable path: it works whichever libslurm protocol version
 // the cluster speaks. Commands run with the daemon's own environment (so
 // SLURM_CONF reaches them), stdin from /dev/null, and a bounded wall time.
-// These calls block: the executor makes only short ones (scancel, squeue) and
-// only where the Executor contract allows blocking (Kill) or the call is
-// bounded by a few hundred milliseconds.
+// These calls block: the executor makes them on its worker threads
+// (step_control.h), never on the daemon's io thread, except the one sbatch
+// of submit mode, bounded by its timeout. Safe to call from any thread.
 #pragma once
 
 #include <chrono>

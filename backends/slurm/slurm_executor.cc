@@ -9,15 +9,17 @@
 #include <sstream>
 #include <thread>
 
+#include <boost/asio/post.hpp>
+
 #include "backends/local/exit_record.h"
+#include "backends/slurm/end_reason.h"
 #include "backends/slurm/hostlist.h"
 #include "backends/slurm/slurm_cli.h"
+#include "backends/slurm/step_control.h"
 #include "common/log.h"
 
 namespace tandem::backends {
 namespace {
-
-using slurm::RunCommand;
 
 struct SlurmRef {
   std::string job_id;
@@ -112,9 +114,18 @@ StatusOr<std::unique_ptr<SlurmExecutor>> SlurmExecutor::Create(boost::asio::io_c
 
 SlurmExecutor::SlurmExecutor(boost::asio::io_context& io, ExitCallback on_exit,
                              SlurmExecutorOptions options)
-    : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)) {}
+    : io_(io),
+      on_exit_(std::move(on_exit)),
+      options_(std::move(options)),
+      workers_(std::make_unique<boost::asio::thread_pool>(kWorkers)) {}
 
-SlurmExecutor::~SlurmExecutor() { local_.reset(); }  // stops supervising; steps keep running
+SlurmExecutor::~SlurmExecutor() {
+  // Stops supervising; steps keep running. Workers give up their loops.
+  stop_->store(true);
+  alive_.reset();
+  workers_->join();
+  local_.reset();
+}
 
 std::vector<std::string> SlurmExecutor::SrunCommand(const LaunchRequest& req,
                                                     const std::string& step_name,
@@ -178,6 +189,7 @@ StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) {
   TANDEM_ASSIGN_OR_RETURN(TaskRef local, local_->Start(srun), "slurm step " + step_name);
   Tracked t;
   t.exit_path = exit_path;
+  t.stderr_path = req.stderr_path;
   t.marker = local.data.value("marker", "");
   if (owner) t.gres_devices = devices;
   tracked_[req.task_id] = t;
@@ -188,6 +200,7 @@ StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) {
   ref.data = {{"job_id", options_.job_id},
               {"step_name", step_name},
               {"exit_path", exit_path.string()},
+              {"stderr_path", req.stderr_path.string()},
               {"marker", t.marker},
               {"gres_devices", t.gres_devices},
               {"local", local.data}};
@@ -201,6 +214,7 @@ void SlurmExecutor::OnLocalExit(const std::string& task_id, const TaskExit& srun
   if (it == tracked_.end()) return;
   Tracked t = std::move(it->second);
   tracked_.erase(it);
+  t.ended->store(true);
   TaskExit exit;
   if (auto rec = local::ReadExitRecord(t.exit_path, t.marker)) {
     exit = *rec;
@@ -220,69 +234,67 @@ void SlurmExecutor::OnLocalExit(const std::string& task_id, const TaskExit& srun
                                         : "code " + std::to_string(srun_exit.exit_code));
     exit.detail = exit.detail.empty() ? why : why + "; " + exit.detail;
   }
-  log::Debug("slurm", "step ended task={} code={} signal={}", task_id, exit.exit_code, exit.signal);
-  on_exit_(task_id, exit);
-}
-
-std::string SlurmExecutor::FindStep(const std::string& job_id, const std::string& step_name) {
-  auto r = RunCommand({"squeue", "--noheader", "--steps", "--jobs=" + job_id, "--format=%i|%j"});
-  if (!r.ok() || !r->ok()) return "";
-  std::stringstream ss(r->out);
-  std::string line;
-  while (std::getline(ss, line)) {
-    size_t bar = line.find('|');
-    if (bar != std::string::npos && line.substr(bar + 1) == step_name) return line.substr(0, bar);
+  if (!exit.succeeded()) {
+    // Slurm ended it (time limit, preemption, node failure, scancel): say so.
+    std::string banner = slurm::BannerInFiles({t.stderr_path, Sibling(t.exit_path, ".srun.log")});
+    if (!banner.empty()) exit.detail = "slurm: " + banner + (exit.detail.empty() ? "" : "; " + exit.detail);
   }
-  return "";
+  log::Debug("slurm", "step ended task={} code={} signal={} detail=\"{}\"", task_id, exit.exit_code,
+             exit.signal, exit.detail);
+  on_exit_(task_id, exit);
 }
 
 Status SlurmExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(SlurmRef r, ParseRef(ref), "signal");
-  // Right after Start the step may not exist yet: wait for it while srun lives.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  std::string step;
-  while ((step = FindStep(r.job_id, r.step_name)).empty()) {
-    if (!local_->Alive(r.local) || std::chrono::steady_clock::now() > deadline) return Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  TANDEM_ASSIGN_OR_RETURN(auto res, RunCommand({"scancel", "--signal=" + std::to_string(sig), step}),
-                          "signal step " + step);
-  if (!res.ok() && FindStep(r.job_id, r.step_name) == step)
-    return Unavailable("scancel --signal=" + std::to_string(sig) + " " + step + ": " + res.err);
+  auto it = tracked_.find(ref.task_id);
+  if (it == tracked_.end() && !local_->Alive(r.local)) return Status::Ok();
+  auto ended = it != tracked_.end() ? it->second.ended : std::make_shared<std::atomic<bool>>(false);
+  // squeue/scancel block: on a worker, never on the io thread.
+  boost::asio::post(*workers_, [job = r.job_id, step = r.step_name, task = ref.task_id, sig, ended,
+                                stop = stop_] {
+    slurm::StepHandle h{job, step, ended.get(), stop.get()};
+    Status st = slurm::SignalStep(h, sig, std::chrono::seconds(5));
+    if (!st.ok() && !stop->load()) log::Warn("slurm", "signal task={} sig={}: {}", task, sig, st.ToString());
+  });
   return Status::Ok();
 }
 
 Status SlurmExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SlurmRef r, ParseRef(ref), "kill");
-  if (auto it = tracked_.find(ref.task_id); it != tracked_.end()) it->second.killed = true;
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + options_.kill_timeout;
-  int rounds = 0;
-  for (;;) {
-    const bool late = std::chrono::steady_clock::now() - start > std::chrono::seconds(5);
-    std::string step = FindStep(r.job_id, r.step_name);
-    const bool client = local_->Alive(r.local);
-    if (!step.empty()) {
-      // SIGKILL the step's processes; a step caught mid-launch ignores the
-      // signal, so from the second round on it is also cancelled outright.
-      // srun then reports the end of its step and exits by itself.
-      (void)RunCommand({"scancel", "--signal=KILL", step});
-      if (rounds++ > 0) (void)RunCommand({"scancel", step});
-    } else if (client && !late) {
-      // No step yet: SIGTERM makes srun cancel the step it may be creating
-      // (a SIGKILLed srun would leave that step behind).
-      (void)local_->Signal(r.local, SIGTERM);
-    }
-    if (late || (step.empty() && !client)) {
-      Status st = local_->Kill(r.local);  // the srun client, its shim, anything with its marker
-      if (!st.ok()) log::Warn("slurm", "kill srun client task={}: {}", ref.task_id, st.ToString());
-      if (step.empty() && FindStep(r.job_id, r.step_name).empty()) return Status::Ok();
-    }
-    if (std::chrono::steady_clock::now() > deadline)
-      return DeadlineExceeded("kill task " + ref.task_id + ": step " + step + " of job " + r.job_id +
-                              " still present after " + std::to_string(options_.kill_timeout.count()) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto it = tracked_.find(ref.task_id);
+  std::shared_ptr<std::atomic<bool>> ended;
+  if (it == tracked_.end()) {
+    // Not supervised here: nothing reports its end, so the srun client is
+    // killed now (local, quick) and only its step is left to cancel.
+    if (!local_->Alive(r.local)) return Status::Ok();
+    TANDEM_RETURN_IF_ERROR(local_->Kill(r.local), "kill srun client of " + ref.task_id);
+    ended = std::make_shared<std::atomic<bool>>(true);
+  } else {
+    if (it->second.killing) return Status::Ok();
+    it->second.killed = it->second.killing = true;
+    ended = it->second.ended;
   }
+  // The io thread does what concerns the srun client (a local process).
+  auto on_io = [this, weak = std::weak_ptr<int>(alive_), local = r.local](bool kill) {
+    boost::asio::post(io_, [this, weak, local, kill] {
+      if (!weak.lock()) return;
+      if (kill) {
+        if (Status st = local_->Kill(local); !st.ok())
+          log::Warn("slurm", "kill srun client task={}: {}", local.task_id, st.ToString());
+      } else {
+        (void)local_->Signal(local, SIGTERM);
+      }
+    });
+  };
+  boost::asio::post(*workers_, [job = r.job_id, step = r.step_name, task = ref.task_id, ended, stop = stop_,
+                                on_io, timeout = options_.kill_timeout] {
+    slurm::StepHandle h{job, step, ended.get(), stop.get()};
+    slurm::ClientActions client{[&] { on_io(false); }, [&] { on_io(true); }};
+    Status st = slurm::KillStep(h, client, std::chrono::seconds(5), timeout);
+    if (!st.ok() && !stop->load()) log::Error("slurm", "kill task={}: {}", task, st.ToString());
+    else log::Debug("slurm", "killed task={} step={}", task, step);
+  });
+  return Status::Ok();
 }
 
 Status SlurmExecutor::Reattach(const TaskRef& ref) {
@@ -290,6 +302,8 @@ Status SlurmExecutor::Reattach(const TaskRef& ref) {
   if (tracked_.count(ref.task_id)) return Status::Ok();
   Tracked t;
   t.exit_path = r.exit_path;
+  if (ref.data.contains("stderr_path") && ref.data["stderr_path"].is_string())
+    t.stderr_path = ref.data["stderr_path"].get<std::string>();
   t.marker = r.marker;
   if (ref.data.contains("gres_devices") && ref.data["gres_devices"].is_array())
     for (const auto& d : ref.data["gres_devices"])

@@ -31,14 +31,24 @@
 // <exit_path>.srun.log, the local shim's record of srun to <exit_path>.srun.json.
 //
 // Signal/Kill. The step is found by its name (`squeue --steps`) and signalled
-// with `scancel --signal=SIG J.S`; Kill also SIGKILLs the srun client and
-// waits until neither the step nor the client remains.
+// with `scancel --signal=SIG J.S` (step_control.h). Both return at once: the
+// squeue/scancel calls run on the executor's worker threads, never on the
+// daemon's io thread. Kill cancels the step (and SIGKILLs the srun client
+// when the step will not go) in the background; the task's ExitCallback
+// (signal SIGKILL) says when it is gone; failures to cancel are logged.
 //
-// TaskRef.data: {job_id, step_name, exit_path, marker, local: <local ref>}.
+// Slurm's reason. A task that did not succeed and whose step Slurm ended
+// (time limit, preemption, node failure, scancel) gets Slurm's banner in its
+// exit detail: "slurm: STEP 12.3 ON vm CANCELLED AT ... DUE TO TIME LIMIT"
+// (end_reason.h).
+//
+// TaskRef.data: {job_id, step_name, exit_path, stderr_path, marker,
+// gres_devices, local: <local ref>}.
 // Reattach re-attaches the srun client (local backend) and learns from the
 // records what ended while the daemon was down.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -48,6 +58,7 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "backends/executor.h"
 #include "backends/local/local_executor.h"
@@ -85,20 +96,25 @@ class SlurmExecutor final : public Executor {
  private:
   struct Tracked {
     std::filesystem::path exit_path;
+    std::filesystem::path stderr_path;  // where Slurm's end-of-step banner lands
     std::string marker;
     std::set<int> gres_devices;  // non-empty while this task owns GPU GRES
-    bool killed = false;
+    bool killed = false;         // Kill was called: an exit without a record reads as SIGKILL
+    bool killing = false;        // a worker is cancelling the step
+    std::shared_ptr<std::atomic<bool>> ended = std::make_shared<std::atomic<bool>>(false);  // srun exited
   };
+  static constexpr int kWorkers = 4;  // concurrent squeue/scancel loops
   SlurmExecutor(boost::asio::io_context& io, ExitCallback on_exit, SlurmExecutorOptions options);
   void OnLocalExit(const std::string& task_id, const TaskExit& srun_exit);
-  // "J.S" of the step named `step_name` in job `job_id`; "" when there is none.
-  std::string FindStep(const std::string& job_id, const std::string& step_name);
 
   boost::asio::io_context& io_;
   ExitCallback on_exit_;
   SlurmExecutorOptions options_;
   std::unique_ptr<LocalExecutor> local_;
   std::map<std::string, Tracked> tracked_;  // by task id
+  std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posts back to io check it
+  std::unique_ptr<boost::asio::thread_pool> workers_;      // squeue/scancel, off the io thread
 };
 
 }  // namespace tandem::backends

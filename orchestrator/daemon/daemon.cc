@@ -7,11 +7,14 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <vector>
 
 #include "common/log.h"
 #ifdef TANDEM_HAVE_SLURM
 #include "backends/slurm/allocation.h"
 #include "backends/slurm/slurm_executor.h"
+#include "backends/slurm/submit_executor.h"
 #include "backends/task_env.h"
 #endif
 #ifdef TANDEM_HAVE_REDIS
@@ -84,7 +87,45 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();
   std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
-  if (settings_.slurm_job != "none") {
+  if (settings_.slurm_job == "submit") {
+#ifdef TANDEM_HAVE_SLURM
+    // Submit mode: one batch job per tandem job, with the spec's scheduling
+    // options; the job's devices are its allocation's (docs/slurm.md).
+    backends::SlurmSubmitOptions sopts;
+    sopts.exec_shim = settings_.exec_shim;
+    sopts.job_info = [this](const std::string& job_id) -> StatusOr<backends::SlurmJobInfo> {
+      const Job* job = jobs_ ? jobs_->Find(job_id) : nullptr;
+      if (!job) return NotFound("no job " + job_id);
+      const spec::JobSpec& sp = jobs_->SpecOf(*job);
+      backends::SlurmJobInfo info;
+      info.options = sp.backend.options;
+      info.devices = static_cast<int>(job->logical_devices.size());
+      // One CPU per GPU-owning step (one per distinct device set); colocated
+      // and CPU-only steps overlap.
+      std::set<std::vector<int>> owners;
+      for (const auto& t : job->tasks)
+        if (!t.logical_devices.empty()) owners.insert(t.logical_devices);
+      info.tasks = std::max<int>(1, static_cast<int>(owners.size()));
+      info.run_dir = job->run_dir;
+      return info;
+    };
+    auto slurm = backends::SlurmSubmitExecutor::Create(
+        io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
+          if (jobs_) jobs_->OnTaskExit(task_id, exit);
+        }, sopts);
+    if (!slurm.ok()) return slurm.status().WithContext("slurm backend (submit mode)");
+    auto* submit = slurm->get();
+    jopts.on_job_ended = [submit](const std::string& job_id, const std::string& backend) {
+      if (backend == "slurm") submit->JobEnded(job_id);
+    };
+    slurm_ = std::move(slurm).value();
+    executors["slurm"] = slurm_.get();
+    jopts.own_device_backends.insert("slurm");
+    log::Info("slurm", "submit mode: one batch job per tandem job");
+#else
+    return FailedPrecondition("--slurm-job submit: this tandemd was built without the Slurm backend");
+#endif
+  } else if (settings_.slurm_job != "none") {
 #ifdef TANDEM_HAVE_SLURM
     // Allocation mode: jobs with backend.kind "slurm" run as job steps of
     // this allocation; without --gpus, the GPUs are the allocation's.

@@ -130,10 +130,16 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
                                    "\" is not enabled in this daemon (enabled: " + enabled + ")"));
   }
   spec::Inventory inv{opts_.gpus};
+  if (opts_.own_device_backends.count(std::string(spec::BackendKindName(sp.backend.kind)))) {
+    inv.gpus.clear();  // the backend's allocation has exactly the job's devices
+    int n = 0;
+    for (int d : sp.devices) n = std::max(n, d + 1);
+    for (int i = 0; i < n; ++i) inv.gpus.push_back(i);
+  }
   if (Status st = spec::CheckFitsInventory(sp, inv); !st.ok()) return done(st);
   // Placement in the job's logical namespace; physical ids are bound at grant time.
   spec::Inventory identity;
-  for (size_t i = 0; i < opts_.gpus.size(); ++i) identity.gpus.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < inv.gpus.size(); ++i) identity.gpus.push_back(static_cast<int>(i));
   auto placed = placement::PlaceJob(sp, identity);
   if (!placed.ok()) return done(placed.status());
 
@@ -188,6 +194,10 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
 
 bool JobManager::GrantDevices(Job& job) {
   if (job.logical_devices.empty() || !job.physical_devices.empty()) return true;
+  if (opts_.own_device_backends.count(job.backend)) {
+    Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", job.logical_devices}});
+    return true;
+  }
   std::vector<int> grant;
   if (SpecOf(job).raw.contains("devices") && SpecOf(job).raw["devices"].contains("ids")) {
     // An explicit list names inventory positions.
@@ -479,12 +489,14 @@ void JobManager::MaybeFinishJob(Job& job) {
   timers_.erase(job.id + "/stop");
   stopping_.erase(job.id);
   specs_.erase(job.id);
-  for (int g : job.physical_devices) busy_gpus_.erase(g);
+  if (!opts_.own_device_backends.count(job.backend))
+    for (int g : job.physical_devices) busy_gpus_.erase(g);
   if (!job.physical_devices.empty())
     Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", json::array()}});
   Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
   metrics_.jobs_finished->WithLabels({state}).Inc();
   if (observer_) observer_->OnJobEnded(job);
+  if (opts_.on_job_ended) opts_.on_job_ended(job.id, job.backend);  // e.g. cancel its Slurm allocation
   log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
   Schedule();  // devices may have freed up
 }
@@ -501,7 +513,8 @@ Status JobManager::Recover(const store::Recovered& rec) {
   size_t reattached = 0;
   for (auto& job : table_.jobs) {
     if (IsTerminal(job.state)) continue;
-    for (int g : job.physical_devices) busy_gpus_.insert(g);
+    if (!opts_.own_device_backends.count(job.backend))
+      for (int g : job.physical_devices) busy_gpus_.insert(g);
     for (auto& t : job.tasks) {
       if (t.state == TaskState::kRunning) {
         if (!t.ports.empty())

@@ -57,6 +57,14 @@ struct JobManagerOptions {
   std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none)
   std::string worker_binary;                      // tandem-worker, for roles with `worker`
   std::filesystem::path run_root;                 // run dirs default to <run_root>/<job id>; "" = <state_dir>/runs
+  // Backends whose jobs bring their own devices (Slurm submit mode: the GPUs
+  // of the job's batch allocation): their jobs are not placed on `gpus`;
+  // physical ids are the logical ones, mapped by the backend.
+  std::set<std::string> own_device_backends;
+  // Called when a job ended (every task ended): a backend that holds
+  // resources per job releases them (Slurm submit mode cancels the job's
+  // batch allocation). Optional.
+  std::function<void(const std::string& job_id, const std::string& backend)> on_job_ended;
 };
 
 // How a task ended, for people: "exit code 3", "killed by signal 9

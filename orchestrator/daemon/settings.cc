@@ -36,7 +36,7 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_WORKER_BIN");
   app.add_option("--slurm-job", s.slurm_job,
                  "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
-                 "(default: $SLURM_JOB_ID; \"none\": no Slurm backend)")
+                 "(default: $SLURM_JOB_ID; \"submit\": one batch job per tandem job; \"none\": no Slurm backend)")
       ->envname("TANDEM_SLURM_JOB");
   app.add_option("--redis", s.redis_url, "Enable the redis backend: redis://[user@]host:port (docs/redis.md)")
       ->envname("TANDEM_REDIS_URL");

@@ -1,8 +1,9 @@
 // Slurm-specific behaviour of the Slurm backend (slurm_executor.h) on the real
 // test cluster: GRES ownership and CUDA_VISIBLE_DEVICES per step, identical
 // devices for colocated roles and disjoint slices for replicas, environment
-// overrides reaching every role, cancel leaving nothing, and what Slurm says
-// about the allocation.
+// overrides reaching every role, cancel leaving nothing, Signal/Kill not
+// blocking the caller, a time limit recorded with Slurm's reason, and what
+// Slurm says about the allocation.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -117,18 +118,60 @@ TEST_F(SlurmExecutorTest, KillLeavesNoStepAndNoProcess) {
   ASSERT_TRUE(WaitUntil([&] { return !ReadWholeFile(r.stdout_path).empty(); }, std::chrono::seconds(30)));
   pid_t pid = std::stoi(ReadWholeFile(r.stdout_path));
   ASSERT_EQ(::kill(pid, 0), 0) << "the step's shell runs on this (the only) node";
+  const auto t0 = std::chrono::steady_clock::now();
   auto st = exec_->Kill(ref);
   ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(20))
+      << "Kill must not wait for squeue/scancel on the io thread";
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x);
+  EXPECT_EQ(x->signal, SIGKILL);
   EXPECT_FALSE(exec_->Alive(ref));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto s = slurm::RunCommand({"squeue", "--noheader", "--steps",
+                                "--jobs=" + ref.data["job_id"].get<std::string>(), "--format=%j"});
+    return s.ok() && s->out.find(ref.data["step_name"].get<std::string>()) == std::string::npos;
+  }, std::chrono::seconds(10)));
   auto steps = slurm::RunCommand({"squeue", "--noheader", "--steps",
                                   "--jobs=" + ref.data["job_id"].get<std::string>(), "--format=%j"});
   ASSERT_TRUE(steps.ok());
   EXPECT_EQ(steps->out.find(ref.data["step_name"].get<std::string>()), std::string::npos) << steps->out;
   EXPECT_TRUE(WaitUntil([&] { return ::kill(pid, 0) != 0; }, std::chrono::seconds(10)))
       << "pid " << pid << " survived the cancel";
-  auto x = WaitExit(r.task_id);
+}
+
+TEST_F(SlurmExecutorTest, SignalReturnsAtOnceAndReachesTheStep) {
+  auto r = Request("trap-fast", {"bash", "-c",
+                                 "trap 'echo got-term; exit 3' TERM; echo ready; "
+                                 "while true; do sleep 0.05; done"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_TRUE(WaitUntil([&] { return FileContains(r.stdout_path, "ready"); }, std::chrono::seconds(30)));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(exec_->Signal(ref, SIGTERM).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(20))
+      << "Signal must not wait for squeue/scancel on the io thread";
+  auto x = WaitExit(r.task_id, std::chrono::seconds(30));
   ASSERT_TRUE(x);
-  EXPECT_EQ(x->signal, SIGKILL);
+  EXPECT_EQ(x->exit_code, 3) << x->ToJson().dump();
+  EXPECT_TRUE(FileContains(r.stdout_path, "got-term"));
+}
+
+// A step over its time limit (srun --time=1, checked by slurmctld about
+// every 30 s, so this takes 60 to 100 s) is ended by Slurm, and the task's
+// exit says so in Slurm's words.
+TEST_F(SlurmExecutorTest, StepOverItsTimeLimitFailsWithSlurmsReason) {
+  SlurmExecutorOptions o;
+  o.job_id = SlurmCluster::Get().job_id();
+  o.exec_shim = ShimPath();
+  o.srun_args = {"--time=1"};
+  auto ex = SlurmExecutor::Create(*io_, Recorder(), o);
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  auto r = Request("overtime", {"sleep", "300"});
+  ASSERT_TRUE((*ex)->Start(r).ok());
+  auto x = WaitExit(r.task_id, std::chrono::seconds(150));
+  ASSERT_TRUE(x);
+  EXPECT_FALSE(x->succeeded());
+  EXPECT_NE(x->detail.find("DUE TO TIME LIMIT"), std::string::npos) << x->ToJson().dump();
 }
 
 TEST_F(SlurmExecutorTest, AllocationQueriedFromTheController) {

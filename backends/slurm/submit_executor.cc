@@ -1,0 +1,372 @@
+// SlurmSubmitExecutor: see submit_executor.h.
+#include "backends/slurm/submit_executor.h"
+
+#include <signal.h>
+
+#include <fstream>
+
+#include <boost/asio/post.hpp>
+
+#include "backends/slurm/allocation.h"
+#include "backends/slurm/hostlist.h"
+#include "backends/slurm/sbatch_args.h"
+#include "backends/slurm/slurm_cli.h"
+#include "common/log.h"
+
+namespace tandem::backends {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct SubmitRef {
+  std::string batch_id;
+  std::string tandem_job;
+  fs::path exit_path;
+};
+
+StatusOr<SubmitRef> ParseRef(const TaskRef& ref) {
+  const auto& d = ref.data;
+  auto bad = [&](const char* what) { return InvalidArgument("slurm task ref " + ref.task_id + ": " + what); };
+  if (ref.backend != "slurm") return bad("backend is not \"slurm\"");
+  if (!d.is_object() || d.value("mode", "") != "submit") return bad("not a submit-mode ref");
+  if (!d.contains("job_id") || !d["job_id"].is_string() || d["job_id"].get<std::string>().empty())
+    return bad("expected data.job_id");
+  if (!d.contains("tandem_job") || !d["tandem_job"].is_string()) return bad("expected data.tandem_job");
+  SubmitRef r{d["job_id"].get<std::string>(), d["tandem_job"].get<std::string>(), ""};
+  if (d.contains("exit_path") && d["exit_path"].is_string()) r.exit_path = d["exit_path"].get<std::string>();
+  return r;
+}
+
+json RequestToJson(const LaunchRequest& r) {
+  return {{"job_id", r.job_id}, {"task_id", r.task_id}, {"argv", r.argv}, {"env", r.env},
+          {"cwd", r.cwd.string()}, {"stdout_path", r.stdout_path.string()},
+          {"stderr_path", r.stderr_path.string()}, {"exit_path", r.exit_path.string()}};
+}
+
+StatusOr<LaunchRequest> RequestFromJson(const json& j) {
+  try {
+    LaunchRequest r;
+    r.job_id = j.at("job_id").get<std::string>();
+    r.task_id = j.at("task_id").get<std::string>();
+    r.argv = j.at("argv").get<std::vector<std::string>>();
+    r.env = j.at("env").get<std::vector<std::string>>();
+    r.cwd = j.at("cwd").get<std::string>();
+    r.stdout_path = j.at("stdout_path").get<std::string>();
+    r.stderr_path = j.at("stderr_path").get<std::string>();
+    r.exit_path = j.at("exit_path").get<std::string>();
+    return r;
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("launch record: ") + e.what());
+  }
+}
+
+fs::path Sibling(const fs::path& p, const std::string& suffix) {
+  return p.empty() ? p : fs::path(p.string() + suffix);
+}
+
+// Written whole or not at all (rename), so a reader never sees half a file.
+void WriteJson(const fs::path& path, const json& j) {
+  if (path.empty()) return;
+  const fs::path tmp = Sibling(path, ".tmp");
+  {
+    std::ofstream out(tmp);
+    out << j.dump() << '\n';
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) log::Warn("slurm", "write {}: {}", path.string(), ec.message());
+}
+
+std::optional<json> ReadJson(const fs::path& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  auto j = json::parse(in, nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// Logical ids in CUDA_VISIBLE_DEVICES mapped onto the allocation's GPUs.
+void MapDevices(LaunchRequest& r, const std::vector<int>& gpus) {
+  const std::string key = "CUDA_VISIBLE_DEVICES=";
+  for (auto& e : r.env) {
+    if (e.compare(0, key.size(), key) != 0) continue;
+    auto ids = slurm::ParseIndexList(e.substr(key.size()));
+    if (!ids.ok() || ids->empty()) return;
+    std::string out;
+    for (int l : *ids) {
+      if (l < 0 || static_cast<size_t>(l) >= gpus.size()) return;  // leave as is
+      out += (out.empty() ? "" : ",") + std::to_string(gpus[static_cast<size_t>(l)]);
+    }
+    e = key + out;
+    return;
+  }
+}
+
+TaskExit Ended(std::string detail, int sig = 0) {
+  TaskExit x;
+  x.exit_code = sig ? -1 : 1;
+  x.signal = sig;
+  x.detail = std::move(detail);
+  x.ended_at = std::chrono::system_clock::now();
+  return x;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SlurmSubmitExecutor>> SlurmSubmitExecutor::Create(boost::asio::io_context& io,
+                                                                           ExitCallback on_exit,
+                                                                           SlurmSubmitOptions options) {
+  if (!options.job_info) return InvalidArgument("slurm submit mode: no job_info");
+  for (const char* cmd : {"sbatch", "srun", "squeue", "scancel", "scontrol"})
+    if (!slurm::HaveCommand(cmd))
+      return FailedPrecondition(std::string("slurm submit mode: ") + cmd + " is not in PATH");
+  return std::unique_ptr<SlurmSubmitExecutor>(new SlurmSubmitExecutor(io, std::move(on_exit), std::move(options)));
+}
+
+SlurmSubmitExecutor::SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallback on_exit,
+                                         SlurmSubmitOptions options)
+    : io_(io),
+      on_exit_(std::move(on_exit)),
+      options_(std::move(options)),
+      workers_(std::make_unique<boost::asio::thread_pool>(2)) {}
+
+SlurmSubmitExecutor::~SlurmSubmitExecutor() {
+  // Stops supervising: batch jobs and steps keep running for the next daemon.
+  stop_->store(true);
+  alive_.reset();
+  workers_->join();
+  batches_.clear();
+}
+
+std::string SlurmSubmitExecutor::BatchJobOf(const std::string& tandem_job) const {
+  auto it = batch_of_job_.find(tandem_job);
+  return it == batch_of_job_.end() ? "" : it->second;
+}
+
+StatusOr<SlurmSubmitExecutor::Batch*> SlurmSubmitExecutor::Adopt(const std::string& batch_id,
+                                                                  const std::string& tandem_job) {
+  if (auto it = batches_.find(batch_id); it != batches_.end()) return it->second.get();
+  SlurmJobInfo info;
+  if (auto got = options_.job_info(tandem_job); got.ok()) info = *got;
+  SlurmExecutorOptions so;
+  so.job_id = batch_id;
+  so.exec_shim = options_.exec_shim;
+  so.gres = slurm::StepGres(info.options);
+  so.srun_args = slurm::SrunArgs(info.options);
+  so.kill_timeout = options_.kill_timeout;
+  TANDEM_ASSIGN_OR_RETURN(
+      auto steps,
+      SlurmExecutor::Create(io_, [this, batch_id](const std::string& task, const TaskExit& x) {
+        OnStepExit(batch_id, task, x);
+      }, so),
+      "slurm job " + batch_id);
+  auto b = std::make_unique<Batch>();
+  b->id = batch_id;
+  b->tandem_job = tandem_job;
+  b->steps = std::move(steps);
+  b->timer = std::make_unique<boost::asio::steady_timer>(io_);
+  Batch* raw = b.get();
+  batches_[batch_id] = std::move(b);
+  batch_of_job_[tandem_job] = batch_id;
+  Poll(batch_id);
+  return raw;
+}
+
+StatusOr<TaskRef> SlurmSubmitExecutor::Start(const LaunchRequest& req) {
+  if (req.argv.empty() || req.argv[0].empty())
+    return InvalidArgument("start task " + req.task_id + ": empty command");
+  Batch* b = nullptr;
+  if (auto it = batch_of_job_.find(req.job_id); it != batch_of_job_.end()) {
+    Batch* known = batches_[it->second].get();
+    if (!known->cancelled && !(known->state.ended() && !known->state.state.empty())) b = known;
+  }
+  if (!b) {
+    TANDEM_ASSIGN_OR_RETURN(SlurmJobInfo info, options_.job_info(req.job_id), "slurm submit " + req.job_id);
+    slurm::BatchShape shape{req.job_id, info.devices, info.tasks,
+                            info.run_dir.empty() ? "" : (info.run_dir / "slurm-batch.out").string()};
+    TANDEM_ASSIGN_OR_RETURN(auto args, slurm::SbatchArgs(info.options, shape), "slurm submit " + req.job_id);
+    TANDEM_ASSIGN_OR_RETURN(std::string id, slurm::SubmitBatch(args), "slurm submit " + req.job_id);
+    std::string joined;
+    for (const auto& a : args) joined += (joined.empty() ? "" : " ") + a;
+    log::Info("slurm", "batch submitted job={} tandem_job={} args=\"{}\"", id, req.job_id, joined);
+    TANDEM_ASSIGN_OR_RETURN(b, Adopt(id, req.job_id), "slurm submit " + req.job_id);
+  }
+  const fs::path exit_path = req.exit_path.empty() ? req.exit_path : fs::absolute(req.exit_path);
+  LaunchRequest r = req;
+  r.exit_path = exit_path;
+  std::error_code ec;
+  fs::remove(Sibling(exit_path, ".step.json"), ec);
+  WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r));
+  if (b->state.running() && b->queued.empty()) Launch(*b, r);
+  else b->queued.push_back(r);
+  TaskRef ref;
+  ref.backend = "slurm";
+  ref.task_id = req.task_id;
+  ref.data = {{"mode", "submit"}, {"job_id", b->id}, {"tandem_job", req.job_id}, {"exit_path", exit_path.string()}};
+  return ref;
+}
+
+void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
+  LaunchRequest r = req;
+  MapDevices(r, b.gpus);
+  auto ref = b.steps->Start(r);
+  if (!ref.ok()) {
+    PostExit(req.task_id, Ended("slurm: could not start the step in batch job " + b.id + ": " + ref.status().ToString()));
+    return;
+  }
+  b.launched[req.task_id] = *ref;
+  WriteJson(Sibling(req.exit_path, ".step.json"), ref->ToJson());
+}
+
+void SlurmSubmitExecutor::Poll(const std::string& batch_id) {
+  auto it = batches_.find(batch_id);
+  if (it == batches_.end() || it->second->polling || stop_->load()) return;
+  it->second->polling = true;
+  const bool need_gpus = it->second->gpus.empty();
+  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), batch_id, need_gpus, stop = stop_] {
+    if (stop->load()) return;
+    auto st = slurm::QueryBatch(batch_id);
+    std::vector<int> gpus;
+    if (st.ok() && st->running() && need_gpus)
+      if (auto a = slurm::QueryAllocation(batch_id); a.ok()) gpus = a->gpus;
+    boost::asio::post(io_, [this, weak, batch_id, st = std::move(st), gpus = std::move(gpus)]() mutable {
+      if (weak.lock()) OnState(batch_id, std::move(st), std::move(gpus));
+    });
+  });
+}
+
+void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::BatchState> st,
+                                  std::vector<int> gpus) {
+  auto it = batches_.find(batch_id);
+  if (it == batches_.end()) return;
+  Batch& b = *it->second;
+  b.polling = false;
+  if (!st.ok() && st.status().code() == StatusCode::kNotFound) st = slurm::BatchState{"UNKNOWN", "purged by Slurm"};
+  if (st.ok()) {
+    if (st->state != b.state.state || st->reason != b.state.reason)
+      log::Info("slurm", "batch job={} tandem_job={} state={} reason={}", b.id, b.tandem_job, st->state,
+                st->reason.empty() ? "None" : st->reason);
+    b.state = *st;
+    if (b.state.running()) {
+      if (!gpus.empty()) b.gpus = gpus;
+      std::deque<LaunchRequest> queued;
+      queued.swap(b.queued);
+      for (const auto& r : queued) Launch(b, r);
+    } else if (b.state.waiting()) {
+      b.gpus.clear();  // a requeued job may get other GPUs
+    } else {
+      std::deque<LaunchRequest> queued;
+      queued.swap(b.queued);
+      for (const auto& r : queued)
+        PostExit(r.task_id, Ended("slurm: batch job " + b.id + " ended before the task started: " + b.state.ToString()));
+      return;  // ended: no more polls
+    }
+  } else {
+    log::Warn("slurm", "batch job={} state unknown: {}", b.id, st.status().ToString());
+  }
+  if (b.cancelled) return;
+  b.timer->expires_after(options_.poll);
+  b.timer->async_wait([this, weak = std::weak_ptr<int>(alive_), batch_id](const boost::system::error_code& ec) {
+    if (!ec && weak.lock()) Poll(batch_id);
+  });
+}
+
+void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit) {
+  auto it = batches_.find(batch_id);
+  if (it != batches_.end()) {
+    it->second->launched.erase(task_id);
+    const auto& s = it->second->state;
+    if (!exit.succeeded() && !s.state.empty() && !s.running())
+      exit.detail += (exit.detail.empty() ? "" : "; ") + ("slurm batch job " + batch_id + " " + s.ToString());
+  }
+  on_exit_(task_id, exit);
+}
+
+void SlurmSubmitExecutor::PostExit(const std::string& task_id, TaskExit exit) {
+  boost::asio::post(io_, [this, weak = std::weak_ptr<int>(alive_), task_id, exit] {
+    if (weak.lock()) on_exit_(task_id, exit);
+  });
+}
+
+SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& task_id, const std::string& batch_id) {
+  (void)task_id;
+  auto it = batches_.find(batch_id);
+  return it == batches_.end() ? nullptr : it->second.get();
+}
+
+Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
+  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "signal");
+  Batch* b = BatchOfTask(ref.task_id, r.batch_id);
+  if (!b) return Status::Ok();
+  if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Signal(l->second, sig);
+  for (auto q = b->queued.begin(); q != b->queued.end(); ++q) {
+    if (q->task_id != ref.task_id) continue;
+    b->queued.erase(q);
+    PostExit(ref.task_id, Ended("signalled before its batch job " + b->id + " started", sig));
+    break;
+  }
+  return Status::Ok();
+}
+
+Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
+  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "kill");
+  Batch* b = BatchOfTask(ref.task_id, r.batch_id);
+  if (!b) return Status::Ok();
+  if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Kill(l->second);
+  return Signal(ref, SIGKILL);
+}
+
+bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
+  auto r = ParseRef(ref);
+  if (!r.ok()) return false;
+  Batch* b = BatchOfTask(ref.task_id, r->batch_id);
+  if (!b) return false;
+  if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Alive(l->second);
+  for (const auto& q : b->queued)
+    if (q.task_id == ref.task_id) return true;
+  return false;
+}
+
+Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
+  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
+  TANDEM_ASSIGN_OR_RETURN(Batch* b, Adopt(r.batch_id, r.tandem_job), "reattach " + ref.task_id);
+  if (b->launched.count(ref.task_id)) return Status::Ok();
+  if (auto step = ReadJson(Sibling(r.exit_path, ".step.json"))) {
+    TANDEM_ASSIGN_OR_RETURN(TaskRef inner, TaskRef::FromJson(*step), "reattach " + ref.task_id);
+    TANDEM_RETURN_IF_ERROR(b->steps->Reattach(inner), "reattach " + ref.task_id);
+    b->launched[ref.task_id] = inner;
+    log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
+    return Status::Ok();
+  }
+  auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
+  if (!launch) {
+    PostExit(ref.task_id, [] {
+      TaskExit x = Ended("no launch record survived the daemon restart");
+      x.status_known = false;
+      return x;
+    }());
+    return Status::Ok();
+  }
+  TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
+  b->queued.push_back(req);  // never started: it starts when the batch job runs
+  log::Info("slurm", "reattached task={} batch job={} (not started yet)", ref.task_id, b->id);
+  return Status::Ok();
+}
+
+void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {
+  auto it = batch_of_job_.find(job_id);
+  if (it == batch_of_job_.end()) return;
+  auto b = batches_.find(it->second);
+  if (b == batches_.end() || b->second->cancelled) return;
+  b->second->cancelled = true;
+  b->second->timer->cancel();
+  const std::string id = b->second->id;
+  log::Info("slurm", "cancelling batch job={} tandem_job={}", id, job_id);
+  boost::asio::post(*workers_, [id] {
+    if (Status st = slurm::CancelBatch(id); !st.ok()) log::Error("slurm", "cancel batch job={}: {}", id, st.ToString());
+  });
+}
+
+}  // namespace tandem::backends

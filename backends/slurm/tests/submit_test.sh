@@ -1,0 +1,187 @@
+#!/bin/bash
+# Submit mode (docs/slurm.md "Submit mode") on the real test cluster:
+# tandemd --slurm-job submit, outside any allocation, submits one batch job
+# per tandem job with the spec's scheduling options and runs the tasks as its
+# steps. Cases:
+#
+#   run          a colocated job (2 GPUs) submitted with --begin so the batch
+#                job pends first: pending -> running is logged with Slurm's
+#                reason, both roles see the same GPUs (the batch job's 2,3:
+#                another job holds 0,1), the job succeeds and the batch job
+#                is gone afterwards.
+#   cancel       tandem cancel mid-run: the job is cancelled, no step and no
+#                batch job are left.
+#   scancel      the batch job is cancelled behind tandem's back: the job
+#                fails and its detail carries Slurm's words.
+#   reservation  the spec's reservation reaches the batch job.
+#   restart      kill -9 of tandemd mid-job; the restarted daemon re-attaches
+#                to the batch job by id; the job succeeds, nothing is left.
+#   rejected     sbatch refuses the options (unknown partition): the job
+#                fails with sbatch's message.
+#
+# Usage: submit_test.sh CASE. Skips (77) without the cluster.
+# shellcheck source=../../../tests/services/lib.sh
+. "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
+need_service slurm SLURM_CONF
+BIN=${TANDEM_BIN_DIR:?}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected}
+unset SLURM_JOB_ID
+
+state=$SCRATCH/state
+start_daemon() {
+  "$BIN/tandemd" --state-dir "$state" --slurm-job submit --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
+  DPID=$!
+  CLEANUPS+=("kill -9 $DPID 2>/dev/null")
+  wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
+}
+T() { "$BIN/tandem" --socket "$state/tandemd.sock" "$@"; }
+job_state() { T status "$1" --json | jq -r .state; }
+batch_of() { squeue -h --states=all --name="$1" -o %i | head -1; }
+live_batch() { squeue -h --name="$1" -o %i | head -1; }
+fail() { echo "FAIL: $*" >&2; echo "--- tandemd log" >&2; tail -40 "$SCRATCH/tandemd.log" >&2 || true; exit 1; }
+wait_end() {
+  wait_for "${2:-60}" "job $1 to end" bash -c \
+    "[[ \$('$BIN/tandem' --socket '$state/tandemd.sock' status $1 --json | jq -r .state) =~ ^(succeeded|failed|cancelled)$ ]]"
+}
+
+# spec SLEEP [EXTRA_BACKEND_JSON]
+spec() {
+  cat >"$SCRATCH/job.json" <<JSON
+{
+  "name": "slurm-submit-$CASE",
+  "backend": {"kind": "slurm", "time": "5"${2:+, $2}},
+  "devices": {"count": 2},
+  "env": {"JOB_LAYER": "job"},
+  "roles": {
+    "actor": {
+      "command": ["sh", "-c", "sleep $1; echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
+      "gpus_per_replica": 2,
+      "env": {"ACTOR_ONLY": "a"}
+    },
+    "rollout": {
+      "command": ["sh", "-c", "sleep $1; echo rollout CVD=\$CUDA_VISIBLE_DEVICES mine=\$ROLLOUT_ONLY job=\$SLURM_JOB_ID"],
+      "gpus_per_replica": 2,
+      "colocate_with": "actor",
+      "env": {"ROLLOUT_ONLY": "r"}
+    }
+  }
+}
+JSON
+}
+
+check_outputs() {  # ID BATCH
+  local actor rollout cvd
+  actor=$(T logs "$1" --task actor.0)
+  rollout=$(T logs "$1" --task rollout.0)
+  echo "$actor"; echo "$rollout"
+  [[ "$actor" == *"actor CVD="*" mine=a job=$2"* ]] || fail "actor output: $actor"
+  [[ "$rollout" == *"rollout CVD="*" mine=r job=$2"* ]] || fail "rollout output: $rollout"
+  cvd=${actor#*CVD=}; cvd=${cvd%% *}
+  [[ "$rollout" == *"CVD=$cvd "* && "$cvd" == *,* ]] || fail "colocated roles saw different GPUs: $actor / $rollout"
+  pass "both roles ran in batch job $2 on the same 2 GPUs ($cvd) with their own environment"
+}
+
+nothing_left() {  # BATCH
+  wait_for 20 "batch job $1 gone" bash -c "[[ -z \$(squeue -h -j $1 -o %i 2>/dev/null) ]]"
+  pass "batch job $1 and its steps are gone"
+}
+
+start_daemon
+case $CASE in
+  run)
+    # Another job holds GPUs 0,1: the batch job gets 2,3, and the job's
+    # logical devices 0,1 must be mapped onto them.
+    holder=$(sbatch --parsable --job-name=tandem-test-holder --output=/dev/null --ntasks=1 --gres=gpu:2 \
+      --time=5 --wrap="sleep 300")
+    CLEANUPS+=("scancel $holder")
+    wait_for 30 "holder $holder running" bash -c "squeue -h -j $holder -o %T | grep -q RUNNING"
+    spec 2 '"sbatch_args": ["--begin=now+3"]'
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "batch job=$batch tandem_job=$id state=PENDING reason=BeginTime" "$SCRATCH/tandemd.log" ||
+      fail "pending state with Slurm's reason not logged"
+    grep -q "batch job=$batch tandem_job=$id state=RUNNING" "$SCRATCH/tandemd.log" || fail "running not logged"
+    pass "batch job $batch pending (BeginTime) then running, logged"
+    check_outputs "$id" "$batch"
+    [[ $(T logs "$id" --task actor.0) == *"CVD=2,3 "* ]] || fail "logical devices not mapped onto the batch job's GPUs 2,3"
+    pass "logical devices 0,1 ran on the batch job's GPUs 2,3"
+    nothing_left "$batch"
+    ;;
+  cancel)
+    spec 300
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    T cancel "$id" >/dev/null
+    wait_end "$id" 40
+    [[ $(job_state "$id") == cancelled ]] || fail "job $id: $(T status "$id" --json)"
+    nothing_left "$batch"
+    ;;
+  scancel)
+    spec 300
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    scancel "$batch"
+    wait_end "$id" 40
+    st=$(T status "$id" --json)
+    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
+    [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's reason missing: $st"
+    pass "batch job cancelled outside tandem: job failed with Slurm's reason ($(jq -r .detail <<<"$st"))"
+    ;;
+  reservation)
+    res=tandem-submit-res-$$
+    scontrol create reservation ReservationName="$res" StartTime=now Duration=5 Users=root \
+      Nodes="$TANDEM_SLURM_NODE" Flags=IGNORE_JOBS >/dev/null
+    CLEANUPS+=("for i in \$(seq 50); do scontrol delete ReservationName=$res 2>/dev/null && break; sleep 0.2; done")
+    spec 0 "\"reservation\": \"$res\""
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    out=$(T logs "$id" --task actor.0)
+    [[ "$out" == *"job=$batch"* ]] || fail "actor did not run in batch job $batch: $out"
+    [[ $(scontrol show job "$batch" | grep -o 'Reservation=[^ ]*') == "Reservation=$res" ]] ||
+      fail "batch job $batch is not in reservation $res: $(scontrol show job "$batch")"
+    pass "the batch job ran in reservation $res"
+    ;;
+  restart)
+    spec 8
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    kill -9 "$DPID"
+    wait "$DPID" 2>/dev/null || true
+    [[ -n $(live_batch "$id") ]] || fail "batch job died with tandemd"
+    pass "batch job $batch survives kill -9 of tandemd"
+    start_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "reattached task=$id.actor.0 batch job=$batch" "$SCRATCH/tandemd.log" || fail "no re-attach by id logged"
+    check_outputs "$id" "$batch"
+    [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
+    nothing_left "$batch"
+    ;;
+  rejected)
+    spec 0 '"partition": "no-such-partition"'
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_end "$id" 30
+    st=$(T status "$id" --json)
+    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
+    [[ "$st" == *"sbatch"*"invalid partition"* ]] || fail "sbatch's refusal missing: $st"
+    [[ -z $(squeue -h --states=all --name="$id" -o %i) ]] || fail "a batch job exists for $id"
+    pass "sbatch refused the batch job: the job failed with sbatch's words ($(jq -r .detail <<<"$st"))"
+    ;;
+  *) fail "unknown case $CASE" ;;
+esac
