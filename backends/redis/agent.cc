@@ -33,12 +33,16 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(boost::asio::io_context& io, Agen
   if (options.cpus <= 0) options.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   if (options.memory_bytes <= 0) options.memory_bytes = DetectMemoryBytes();
   if (options.lease < std::chrono::milliseconds(300)) return InvalidArgument("agent: lease must be at least 300 ms");
+  if (!options.cluster_key) return InvalidArgument("agent: a cluster key is required (--cluster-key-file)");
   std::unique_ptr<Agent> agent(new Agent(io, std::move(options)));
   Agent* self = agent.get();
   auto local = LocalExecutor::Create(
       io, [self](const std::string& id, const TaskExit& x) { self->OnLocalExit(id, x); }, agent->options_.local);
   if (!local.ok()) return local.status().WithContext("agent: local backend");
   agent->local_ = std::move(local).value();
+  agent->verifier_ = std::make_unique<CommandVerifier>(*agent->options_.cluster_key,
+                                                       agent->options_.keys.commands(agent->options_.name),
+                                                       agent->options_.max_message_age);
   return agent;
 }
 
@@ -80,6 +84,7 @@ void Agent::Shutdown() {
   }
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  watchdog_.Release();
   if (auto c = RedisConn::Connect(options_.redis); c.ok()) {
     (void)(*c)->Command({"DEL", options_.keys.node(options_.name)});
   }
@@ -133,7 +138,11 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
     return;
   }
   auto req = msg.contains("request") ? RequestFromJson(msg["request"]) : StatusOr<LaunchRequest>(InvalidArgument("no request"));
-  if (req.ok() && req->task_id != task_id) req = InvalidArgument("request.task_id differs from task_id");
+  // task_id names the launch ("<request.task_id>~<id>", redis_executor.h);
+  // the local backend knows the task by its launch, so restarts never collide.
+  if (req.ok() && req->task_id != task_id && task_id.rfind(req->task_id + "~", 0) != 0)
+    req = InvalidArgument("task_id is not a launch of request.task_id");
+  if (req.ok()) req->task_id = task_id;
   known_.insert(task_id);
   if (!req.ok()) {
     log::Warn("redis", "agent refusing malformed start task={} error={}", task_id, req.status().ToString());
@@ -155,6 +164,7 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
     return;
   }
   tasks_[task_id] = *ref;
+  watchdog_.TaskStarted(task_id, *ref);
   int pid = ref->data.value("pid", 0);
   log::Info("redis", "task started task={} pid={} node={}", task_id, pid, options_.name);
   Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "started"}, {"pid", pid},
@@ -163,7 +173,7 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
 }
 
 void Agent::OnLocalExit(const std::string& task_id, const TaskExit& exit) {
-  tasks_.erase(task_id);
+  if (tasks_.erase(task_id)) watchdog_.TaskEnded(task_id);
   TaskExit x = exit;
   if (fenced_.erase(task_id)) x.detail = "fenced: killed by agent " + options_.name + (x.detail.empty() ? "" : "; " + x.detail);
   log::Info("redis", "task exited task={} code={} signal={} node={}", task_id, x.exit_code, x.signal, options_.name);
@@ -297,6 +307,11 @@ void Agent::ReadCommands() {
   if (reading_pending_ && entries.empty()) reading_pending_ = false;
   for (auto& e : entries) {
     std::string text = e.Field("msg");
+    if (auto st = verifier_->Verify(e, NowMs()); !st.ok()) {
+      log::Warn("redis", "agent refusing command node={} entry={} reason={}", options_.name, e.id, st.message());
+      (void)conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, e.id});
+      continue;
+    }
     if (reading_pending_) {
       // A start delivered before a crash or reconnect: start it only if still assigned.
       auto msg = ParseMessage(text);

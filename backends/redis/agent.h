@@ -24,6 +24,9 @@
 // agent registers again and takes new work. Its killed tasks are reported as
 // exited (SIGKILL, detail "fenced: ...") once Redis is reachable.
 //
+// Signatures. Every command must carry a valid HMAC under the cluster key,
+// be fresh and not a replay (command_signing.h); anything else is logged
+// ("agent refusing command ... reason=...") and acknowledged, never run.
 // Malformed commands are logged and acknowledged, never fatal.
 #pragma once
 
@@ -33,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,6 +45,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "backends/local/local_executor.h"
+#include "backends/redis/agent_watchdog.h"
+#include "backends/redis/command_signing.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_protocol.h"
 
@@ -56,6 +62,10 @@ struct AgentOptions {
   int cpus = 0;           // 0: detected
   long long memory_bytes = 0;  // 0: detected
   LocalExecutorOptions local;
+  // Required: commands not signed under this key are refused (command_signing.h).
+  std::optional<ClusterKey> cluster_key;
+  // Signed commands older (or further in the future) than this are refused as stale.
+  std::chrono::milliseconds max_message_age{60000};
 };
 
 class Agent {
@@ -63,6 +73,10 @@ class Agent {
   // Creates the local executor; nothing touches Redis until Start().
   static StatusOr<std::unique_ptr<Agent>> Create(boost::asio::io_context& io, AgentOptions options);
   ~Agent();
+
+  // Hands the agent its watchdog (agent_watchdog.h), told of every task
+  // start and end from now on. Optional; call before Start().
+  void SetWatchdog(AgentWatchdog watchdog) { watchdog_ = std::move(watchdog); }
 
   // Starts the Redis thread (it connects with backoff; Redis may be down).
   void Start();
@@ -104,6 +118,7 @@ class Agent {
   std::set<std::string> known_;           // every task id ever started here (io thread)
   std::set<std::string> fenced_;          // killed by fencing (io thread)
   bool leftovers_checked_ = false;        // io thread
+  AgentWatchdog watchdog_;                // io thread
 
   std::mutex mu_;
   std::deque<Outgoing> outbox_;  // guarded by mu_
@@ -113,6 +128,7 @@ class Agent {
   std::thread thread_;
   // Redis thread only
   std::unique_ptr<RedisConn> conn_;
+  std::unique_ptr<CommandVerifier> verifier_;
   bool reading_pending_ = true;
   bool fenced_now_ = false;
   std::chrono::steady_clock::time_point last_renew_sent_{};

@@ -118,6 +118,9 @@ Status Daemon::Start(const fs::path& run_root) {
     backends::redis::RedisExecutorOptions ropts;
     ropts.redis = *cfg;
     ropts.keys.prefix = settings_.redis_prefix;
+    auto key = backends::redis::ClusterKey::FromFile(settings_.cluster_key_file);
+    if (!key.ok()) return key.status().WithContext("--cluster-key-file");
+    ropts.cluster_key = *key;
     auto redis = backends::redis::RedisExecutor::Create(
         io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
           if (jobs_) jobs_->OnTaskExit(task_id, exit);
