@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include <boost/asio/post.hpp>
@@ -112,6 +113,10 @@ void Agent::OnCommand(const std::string& entry_id, const std::string& text) {
     HandleStart(entry_id, *msg);
     return;
   }
+  if (op == "tail") {
+    HandleTail(entry_id, task_id, *msg);
+    return;
+  }
   Queue({nullptr, entry_id});  // signal and kill are done once handled here
   auto it = tasks_.find(task_id);
   if (it == tasks_.end()) return;  // already ended (or never here): nothing to do
@@ -165,11 +170,49 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
   }
   tasks_[task_id] = *ref;
   watchdog_.TaskStarted(task_id, *ref);
+  outputs_[task_id] = {req->stdout_path.string(), req->stderr_path.string()};
+  outputs_order_.push_back(task_id);
+  if (outputs_order_.size() > 4096) {
+    outputs_.erase(outputs_order_.front());
+    outputs_order_.pop_front();
+  }
   int pid = ref->data.value("pid", 0);
   log::Info("redis", "task started task={} pid={} node={}", task_id, pid, options_.name);
   Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "started"}, {"pid", pid},
           {"local_ref", ref->ToJson()}},
          entry_id});
+}
+
+void Agent::HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg) {
+  const std::string reply_key = msg.contains("reply") && msg["reply"].is_string() ? msg["reply"].get<std::string>() : "";
+  const std::string stream = msg.contains("stream") && msg["stream"].is_string() ? msg["stream"].get<std::string>() : "stdout";
+  long long max_bytes = msg.contains("max_bytes") && msg["max_bytes"].is_number_integer() ? msg["max_bytes"].get<long long>() : 65536;
+  max_bytes = std::clamp<long long>(max_bytes, 0, 1 << 20);
+  if (reply_key.rfind(options_.keys.prefix + ":tail:", 0) != 0 || (stream != "stdout" && stream != "stderr")) {
+    log::Warn("redis", "agent ignoring malformed tail command task={}", launch);
+    Queue({nullptr, entry_id, "", ""});
+    return;
+  }
+  nlohmann::json reply = {{"ok", false}};
+  auto it = outputs_.find(launch);
+  if (it == outputs_.end()) {
+    reply["error"] = "node " + options_.name + " has no record of " + launch;
+  } else {
+    const std::string& path = stream == "stdout" ? it->second.first : it->second.second;
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) {
+      reply["error"] = "cannot open " + path + " on node " + options_.name;
+    } else {
+      const long long size = static_cast<long long>(in.tellg());
+      const long long from = std::max(0LL, size - max_bytes);
+      in.seekg(from);
+      std::string data(static_cast<size_t>(size - from), '\0');
+      in.read(data.data(), static_cast<std::streamsize>(data.size()));
+      data.resize(static_cast<size_t>(in.gcount()));
+      reply = {{"ok", true}, {"data", std::move(data)}, {"truncated", from > 0}};
+    }
+  }
+  Queue({nullptr, entry_id, reply_key, reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
 }
 
 void Agent::OnLocalExit(const std::string& task_id, const TaskExit& exit) {
@@ -283,6 +326,8 @@ bool Agent::Flush() {
       if (!conn_->Command({"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*", "msg", ev.dump()}).ok())
         return false;
     }
+    if (!out.reply_key.empty() && !conn_->Command({"SET", out.reply_key, out.reply, "PX", "30000"}).ok())
+      return false;
     if (!out.ack_id.empty() &&
         !conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, out.ack_id}).ok())
       return false;

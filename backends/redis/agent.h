@@ -27,6 +27,12 @@
 // Signatures. Every command must carry a valid HMAC under the cluster key,
 // be fresh and not a replay (command_signing.h); anything else is logged
 // ("agent refusing command ... reason=...") and acknowledged, never run.
+// Log tails. A signed {"op":"tail","task_id":launch,"stream":"stdout"|"stderr",
+// "max_bytes":N,"reply":"<p>:tail:..."} makes the agent read the last N
+// bytes (at most 1 MiB) of that launch's output file on this node and SET
+// them at the reply key (expiring after 30 s); the daemon polls for it
+// (RedisExecutor::Tail). The agent remembers the files of its last 4096 launches.
+//
 // Malformed commands are logged and acknowledged, never fatal.
 #pragma once
 
@@ -92,6 +98,8 @@ class Agent {
   struct Outgoing {
     nlohmann::json event;       // written to the task hash and the events stream; null for none
     std::string ack_id;         // command entry to XACK after the event; "" for none
+    std::string reply_key;      // a log tail's reply: SET reply_key reply PX 30000; "" for none
+    std::string reply;
   };
 
   Agent(boost::asio::io_context& io, AgentOptions options) : io_(io), options_(std::move(options)) {}
@@ -99,6 +107,7 @@ class Agent {
   // io thread
   void OnCommand(const std::string& entry_id, const std::string& text);
   void HandleStart(const std::string& entry_id, const nlohmann::json& msg);
+  void HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg);
   void OnLocalExit(const std::string& task_id, const TaskExit& exit);
   void Fence();
   void Queue(Outgoing out);
@@ -117,6 +126,9 @@ class Agent {
   std::map<std::string, TaskRef> tasks_;  // running, by task id (io thread)
   std::set<std::string> known_;           // every task id ever started here (io thread)
   std::set<std::string> fenced_;          // killed by fencing (io thread)
+  // Output files of the latest launches (running or ended), for log tails (io thread).
+  std::map<std::string, std::pair<std::string, std::string>> outputs_;
+  std::deque<std::string> outputs_order_;
   bool leftovers_checked_ = false;        // io thread
   AgentWatchdog watchdog_;                // io thread
 

@@ -183,6 +183,31 @@ Status RedisExecutor::Kill(const TaskRef& ref) {
                           std::to_string(options_.kill_timeout.count()) + " ms");
 }
 
+StatusOr<std::string> RedisExecutor::Tail(const TaskRef& ref, const std::string& stream, size_t max_bytes,
+                                          std::chrono::milliseconds timeout) {
+  TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "tail");
+  if (stream != "stdout" && stream != "stderr") return InvalidArgument("tail: stream must be stdout or stderr");
+  const std::string reply_key = options_.keys.prefix + ":tail:" + NewLaunchId(r.launch);
+  nlohmann::json msg = {{"op", "tail"}, {"task_id", r.launch}, {"stream", stream},
+                        {"max_bytes", static_cast<long long>(std::min<size_t>(max_bytes, 1 << 20))},
+                        {"reply", reply_key}};
+  TANDEM_RETURN_IF_ERROR(SendCommand(r.node, msg), "tail " + ref.task_id);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    TANDEM_ASSIGN_OR_RETURN(RedisReply got, Cmd({"GET", reply_key}), "tail " + ref.task_id);
+    if (!got.is_nil()) {
+      (void)Cmd({"DEL", reply_key});
+      auto j = ParseMessage(got.str);
+      if (!j.ok()) return j.status().WithContext("tail reply");
+      if (!(*j).value("ok", false)) return NotFound("tail " + ref.task_id + ": " + (*j).value("error", std::string("?")));
+      return (*j).value("data", std::string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return DeadlineExceeded("tail " + ref.task_id + ": node " + r.node + " did not answer within " +
+                          std::to_string(timeout.count()) + " ms");
+}
+
 bool RedisExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;

@@ -75,6 +75,13 @@ class RedisExecutor final : public Executor {
   Status Reattach(const TaskRef& ref) override;
   bool Alive(const TaskRef& ref) override;
 
+  // The last `max_bytes` (at most 1 MiB) of a launch's stdout or stderr, read
+  // by the agent on its node (for run directories the nodes do not share).
+  // Blocks the caller up to `timeout`; DeadlineExceeded when the agent does
+  // not answer in time, NotFound when it has no record of the launch.
+  StatusOr<std::string> Tail(const TaskRef& ref, const std::string& stream, size_t max_bytes,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
+
   // Names of nodes whose lease is live now.
   StatusOr<std::vector<std::string>> LiveNodes();
 

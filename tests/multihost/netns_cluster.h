@@ -41,7 +41,12 @@ inline fs::path BinDir() {
   return d && *d ? d : "build/bin";
 }
 
-inline int Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+// Runs a shell command quietly (ip lives in /usr/sbin, which a test's PATH may lack).
+inline int Sh(const std::string& cmd) {
+  return std::system(("PATH=\"$PATH:/usr/sbin:/sbin\"; " + cmd + " >/dev/null 2>&1").c_str());
+}
+
+inline std::string IpBinary() { return fs::exists("/usr/sbin/ip") ? "/usr/sbin/ip" : fs::exists("/sbin/ip") ? "/sbin/ip" : "ip"; }
 
 // Whether this process may create network namespaces.
 inline bool CanUseNetns() {
@@ -208,7 +213,7 @@ class NetnsCluster {
 
   Status StartAgent(Host& h, const std::string& password_file = "") {
     h.agent = std::make_unique<Child>();
-    std::vector<std::string> args = {"ip", "netns", "exec", h.netns, (BinDir() / "tandem-agent").string(),
+    std::vector<std::string> args = {IpBinary(), "netns", "exec", h.netns, (BinDir() / "tandem-agent").string(),
                                      "--redis", "redis://" + h.root_ip + ":" + std::to_string(port_),
                                      "--redis-password-file",
                                      password_file.empty() ? password_file_.string() : password_file,

@@ -170,6 +170,32 @@ TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
   ExpectExactlyOnce();
 }
 
+TEST_F(RedisFaultTest, AgentServesLogTails) {
+  auto r = Request("tail", {"sh", "-c", "echo first line; echo hello-tail; sleep 30"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_GT(WaitStartedPid(ref), 0) << AgentLog();
+  auto* redis_exec = static_cast<redis::RedisExecutor*>(exec_.get());
+  std::string out;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto t = redis_exec->Tail(ref, "stdout", 1 << 20);
+    out = t.ok() ? *t : t.status().ToString();
+    return out.find("hello-tail") != std::string::npos;
+  }, std::chrono::seconds(5))) << out << "\n" << AgentLog();
+  EXPECT_EQ(out, "first line\nhello-tail\n");
+  // Bounded: only the last bytes.
+  auto last = redis_exec->Tail(ref, "stdout", 5);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(*last, "tail\n");
+  // A launch the node never ran.
+  TaskRef other = ref;
+  other.data["launch"] = r.task_id + "~0000000000000000";
+  auto none = redis_exec->Tail(other, "stdout", 100);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+  ASSERT_TRUE(exec_->Kill(ref).ok());
+  ASSERT_TRUE(WaitExit(r.task_id));
+}
+
 TEST_F(RedisFaultTest, StartWithoutLiveNodesIsUnavailable) {
   cluster_.agents[0]->Stop();
   auto r = Request("nobody", {"true"});
