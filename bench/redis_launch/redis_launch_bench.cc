@@ -25,6 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace tandem;
 using namespace tandem::backends;
+namespace bt = tandem::backends::testing;
 
 struct Result {
   double starts_per_s = 0, p50_ms = 0, p99_ms = 0, tasks_per_s = 0;
@@ -88,14 +89,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--agents")) agents = std::atoi(argv[i + 1]);
   }
   log::Init("warn");
-  if (!testing::RedisReachable()) {
+  if (!tandem::backends::testing::RedisReachable()) {
     std::cerr << "redis_launch_bench: the test Redis is not running (scripts/services/redis.sh start)\n";
     return 1;
   }
   const auto dir = std::filesystem::temp_directory_path() / ("tandem-redis-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "tasks");
-  testing::RedisCluster cluster;
-  cluster.prefix = testing::UniquePrefix("bench");
+  tandem::backends::testing::RedisCluster cluster;
+  cluster.prefix = tandem::backends::testing::UniquePrefix("bench");
   if (auto st = cluster.Up(agents, 3.0, dir.string()); !st.ok()) {
     std::cerr << "redis_launch_bench: " << st.ToString() << "\n";
     return 1;
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
   std::map<std::string, Clock::time_point> ends;
   auto on_exit = [&](const std::string& id, const TaskExit&) { ends[id] = Clock::now(); };
   auto local = LocalExecutor::Create(io, on_exit, {});
-  auto redis = testing::MakeRedisExecutor(io, on_exit, cluster.prefix);
+  auto redis = tandem::backends::testing::MakeRedisExecutor(io, on_exit, cluster.prefix);
   if (!local.ok() || !redis.ok()) {
     std::cerr << "redis_launch_bench: " << (local.ok() ? redis.status() : local.status()).ToString() << "\n";
     return 1;

@@ -9,6 +9,7 @@
 // and a wrong Redis password (refused with a clear message).
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <set>
 
 #include "tests/daemon/daemon_process.h"

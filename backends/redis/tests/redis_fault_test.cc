@@ -111,7 +111,8 @@ TEST_F(RedisFaultTest, KilledAgentsTasksAreKilledByItsWatchdogAndLostAfterTheLea
   auto t0 = std::chrono::steady_clock::now();
   // The agent's watchdog kills what the dead agent ran (no orphaned work) ...
   EXPECT_TRUE(WaitUntil([&] { return !PidAlive(pid); }, std::chrono::seconds(5))) << AgentLog();
-  EXPECT_NE(AgentLog().find("watchdog killed task=" + r.task_id), std::string::npos) << AgentLog();
+  EXPECT_TRUE(WaitUntil([&] { return AgentLog().find("watchdog killed task=" + r.task_id) != std::string::npos; },
+                        std::chrono::seconds(5))) << AgentLog();
   // ... and the daemon side reports the task lost once the node's lease lapsed.
   auto x = WaitExit(r.task_id, std::chrono::seconds(10));
   ASSERT_TRUE(x);
