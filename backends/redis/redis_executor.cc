@@ -96,7 +96,12 @@ StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
 }
 
 StatusOr<std::string> RedisExecutor::PickNode(const LaunchRequest& request) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> live, LiveNodes(), "placement");
+  const auto now = std::chrono::steady_clock::now();
+  if (live_cache_.empty() || now - live_cache_at_ >= options_.lease_check) {
+    TANDEM_ASSIGN_OR_RETURN(live_cache_, LiveNodes(), "placement");
+    live_cache_at_ = now;
+  }
+  const std::vector<std::string> live = live_cache_;
   if (live.empty()) return Unavailable("redis: no node holds a live lease (is a tandem-agent running?)");
   const std::string devices = EnvValue(request.env, "TANDEM_DEVICES");
   std::string group;
@@ -268,6 +273,7 @@ void RedisExecutor::OnEvent(const std::string& text) {
 }
 
 void RedisExecutor::OnNodeLost(const std::string& node) {
+  live_cache_.erase(std::remove(live_cache_.begin(), live_cache_.end(), node), live_cache_.end());
   std::vector<std::string> lost;
   for (const auto& [id, t] : launches_)
     if (t.node == node) lost.push_back(id);

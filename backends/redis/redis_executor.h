@@ -1,7 +1,8 @@
 // The redis executor (issue #6 part 2; docs/redis.md): the daemon's side of
 // the Redis backend, behind the Executor interface (executor.h).
 //
-// Start() picks a live node (its lease key exists) and queues a start command
+// Start() picks a live node (its lease key exists, as seen at most
+// lease_check ago) and queues a start command
 // on that node's stream; the agent starts the task with the local backend.
 // Placement: tasks of one job with the same TANDEM_DEVICES (colocated roles
 // get identical device sets, DESIGN.md "Placement") form a placement group
@@ -112,6 +113,10 @@ class RedisExecutor final : public Executor {
   ExitCallback on_exit_;
   RedisExecutorOptions options_;
   std::unique_ptr<RedisConn> conn_;           // io thread
+  // Placement's view of the live nodes, refreshed at most every lease_check
+  // (io thread): a burst of Starts costs two round trips each, not 2 + nodes.
+  std::vector<std::string> live_cache_;
+  std::chrono::steady_clock::time_point live_cache_at_{};
   std::map<std::string, Tracked> launches_;     // supervised launch -> task (io thread)
   std::map<std::string, std::string> by_task_;  // task id -> its supervised launch (io thread)
 
