@@ -337,7 +337,17 @@ bool Agent::Flush() {
 }
 
 void Agent::ReadCommands() {
-  const auto block = std::min<long long>(100, options_.lease.count() / 6);
+  // A blocked read cannot be woken to send what the io thread queued, so
+  // right after activity the agent polls in short blocks (started/exited
+  // events leave within ~5 ms), and idles in blocks of up to 100 ms.
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued = !outbox_.empty();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (queued) busy_until_ = now + std::chrono::seconds(1);
+  const long long block = now < busy_until_ ? 5 : std::min<long long>(100, options_.lease.count() / 6);
   auto r = conn_->Command({"XREADGROUP", "GROUP", kAgentGroup, options_.name, "COUNT", "32", "BLOCK",
                            std::to_string(block), "STREAMS", options_.keys.commands(options_.name),
                            reading_pending_ ? "0" : ">"});
@@ -349,6 +359,7 @@ void Agent::ReadCommands() {
     return;
   }
   auto entries = ParseStreamReply(*r);
+  if (!entries.empty()) busy_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   if (reading_pending_ && entries.empty()) reading_pending_ = false;
   for (auto& e : entries) {
     std::string text = e.Field("msg");

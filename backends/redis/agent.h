@@ -147,6 +147,7 @@ class Agent {
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::chrono::milliseconds backoff_{100};
   std::chrono::steady_clock::time_point next_connect_{};
+  std::chrono::steady_clock::time_point busy_until_{};  // short read blocks until then
 };
 
 }  // namespace tandem::backends::redis
