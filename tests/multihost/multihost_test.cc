@@ -123,10 +123,14 @@ TEST_F(MultiHostTest, ColocatedJobRunsAcrossNodesAndLogsAreServed) {
   }
   EXPECT_EQ(nodes.size(), 3u) << "the three groups should spread over the three nodes";
   // `tandem logs` of a task that runs on an agent.
-  auto logs = daemon_->client().Request("GET", "/v1/jobs/" + id + "/logs?task=rollout.1");
-  ASSERT_TRUE(logs.ok());
-  EXPECT_NE(logs->body.find("started on " + cluster_->FindHost(NodeOf(Task(id, "rollout.1")))->ip), std::string::npos)
-      << logs->body;
+  Host* rollout_host = cluster_->FindHost(NodeOf(Task(id, "rollout.1")));
+  ASSERT_NE(rollout_host, nullptr);
+  std::string body;
+  EXPECT_TRUE(WaitFor([&] {
+    auto logs = daemon_->client().Request("GET", "/v1/jobs/" + id + "/logs?task=rollout.1");
+    body = logs.ok() ? logs->body : logs.status().ToString();
+    return body.find("started on " + rollout_host->ip) != std::string::npos;
+  }, std::chrono::seconds(10))) << body;
   Go();
   EXPECT_EQ(daemon_->WaitJob(id), "succeeded") << daemon_->Job(id).dump(2);
   for (const char* t : {"actor.0", "actor.1", "actor.2", "rollout.0", "rollout.1", "rollout.2"})
