@@ -288,10 +288,11 @@ bool Agent::EnsureConnected() {
 
 bool Agent::Register() {
   auto sent = std::chrono::steady_clock::now();
+  // Listed before the lease key exists: whoever sees the lease finds the node in the set.
+  if (!conn_->Command({"SADD", options_.keys.nodes(), options_.name}).ok()) return false;
   auto r = conn_->Command({"SET", options_.keys.node(options_.name), NodeRecord().dump(), "PX",
                            std::to_string(options_.lease.count())});
   if (!r.ok()) return false;
-  (void)conn_->Command({"SADD", options_.keys.nodes(), options_.name});
   last_renew_sent_ = sent;
   if (fenced_now_) log::Info("redis", "lease regained node={}", options_.name);
   fenced_now_ = false;
