@@ -15,8 +15,9 @@ test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
   libtorch-dev  # LibTorch 1.13 (CPU) for the kernels' glue tests (kernels/torch/)
   chromium)  # headless, renders the timeline page (orchestrator/report/tests/)
 # The test services (scripts/services/): a single-node Slurm and a Redis, with
-# the client libraries the Slurm and Redis backends build against.
-services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev jq)
+# the client libraries the Slurm and Redis backends build against (libssl-dev:
+# HMAC-SHA256 of the Redis backend's signed commands).
+services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev libssl-dev jq)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}" "${services_pkgs[@]}")

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include <boost/asio/post.hpp>
@@ -33,12 +34,16 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(boost::asio::io_context& io, Agen
   if (options.cpus <= 0) options.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   if (options.memory_bytes <= 0) options.memory_bytes = DetectMemoryBytes();
   if (options.lease < std::chrono::milliseconds(300)) return InvalidArgument("agent: lease must be at least 300 ms");
+  if (!options.cluster_key) return InvalidArgument("agent: a cluster key is required (--cluster-key-file)");
   std::unique_ptr<Agent> agent(new Agent(io, std::move(options)));
   Agent* self = agent.get();
   auto local = LocalExecutor::Create(
       io, [self](const std::string& id, const TaskExit& x) { self->OnLocalExit(id, x); }, agent->options_.local);
   if (!local.ok()) return local.status().WithContext("agent: local backend");
   agent->local_ = std::move(local).value();
+  agent->verifier_ = std::make_unique<CommandVerifier>(*agent->options_.cluster_key,
+                                                       agent->options_.keys.commands(agent->options_.name),
+                                                       agent->options_.max_message_age);
   return agent;
 }
 
@@ -80,6 +85,7 @@ void Agent::Shutdown() {
   }
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  watchdog_.Release();
   if (auto c = RedisConn::Connect(options_.redis); c.ok()) {
     (void)(*c)->Command({"DEL", options_.keys.node(options_.name)});
   }
@@ -105,6 +111,10 @@ void Agent::OnCommand(const std::string& entry_id, const std::string& text) {
   }
   if (op == "start") {
     HandleStart(entry_id, *msg);
+    return;
+  }
+  if (op == "tail") {
+    HandleTail(entry_id, task_id, *msg);
     return;
   }
   Queue({nullptr, entry_id});  // signal and kill are done once handled here
@@ -133,7 +143,11 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
     return;
   }
   auto req = msg.contains("request") ? RequestFromJson(msg["request"]) : StatusOr<LaunchRequest>(InvalidArgument("no request"));
-  if (req.ok() && req->task_id != task_id) req = InvalidArgument("request.task_id differs from task_id");
+  // task_id names the launch ("<request.task_id>~<id>", redis_executor.h);
+  // the local backend knows the task by its launch, so restarts never collide.
+  if (req.ok() && req->task_id != task_id && task_id.rfind(req->task_id + "~", 0) != 0)
+    req = InvalidArgument("task_id is not a launch of request.task_id");
+  if (req.ok()) req->task_id = task_id;
   known_.insert(task_id);
   if (!req.ok()) {
     log::Warn("redis", "agent refusing malformed start task={} error={}", task_id, req.status().ToString());
@@ -155,6 +169,13 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
     return;
   }
   tasks_[task_id] = *ref;
+  watchdog_.TaskStarted(task_id, *ref);
+  outputs_[task_id] = {req->stdout_path.string(), req->stderr_path.string()};
+  outputs_order_.push_back(task_id);
+  if (outputs_order_.size() > 4096) {
+    outputs_.erase(outputs_order_.front());
+    outputs_order_.pop_front();
+  }
   int pid = ref->data.value("pid", 0);
   log::Info("redis", "task started task={} pid={} node={}", task_id, pid, options_.name);
   Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "started"}, {"pid", pid},
@@ -162,8 +183,40 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
          entry_id});
 }
 
+void Agent::HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg) {
+  const std::string reply_key = msg.contains("reply") && msg["reply"].is_string() ? msg["reply"].get<std::string>() : "";
+  const std::string stream = msg.contains("stream") && msg["stream"].is_string() ? msg["stream"].get<std::string>() : "stdout";
+  long long max_bytes = msg.contains("max_bytes") && msg["max_bytes"].is_number_integer() ? msg["max_bytes"].get<long long>() : 65536;
+  max_bytes = std::clamp<long long>(max_bytes, 0, 1 << 20);
+  if (reply_key.rfind(options_.keys.prefix + ":tail:", 0) != 0 || (stream != "stdout" && stream != "stderr")) {
+    log::Warn("redis", "agent ignoring malformed tail command task={}", launch);
+    Queue({nullptr, entry_id, "", ""});
+    return;
+  }
+  nlohmann::json reply = {{"ok", false}};
+  auto it = outputs_.find(launch);
+  if (it == outputs_.end()) {
+    reply["error"] = "node " + options_.name + " has no record of " + launch;
+  } else {
+    const std::string& path = stream == "stdout" ? it->second.first : it->second.second;
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) {
+      reply["error"] = "cannot open " + path + " on node " + options_.name;
+    } else {
+      const long long size = static_cast<long long>(in.tellg());
+      const long long from = std::max(0LL, size - max_bytes);
+      in.seekg(from);
+      std::string data(static_cast<size_t>(size - from), '\0');
+      in.read(data.data(), static_cast<std::streamsize>(data.size()));
+      data.resize(static_cast<size_t>(in.gcount()));
+      reply = {{"ok", true}, {"data", std::move(data)}, {"truncated", from > 0}};
+    }
+  }
+  Queue({nullptr, entry_id, reply_key, reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+}
+
 void Agent::OnLocalExit(const std::string& task_id, const TaskExit& exit) {
-  tasks_.erase(task_id);
+  if (tasks_.erase(task_id)) watchdog_.TaskEnded(task_id);
   TaskExit x = exit;
   if (fenced_.erase(task_id)) x.detail = "fenced: killed by agent " + options_.name + (x.detail.empty() ? "" : "; " + x.detail);
   log::Info("redis", "task exited task={} code={} signal={} node={}", task_id, x.exit_code, x.signal, options_.name);
@@ -235,10 +288,11 @@ bool Agent::EnsureConnected() {
 
 bool Agent::Register() {
   auto sent = std::chrono::steady_clock::now();
+  // Listed before the lease key exists: whoever sees the lease finds the node in the set.
+  if (!conn_->Command({"SADD", options_.keys.nodes(), options_.name}).ok()) return false;
   auto r = conn_->Command({"SET", options_.keys.node(options_.name), NodeRecord().dump(), "PX",
                            std::to_string(options_.lease.count())});
   if (!r.ok()) return false;
-  (void)conn_->Command({"SADD", options_.keys.nodes(), options_.name});
   last_renew_sent_ = sent;
   if (fenced_now_) log::Info("redis", "lease regained node={}", options_.name);
   fenced_now_ = false;
@@ -273,6 +327,8 @@ bool Agent::Flush() {
       if (!conn_->Command({"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*", "msg", ev.dump()}).ok())
         return false;
     }
+    if (!out.reply_key.empty() && !conn_->Command({"SET", out.reply_key, out.reply, "PX", "30000"}).ok())
+      return false;
     if (!out.ack_id.empty() &&
         !conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, out.ack_id}).ok())
       return false;
@@ -282,7 +338,17 @@ bool Agent::Flush() {
 }
 
 void Agent::ReadCommands() {
-  const auto block = std::min<long long>(100, options_.lease.count() / 6);
+  // A blocked read cannot be woken to send what the io thread queued, so
+  // right after activity the agent polls in short blocks (started/exited
+  // events leave within ~5 ms), and idles in blocks of up to 100 ms.
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued = !outbox_.empty();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (queued) busy_until_ = now + std::chrono::seconds(1);
+  const long long block = now < busy_until_ ? 5 : std::min<long long>(100, options_.lease.count() / 6);
   auto r = conn_->Command({"XREADGROUP", "GROUP", kAgentGroup, options_.name, "COUNT", "32", "BLOCK",
                            std::to_string(block), "STREAMS", options_.keys.commands(options_.name),
                            reading_pending_ ? "0" : ">"});
@@ -294,9 +360,15 @@ void Agent::ReadCommands() {
     return;
   }
   auto entries = ParseStreamReply(*r);
+  if (!entries.empty()) busy_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   if (reading_pending_ && entries.empty()) reading_pending_ = false;
   for (auto& e : entries) {
     std::string text = e.Field("msg");
+    if (auto st = verifier_->Verify(e, NowMs()); !st.ok()) {
+      log::Warn("redis", "agent refusing command node={} entry={} reason={}", options_.name, e.id, st.message());
+      (void)conn_->Command({"XACK", options_.keys.commands(options_.name), kAgentGroup, e.id});
+      continue;
+    }
     if (reading_pending_) {
       // A start delivered before a crash or reconnect: start it only if still assigned.
       auto msg = ParseMessage(text);

@@ -24,6 +24,15 @@
 // agent registers again and takes new work. Its killed tasks are reported as
 // exited (SIGKILL, detail "fenced: ...") once Redis is reachable.
 //
+// Signatures. Every command must carry a valid HMAC under the cluster key,
+// be fresh and not a replay (command_signing.h); anything else is logged
+// ("agent refusing command ... reason=...") and acknowledged, never run.
+// Log tails. A signed {"op":"tail","task_id":launch,"stream":"stdout"|"stderr",
+// "max_bytes":N,"reply":"<p>:tail:..."} makes the agent read the last N
+// bytes (at most 1 MiB) of that launch's output file on this node and SET
+// them at the reply key (expiring after 30 s); the daemon polls for it
+// (RedisExecutor::Tail). The agent remembers the files of its last 4096 launches.
+//
 // Malformed commands are logged and acknowledged, never fatal.
 #pragma once
 
@@ -33,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,6 +51,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "backends/local/local_executor.h"
+#include "backends/redis/agent_watchdog.h"
+#include "backends/redis/command_signing.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_protocol.h"
 
@@ -56,6 +68,10 @@ struct AgentOptions {
   int cpus = 0;           // 0: detected
   long long memory_bytes = 0;  // 0: detected
   LocalExecutorOptions local;
+  // Required: commands not signed under this key are refused (command_signing.h).
+  std::optional<ClusterKey> cluster_key;
+  // Signed commands older (or further in the future) than this are refused as stale.
+  std::chrono::milliseconds max_message_age{60000};
 };
 
 class Agent {
@@ -63,6 +79,10 @@ class Agent {
   // Creates the local executor; nothing touches Redis until Start().
   static StatusOr<std::unique_ptr<Agent>> Create(boost::asio::io_context& io, AgentOptions options);
   ~Agent();
+
+  // Hands the agent its watchdog (agent_watchdog.h), told of every task
+  // start and end from now on. Optional; call before Start().
+  void SetWatchdog(AgentWatchdog watchdog) { watchdog_ = std::move(watchdog); }
 
   // Starts the Redis thread (it connects with backoff; Redis may be down).
   void Start();
@@ -78,6 +98,8 @@ class Agent {
   struct Outgoing {
     nlohmann::json event;       // written to the task hash and the events stream; null for none
     std::string ack_id;         // command entry to XACK after the event; "" for none
+    std::string reply_key;      // a log tail's reply: SET reply_key reply PX 30000; "" for none
+    std::string reply;
   };
 
   Agent(boost::asio::io_context& io, AgentOptions options) : io_(io), options_(std::move(options)) {}
@@ -85,6 +107,7 @@ class Agent {
   // io thread
   void OnCommand(const std::string& entry_id, const std::string& text);
   void HandleStart(const std::string& entry_id, const nlohmann::json& msg);
+  void HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg);
   void OnLocalExit(const std::string& task_id, const TaskExit& exit);
   void Fence();
   void Queue(Outgoing out);
@@ -103,7 +126,11 @@ class Agent {
   std::map<std::string, TaskRef> tasks_;  // running, by task id (io thread)
   std::set<std::string> known_;           // every task id ever started here (io thread)
   std::set<std::string> fenced_;          // killed by fencing (io thread)
+  // Output files of the latest launches (running or ended), for log tails (io thread).
+  std::map<std::string, std::pair<std::string, std::string>> outputs_;
+  std::deque<std::string> outputs_order_;
   bool leftovers_checked_ = false;        // io thread
+  AgentWatchdog watchdog_;                // io thread
 
   std::mutex mu_;
   std::deque<Outgoing> outbox_;  // guarded by mu_
@@ -113,12 +140,14 @@ class Agent {
   std::thread thread_;
   // Redis thread only
   std::unique_ptr<RedisConn> conn_;
+  std::unique_ptr<CommandVerifier> verifier_;
   bool reading_pending_ = true;
   bool fenced_now_ = false;
   std::chrono::steady_clock::time_point last_renew_sent_{};
   std::chrono::steady_clock::time_point next_heartbeat_{};
   std::chrono::milliseconds backoff_{100};
   std::chrono::steady_clock::time_point next_connect_{};
+  std::chrono::steady_clock::time_point busy_until_{};  // short read blocks until then
 };
 
 }  // namespace tandem::backends::redis

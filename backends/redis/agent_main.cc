@@ -17,10 +17,15 @@ int main(int argc, char** argv) {
   namespace redis = tandem::backends::redis;
   CLI::App app{"tandem-agent: runs the tasks a tandem daemon assigns to this node through Redis"};
   std::string url, password_file, name, address, gpus, prefix = "tandem", exec_shim, level = "info";
-  double lease_s = 3;
+  std::string key_file;
+  double lease_s = 3, max_age_s = 60;
   app.add_option("--redis", url, "redis://[user@]host:port")->envname("TANDEM_REDIS_URL")->required();
   app.add_option("--redis-password-file", password_file, "file holding the Redis password")
       ->envname("TANDEM_REDIS_PASSWORD_FILE");
+  app.add_option("--cluster-key-file", key_file, "file holding the cluster key (chmod 600); commands must be signed with it")
+      ->envname("TANDEM_CLUSTER_KEY_FILE")->required();
+  app.add_option("--max-message-age", max_age_s, "seconds after which a signed command is refused as stale")
+      ->envname("TANDEM_MAX_MESSAGE_AGE_S");
   app.add_option("--name", name, "node name (default: hostname)")->envname("TANDEM_NODE_NAME");
   app.add_option("--address", address, "address other nodes reach this one at (default: hostname)")
       ->envname("TANDEM_NODE_ADDRESS");
@@ -39,6 +44,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.redis = *cfg;
+  auto key = redis::ClusterKey::FromFile(key_file);
+  if (!key.ok()) {
+    std::cerr << "tandem-agent: " << key.status().ToString() << "\n";
+    return 2;
+  }
+  o.cluster_key = *key;
+  o.max_message_age = std::chrono::milliseconds(static_cast<long long>(max_age_s * 1000));
   o.name = name;
   o.address = address;
   o.keys.prefix = prefix;
@@ -57,6 +69,10 @@ int main(int argc, char** argv) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  // Before any thread exists: the watchdog process kills our tasks if we die.
+  ::signal(SIGPIPE, SIG_IGN);
+  auto watchdog = redis::AgentWatchdog::Spawn(o.name.empty() ? "(hostname)" : o.name, o.local);
+  if (!watchdog.ok()) log::Warn("redis", "no watchdog: {}", watchdog.status().ToString());
   boost::asio::io_context io;
   if (auto st = backends::EnableChildSubreaper(); !st.ok()) log::Warn("redis", "subreaper: {}", st.ToString());
   auto agent = redis::Agent::Create(io, o);
@@ -64,6 +80,7 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-agent: " << agent.status().ToString() << "\n";
     return 1;
   }
+  if (watchdog.ok()) (*agent)->SetWatchdog(std::move(watchdog).value());
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   bool stopping = false;
   signals.async_wait([&](const boost::system::error_code& ec, int) {

@@ -3,7 +3,10 @@
 
 #include <signal.h>
 
+#include <openssl/rand.h>
+
 #include <algorithm>
+#include <random>
 
 #include <boost/asio/post.hpp>
 
@@ -18,10 +21,25 @@ std::string EnvValue(const std::vector<std::string>& env, const std::string& key
   return "";
 }
 
+std::string NewLaunchId(const std::string& task_id) {
+  unsigned char raw[8];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) {
+    std::random_device rd;
+    for (auto& b : raw) b = static_cast<unsigned char>(rd());
+  }
+  std::string out = task_id + "~";
+  for (unsigned char b : raw) {
+    out += "0123456789abcdef"[b >> 4];
+    out += "0123456789abcdef"[b & 15];
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RedisExecutor>> RedisExecutor::Create(boost::asio::io_context& io, ExitCallback on_exit,
                                                                RedisExecutorOptions options) {
+  if (!options.cluster_key) return InvalidArgument("redis executor: a cluster key is required (--cluster-key-file)");
   std::unique_ptr<RedisExecutor> e(new RedisExecutor(io, std::move(on_exit), std::move(options)));
   TANDEM_ASSIGN_OR_RETURN(e->conn_, RedisConn::Connect(e->options_.redis), "redis executor");
   // Read events from the newest one on; anything older is in the task hashes.
@@ -50,12 +68,20 @@ StatusOr<RedisReply> RedisExecutor::Cmd(const std::vector<std::string>& args) {
   return conn_->Command(args);
 }
 
+Status RedisExecutor::SendCommand(const std::string& node, const nlohmann::json& msg) {
+  const std::string stream = options_.keys.commands(node);
+  std::vector<std::string> args = {"XADD", stream, "*"};
+  for (auto& f : SignCommand(*options_.cluster_key, stream, msg.dump())) args.push_back(std::move(f));
+  return Cmd(args).status();
+}
+
 StatusOr<RedisExecutor::Ref> RedisExecutor::ParseRef(const TaskRef& ref) const {
   const auto& d = ref.data;
   if (ref.task_id.empty() || !d.is_object() || !d.contains("node") || !d["node"].is_string() ||
       d["node"].get<std::string>().empty() || !d.contains("key") || !d["key"].is_string())
     return InvalidArgument("redis task ref: expected data {node, key}, got " + d.dump());
-  return Ref{d["node"].get<std::string>(), d["key"].get<std::string>()};
+  std::string launch = d.contains("launch") && d["launch"].is_string() ? d["launch"].get<std::string>() : ref.task_id;
+  return Ref{d["node"].get<std::string>(), d["key"].get<std::string>(), launch};
 }
 
 StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
@@ -70,7 +96,12 @@ StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
 }
 
 StatusOr<std::string> RedisExecutor::PickNode(const LaunchRequest& request) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> live, LiveNodes(), "placement");
+  const auto now = std::chrono::steady_clock::now();
+  if (live_cache_.empty() || now - live_cache_at_ >= options_.lease_check) {
+    TANDEM_ASSIGN_OR_RETURN(live_cache_, LiveNodes(), "placement");
+    live_cache_at_ = now;
+  }
+  const std::vector<std::string> live = live_cache_;
   if (live.empty()) return Unavailable("redis: no node holds a live lease (is a tandem-agent running?)");
   const std::string devices = EnvValue(request.env, "TANDEM_DEVICES");
   std::string group;
@@ -93,38 +124,41 @@ StatusOr<std::string> RedisExecutor::PickNode(const LaunchRequest& request) {
   return best;
 }
 
-void RedisExecutor::Track(const std::string& task_id, const std::string& node) {
-  tasks_[task_id] = node;
+void RedisExecutor::Track(const std::string& launch, const std::string& task_id, const std::string& node) {
+  launches_[launch] = {task_id, node};
+  by_task_[task_id] = launch;
   std::lock_guard<std::mutex> lock(mu_);
   ++watched_nodes_[node];
 }
 
-void RedisExecutor::Report(const std::string& task_id, const TaskExit& exit) {
-  auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) return;  // already reported (or not ours)
+void RedisExecutor::Report(const std::string& launch, const TaskExit& exit) {
+  auto it = launches_.find(launch);
+  if (it == launches_.end()) return;  // already reported (or not ours)
+  const Tracked t = it->second;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (--watched_nodes_[it->second] <= 0) watched_nodes_.erase(it->second);
+    if (--watched_nodes_[t.node] <= 0) watched_nodes_.erase(t.node);
   }
-  tasks_.erase(it);
-  on_exit_(task_id, exit);
+  launches_.erase(it);
+  if (auto b = by_task_.find(t.task_id); b != by_task_.end() && b->second == launch) by_task_.erase(b);
+  on_exit_(t.task_id, exit);
 }
 
 StatusOr<TaskRef> RedisExecutor::Start(const LaunchRequest& request) {
-  if (tasks_.count(request.task_id)) return AlreadyExists("redis: task " + request.task_id + " is already running");
+  if (by_task_.count(request.task_id)) return AlreadyExists("redis: task " + request.task_id + " is already running");
   TANDEM_ASSIGN_OR_RETURN(std::string node, PickNode(request), "start " + request.task_id);
-  const std::string key = options_.keys.task(request.task_id);
+  const std::string launch = NewLaunchId(request.task_id);
+  const std::string key = options_.keys.task(launch);
   TANDEM_RETURN_IF_ERROR(Cmd({"HSET", key, "node", node, "state", "assigned", "updated_ms", std::to_string(NowMs())})
                              .status(), "start " + request.task_id);
-  nlohmann::json msg = {{"op", "start"}, {"task_id", request.task_id}, {"request", RequestToJson(request)}};
-  TANDEM_RETURN_IF_ERROR(Cmd({"XADD", options_.keys.commands(node), "*", "msg", msg.dump()}).status(),
-                         "start " + request.task_id);
-  Track(request.task_id, node);
-  log::Info("redis", "task assigned task={} node={}", request.task_id, node);
+  nlohmann::json msg = {{"op", "start"}, {"task_id", launch}, {"request", RequestToJson(request)}};
+  TANDEM_RETURN_IF_ERROR(SendCommand(node, msg), "start " + request.task_id);
+  Track(launch, request.task_id, node);
+  log::Info("redis", "task assigned task={} launch={} node={}", request.task_id, launch, node);
   TaskRef ref;
   ref.backend = "redis";
   ref.task_id = request.task_id;
-  ref.data = {{"node", node}, {"key", key}};
+  ref.data = {{"node", node}, {"key", key}, {"launch", launch}};
   return ref;
 }
 
@@ -132,16 +166,16 @@ Status RedisExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "signal");
   TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "signal " + ref.task_id);
   if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
-  nlohmann::json msg = {{"op", "signal"}, {"task_id", ref.task_id}, {"sig", sig}};
-  return Cmd({"XADD", options_.keys.commands(r.node), "*", "msg", msg.dump()}).status().WithContext("signal");
+  nlohmann::json msg = {{"op", "signal"}, {"task_id", r.launch}, {"sig", sig}};
+  return SendCommand(r.node, msg).WithContext("signal");
 }
 
 Status RedisExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "kill");
   TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
   if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
-  nlohmann::json msg = {{"op", "kill"}, {"task_id", ref.task_id}};
-  TANDEM_RETURN_IF_ERROR(Cmd({"XADD", options_.keys.commands(r.node), "*", "msg", msg.dump()}).status(), "kill");
+  nlohmann::json msg = {{"op", "kill"}, {"task_id", r.launch}};
+  TANDEM_RETURN_IF_ERROR(SendCommand(r.node, msg), "kill");
   const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     TANDEM_ASSIGN_OR_RETURN(state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
@@ -152,6 +186,31 @@ Status RedisExecutor::Kill(const TaskRef& ref) {
   }
   return DeadlineExceeded("kill " + ref.task_id + ": node " + r.node + " did not report the task gone within " +
                           std::to_string(options_.kill_timeout.count()) + " ms");
+}
+
+StatusOr<std::string> RedisExecutor::Tail(const TaskRef& ref, const std::string& stream, size_t max_bytes,
+                                          std::chrono::milliseconds timeout) {
+  TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "tail");
+  if (stream != "stdout" && stream != "stderr") return InvalidArgument("tail: stream must be stdout or stderr");
+  const std::string reply_key = options_.keys.prefix + ":tail:" + NewLaunchId(r.launch);
+  nlohmann::json msg = {{"op", "tail"}, {"task_id", r.launch}, {"stream", stream},
+                        {"max_bytes", static_cast<long long>(std::min<size_t>(max_bytes, 1 << 20))},
+                        {"reply", reply_key}};
+  TANDEM_RETURN_IF_ERROR(SendCommand(r.node, msg), "tail " + ref.task_id);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    TANDEM_ASSIGN_OR_RETURN(RedisReply got, Cmd({"GET", reply_key}), "tail " + ref.task_id);
+    if (!got.is_nil()) {
+      (void)Cmd({"DEL", reply_key});
+      auto j = ParseMessage(got.str);
+      if (!j.ok()) return j.status().WithContext("tail reply");
+      if (!(*j).value("ok", false)) return NotFound("tail " + ref.task_id + ": " + (*j).value("error", std::string("?")));
+      return (*j).value("data", std::string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return DeadlineExceeded("tail " + ref.task_id + ": node " + r.node + " did not answer within " +
+                          std::to_string(timeout.count()) + " ms");
 }
 
 bool RedisExecutor::Alive(const TaskRef& ref) {
@@ -165,11 +224,11 @@ bool RedisExecutor::Alive(const TaskRef& ref) {
 
 Status RedisExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "reattach");
-  if (tasks_.count(ref.task_id)) return Status::Ok();
+  if (launches_.count(r.launch)) return Status::Ok();
   TANDEM_ASSIGN_OR_RETURN(RedisReply h, Cmd({"HGETALL", r.key}), "reattach " + ref.task_id);
   std::map<std::string, std::string> fields;
   for (size_t i = 0; i + 1 < h.elements.size(); i += 2) fields[h.elements[i].str] = h.elements[i + 1].str;
-  Track(ref.task_id, r.node);
+  Track(r.launch, ref.task_id, r.node);
   TaskExit x;
   x.ended_at = std::chrono::system_clock::now();
   const std::string state = fields["state"];
@@ -190,7 +249,7 @@ Status RedisExecutor::Reattach(const TaskRef& ref) {
                                : "no record of the task in redis (state '" + state + "')";
   }
   std::weak_ptr<int> alive = alive_;
-  boost::asio::post(io_, [this, alive, id = ref.task_id, x] {
+  boost::asio::post(io_, [this, alive, id = r.launch, x] {
     if (alive.lock()) Report(id, x);
   });
   return Status::Ok();
@@ -204,7 +263,7 @@ void RedisExecutor::OnEvent(const std::string& text) {
   }
   if ((*j)["state"] != "exited") return;
   const std::string id = (*j)["task_id"].get<std::string>();
-  if (!tasks_.count(id)) return;
+  if (!launches_.count(id)) return;  // another daemon's, or an earlier launch's
   auto x = j->contains("exit") ? ExitFromJson((*j)["exit"]) : StatusOr<TaskExit>(InvalidArgument("no exit"));
   if (!x.ok()) {
     log::Warn("redis", "ignoring exit event with a malformed exit task={} error={}", id, x.status().ToString());
@@ -214,9 +273,10 @@ void RedisExecutor::OnEvent(const std::string& text) {
 }
 
 void RedisExecutor::OnNodeLost(const std::string& node) {
+  live_cache_.erase(std::remove(live_cache_.begin(), live_cache_.end(), node), live_cache_.end());
   std::vector<std::string> lost;
-  for (const auto& [id, n] : tasks_)
-    if (n == node) lost.push_back(id);
+  for (const auto& [id, t] : launches_)
+    if (t.node == node) lost.push_back(id);
   if (lost.empty()) return;
   log::Warn("redis", "node lease expired node={}: {} task(s) lost", node, lost.size());
   for (const auto& id : lost) {

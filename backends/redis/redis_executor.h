@@ -1,13 +1,23 @@
 // The redis executor (issue #6 part 2; docs/redis.md): the daemon's side of
 // the Redis backend, behind the Executor interface (executor.h).
 //
-// Start() picks a live node (its lease key exists) and queues a start command
+// Start() picks a live node (its lease key exists, as seen at most
+// lease_check ago) and queues a start command
 // on that node's stream; the agent starts the task with the local backend.
 // Placement: tasks of one job with the same TANDEM_DEVICES (colocated roles
 // get identical device sets, DESIGN.md "Placement") form a placement group
 // that runs on one node — recorded in <p>:groups so a restarted daemon keeps
 // it; a task without devices goes to the live node with the fewest tasks.
-// TaskRef.data: {node, key (the task hash)}.
+// TaskRef.data: {node, key (the task hash), launch}.
+//
+// Launches. A task id comes back for every restart of a task, so each Start
+// names a launch: "<task_id>~<16 hex digits>". The launch, not the task id,
+// is what the agent knows, what the task hash (<p>:task:<launch>) and the
+// events stream are keyed by, and what signal/kill commands name: a late
+// event of an earlier launch (a fenced node reporting after its partition
+// healed) can never end, or be mistaken for, the launch running now.
+//
+// Every command is signed (command_signing.h); agents run nothing else.
 //
 // Exits come from the agents' events stream, read by a dedicated thread that
 // posts them to the io_context. The same thread checks the lease of every
@@ -26,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,6 +44,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "backends/executor.h"
+#include "backends/redis/command_signing.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_protocol.h"
 
@@ -44,6 +56,8 @@ struct RedisExecutorOptions {
   std::chrono::milliseconds kill_timeout{5000};
   // How often node leases are checked for nodes with tasks.
   std::chrono::milliseconds lease_check{250};
+  // Required: every command for an agent is signed with it (command_signing.h).
+  std::optional<ClusterKey> cluster_key;
 };
 
 class RedisExecutor final : public Executor {
@@ -62,6 +76,13 @@ class RedisExecutor final : public Executor {
   Status Reattach(const TaskRef& ref) override;
   bool Alive(const TaskRef& ref) override;
 
+  // The last `max_bytes` (at most 1 MiB) of a launch's stdout or stderr, read
+  // by the agent on its node (for run directories the nodes do not share).
+  // Blocks the caller up to `timeout`; DeadlineExceeded when the agent does
+  // not answer in time, NotFound when it has no record of the launch.
+  StatusOr<std::string> Tail(const TaskRef& ref, const std::string& stream, size_t max_bytes,
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
+
   // Names of nodes whose lease is live now.
   StatusOr<std::vector<std::string>> LiveNodes();
 
@@ -69,14 +90,21 @@ class RedisExecutor final : public Executor {
   struct Ref {
     std::string node;
     std::string key;
+    std::string launch;
+  };
+  struct Tracked {
+    std::string task_id;
+    std::string node;
   };
   RedisExecutor(boost::asio::io_context& io, ExitCallback on_exit, RedisExecutorOptions options)
       : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)) {}
   StatusOr<Ref> ParseRef(const TaskRef& ref) const;
   StatusOr<RedisReply> Cmd(const std::vector<std::string>& args);
+  // XADDs `msg` to `node`'s command stream, signed under the cluster key.
+  Status SendCommand(const std::string& node, const nlohmann::json& msg);
   StatusOr<std::string> PickNode(const LaunchRequest& request);
-  void Track(const std::string& task_id, const std::string& node);
-  void Report(const std::string& task_id, const TaskExit& exit);  // io thread
+  void Track(const std::string& launch, const std::string& task_id, const std::string& node);
+  void Report(const std::string& launch, const TaskExit& exit);  // io thread
   void OnEvent(const std::string& text);                           // io thread
   void OnNodeLost(const std::string& node);                        // io thread
   void ReaderLoop(std::string last_id);
@@ -85,7 +113,12 @@ class RedisExecutor final : public Executor {
   ExitCallback on_exit_;
   RedisExecutorOptions options_;
   std::unique_ptr<RedisConn> conn_;           // io thread
-  std::map<std::string, std::string> tasks_;  // supervised task -> node (io thread)
+  // Placement's view of the live nodes, refreshed at most every lease_check
+  // (io thread): a burst of Starts costs two round trips each, not 2 + nodes.
+  std::vector<std::string> live_cache_;
+  std::chrono::steady_clock::time_point live_cache_at_{};
+  std::map<std::string, Tracked> launches_;     // supervised launch -> task (io thread)
+  std::map<std::string, std::string> by_task_;  // task id -> its supervised launch (io thread)
 
   std::mutex mu_;
   std::map<std::string, int> watched_nodes_;  // node -> supervised task count; guarded by mu_

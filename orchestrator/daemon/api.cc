@@ -229,6 +229,12 @@ void Api::Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange>
     return ex->RespondError(400, "bad_request", "stream must be stdout or stderr");
   const bool follow = req.query.count("follow") && req.query.at("follow") != "0";
   fs::path file = fs::path(job.run_dir) / "tasks" / (t->name + (stream == "stdout" ? ".out" : ".err"));
+  if (!fs::exists(file) && remote_tail_ && t->ref.is_object() && t->ref.value("backend", "") == "redis") {
+    // Not on this machine: the last MiB from the node (docs/redis.md "Log tails"); no follow.
+    auto tail = remote_tail_(t->ref, stream);
+    if (!tail.ok()) return ex->RespondError(HttpStatusFor(tail.status()), "unavailable", tail.status().message());
+    return ex->Respond(200, "text/plain; charset=utf-8", std::move(tail).value());
+  }
   std::make_shared<LogFollower>(io_, jobs_, job.id, t->name, file, follow, ex)->Start();
 }
 

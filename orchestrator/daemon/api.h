@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "orchestrator/daemon/http_server.h"
@@ -31,6 +32,12 @@ class Api {
   Api(boost::asio::io_context& io, JobManager& jobs, HandoffService& handoff, DaemonMetrics& metrics);
   void Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex);
 
+  // For tasks whose output file is not on this machine (a redis agent's run
+  // dir that is not shared): fetches the last bytes of a task's stdout or
+  // stderr from the node that ran it, given the task's ref and the stream.
+  using RemoteTail = std::function<StatusOr<std::string>(const nlohmann::json& ref, const std::string& stream)>;
+  void SetRemoteTail(RemoteTail tail) { remote_tail_ = std::move(tail); }
+
  private:
   void Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex);
   void Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex);
@@ -42,6 +49,7 @@ class Api {
   JobManager& jobs_;
   HandoffService& handoff_;
   DaemonMetrics& metrics_;
+  RemoteTail remote_tail_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

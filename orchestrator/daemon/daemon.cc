@@ -159,6 +159,9 @@ Status Daemon::Start(const fs::path& run_root) {
     backends::redis::RedisExecutorOptions ropts;
     ropts.redis = *cfg;
     ropts.keys.prefix = settings_.redis_prefix;
+    auto key = backends::redis::ClusterKey::FromFile(settings_.cluster_key_file);
+    if (!key.ok()) return key.status().WithContext("--cluster-key-file");
+    ropts.cluster_key = *key;
     auto redis = backends::redis::RedisExecutor::Create(
         io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
           if (jobs_) jobs_->OnTaskExit(task_id, exit);
@@ -177,6 +180,15 @@ Status Daemon::Start(const fs::path& run_root) {
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock"), "handoff");
 
   api_ = std::make_unique<Api>(io_, *jobs_, *handoff_, metrics_);
+#ifdef TANDEM_HAVE_REDIS
+  if (redis_) {
+    auto* redis = static_cast<backends::redis::RedisExecutor*>(redis_.get());
+    api_->SetRemoteTail([redis](const nlohmann::json& ref, const std::string& stream) -> StatusOr<std::string> {
+      TANDEM_ASSIGN_OR_RETURN(backends::TaskRef r, backends::TaskRef::FromJson(ref), "task ref");
+      return redis->Tail(r, stream, 1 << 20);
+    });
+  }
+#endif
   server_ = std::make_unique<HttpServer>(
       io_, [this](const HttpRequest& req, std::shared_ptr<Exchange> ex) { api_->Handle(req, std::move(ex)); });
   TANDEM_RETURN_IF_ERROR(server_->ListenUnix(settings_.socket));

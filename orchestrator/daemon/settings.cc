@@ -44,6 +44,9 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_REDIS_PASSWORD_FILE");
   app.add_option("--redis-prefix", s.redis_prefix, "Key prefix of the redis backend")
       ->envname("TANDEM_REDIS_PREFIX");
+  app.add_option("--cluster-key-file", s.cluster_key_file,
+                 "File (chmod 600) holding the key that signs commands for redis agents (required with --redis)")
+      ->envname("TANDEM_CLUSTER_KEY_FILE");
 }
 
 std::string DefaultStateDir() {

@@ -30,6 +30,7 @@ struct DaemonSettings {
   std::string redis_url;     // --redis           TANDEM_REDIS_URL   "" (no redis backend)
   std::string redis_password_file;  // --redis-password-file TANDEM_REDIS_PASSWORD_FILE ""
   std::string redis_prefix = "tandem";  // --redis-prefix TANDEM_REDIS_PREFIX tandem
+  std::string cluster_key_file;  // --cluster-key-file TANDEM_CLUSTER_KEY_FILE "" (required with --redis)
 
   // Resolved values, filled by Resolve().
   std::vector<int> gpu_ids;

@@ -1,6 +1,6 @@
 // Fault tests of the redis backend with real processes (issue #6 part 5):
-// kill -9 of an agent (its tasks are reported lost after the lease, and a
-// restarted agent kills the leftovers), malformed messages in both streams
+// kill -9 of an agent (its watchdog kills its tasks, which are reported lost
+// after the lease; a restarted agent takes work again), malformed messages in both streams
 // (nothing crashes), and Redis going down (agents fence: their tasks are
 // killed after the lease; everything recovers once Redis is back).
 #include <signal.h>
@@ -46,17 +46,18 @@ class RedisFaultTest : public ExecutorTestBase, public ::testing::Test {
 
   std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
 
-  std::string HashField(const std::string& task_id, const std::string& field) {
+  // A field of the launch's task hash (its key is in the ref).
+  std::string HashField(const TaskRef& ref, const std::string& field) {
     auto c = redis::RedisConn::Connect(cfg_);
     if (!c.ok()) return "";
-    auto r = (*c)->Command({"HGET", cluster_.prefix + ":task:" + task_id, field});
+    auto r = (*c)->Command({"HGET", ref.data.value("key", ""), field});
     return r.ok() ? r->str : "";
   }
 
-  pid_t WaitStartedPid(const std::string& task_id) {
+  pid_t WaitStartedPid(const TaskRef& ref) {
     pid_t pid = 0;
     WaitUntil([&] {
-      pid = std::atoi(HashField(task_id, "pid").c_str());
+      pid = std::atoi(HashField(ref, "pid").c_str());
       return pid > 0;
     }, std::chrono::seconds(10));
     return pid;
@@ -83,7 +84,10 @@ TEST_F(RedisFaultTest, MalformedMessagesCrashNeitherAgentNorExecutor) {
   for (std::string junk : {"not json", "[1,2]", "{\"op\":\"start\"}", "{\"op\":\"start\",\"task_id\":\"x\"}",
                            "{\"op\":\"start\",\"task_id\":\"y\",\"request\":{\"argv\":[]}}",
                            "{\"op\":\"signal\",\"task_id\":\"z\",\"sig\":\"TERM\"}", "{\"op\":42,\"task_id\":7}"}) {
-    ASSERT_TRUE(RedisCommand({"XADD", cmds, "*", "msg", junk}).ok());
+    // Signed, so the agent's parser sees them (unsigned ones: redis_signing_test.cc).
+    std::vector<std::string> xadd = {"XADD", cmds, "*"};
+    for (auto& f : redis::SignCommand(TestClusterKey(), cmds, junk)) xadd.push_back(f);
+    ASSERT_TRUE(RedisCommand(xadd).ok());
     ASSERT_TRUE(RedisCommand({"XADD", events, "*", "msg", junk}).ok());
   }
   ASSERT_TRUE(RedisCommand({"XADD", cmds, "*", "other", "field"}).ok());
@@ -97,14 +101,19 @@ TEST_F(RedisFaultTest, MalformedMessagesCrashNeitherAgentNorExecutor) {
   EXPECT_NE(AgentLog().find("malformed"), std::string::npos) << AgentLog();
 }
 
-TEST_F(RedisFaultTest, KilledAgentsTasksAreLostAfterTheLeaseAndKilledByItsSuccessor) {
+TEST_F(RedisFaultTest, KilledAgentsTasksAreKilledByItsWatchdogAndLostAfterTheLease) {
   auto r = Request("orphan", {"sleep", "60"});
   TaskRef ref = StartOrDie(r);
-  pid_t pid = WaitStartedPid(r.task_id);
+  pid_t pid = WaitStartedPid(ref);
   ASSERT_GT(pid, 0) << AgentLog();
   cluster_.agents[0]->Signal(SIGKILL);
   ASSERT_TRUE(cluster_.agents[0]->Reap(std::chrono::seconds(5)));
   auto t0 = std::chrono::steady_clock::now();
+  // The agent's watchdog kills what the dead agent ran (no orphaned work) ...
+  EXPECT_TRUE(WaitUntil([&] { return !PidAlive(pid); }, std::chrono::seconds(5))) << AgentLog();
+  EXPECT_TRUE(WaitUntil([&] { return AgentLog().find("watchdog killed task=" + r.task_id) != std::string::npos; },
+                        std::chrono::seconds(5))) << AgentLog();
+  // ... and the daemon side reports the task lost once the node's lease lapsed.
   auto x = WaitExit(r.task_id, std::chrono::seconds(10));
   ASSERT_TRUE(x);
   auto took = std::chrono::steady_clock::now() - t0;
@@ -112,15 +121,13 @@ TEST_F(RedisFaultTest, KilledAgentsTasksAreLostAfterTheLeaseAndKilledByItsSucces
   EXPECT_FALSE(x->status_known) << x->ToJson().dump();
   EXPECT_NE(x->detail.find("lease expired"), std::string::npos) << x->detail;
   EXPECT_FALSE(exec_->Alive(ref));
-  EXPECT_EQ(HashField(r.task_id, "state"), "lost");
-  // The task itself outlived its agent; an agent restarted under the same name kills it.
-  EXPECT_TRUE(PidAlive(pid));
+  EXPECT_EQ(HashField(ref, "state"), "lost");
+  // An agent restarted under the same name takes new work.
   auto again = std::make_unique<AgentProcess>("node0", cluster_.prefix, kLeaseS,
                                               (dir_.path() / (cluster_.prefix + "-agent0.log")).string());
   ASSERT_TRUE(again->Spawn());
   cluster_.agents[0] = std::move(again);
-  EXPECT_TRUE(WaitUntil([&] { return !PidAlive(pid); }, std::chrono::seconds(10))) << AgentLog();
-  // A new task runs on the restarted node.
+  ASSERT_TRUE(cluster_.WaitNodes(1).ok());
   auto r2 = Request("after", {"true"});
   StartOrDie(r2);
   auto x2 = WaitExit(r2.task_id);
@@ -130,8 +137,8 @@ TEST_F(RedisFaultTest, KilledAgentsTasksAreLostAfterTheLeaseAndKilledByItsSucces
 
 TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
   auto r = Request("fenced", {"sleep", "60"});
-  StartOrDie(r);
-  pid_t pid = WaitStartedPid(r.task_id);
+  TaskRef ref = StartOrDie(r);
+  pid_t pid = WaitStartedPid(ref);
   ASSERT_GT(pid, 0) << AgentLog();
   ASSERT_EQ(RedisScript("stop"), 0);
   auto t0 = std::chrono::steady_clock::now();
@@ -154,14 +161,40 @@ TEST_F(RedisFaultTest, RedisDownFencesTasksAndRecovers) {
   auto r2 = Request("recovered", {"sh", "-c", "exit 0"});
   TaskRef ref2;
   ASSERT_TRUE(WaitUntil([&] {
-    auto ref = exec_->Start(r2);
-    if (ref.ok()) ref2 = *ref;
-    return ref.ok();
+    auto started = exec_->Start(r2);
+    if (started.ok()) ref2 = *started;
+    return started.ok();
   }, std::chrono::seconds(10)));
   auto x2 = WaitExit(r2.task_id);
   ASSERT_TRUE(x2) << AgentLog();
   EXPECT_TRUE(x2->succeeded()) << x2->ToJson().dump() << "\n" << AgentLog();
   ExpectExactlyOnce();
+}
+
+TEST_F(RedisFaultTest, AgentServesLogTails) {
+  auto r = Request("tail", {"sh", "-c", "echo first line; echo hello-tail; sleep 30"});
+  TaskRef ref = StartOrDie(r);
+  ASSERT_GT(WaitStartedPid(ref), 0) << AgentLog();
+  auto* redis_exec = static_cast<redis::RedisExecutor*>(exec_.get());
+  std::string out;
+  ASSERT_TRUE(WaitUntil([&] {
+    auto t = redis_exec->Tail(ref, "stdout", 1 << 20);
+    out = t.ok() ? *t : t.status().ToString();
+    return out.find("hello-tail") != std::string::npos;
+  }, std::chrono::seconds(5))) << out << "\n" << AgentLog();
+  EXPECT_EQ(out, "first line\nhello-tail\n");
+  // Bounded: only the last bytes.
+  auto last = redis_exec->Tail(ref, "stdout", 5);
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(*last, "tail\n");
+  // A launch the node never ran.
+  TaskRef other = ref;
+  other.data["launch"] = r.task_id + "~0000000000000000";
+  auto none = redis_exec->Tail(other, "stdout", 100);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().ToString();
+  ASSERT_TRUE(exec_->Kill(ref).ok());
+  ASSERT_TRUE(WaitExit(r.task_id));
 }
 
 TEST_F(RedisFaultTest, StartWithoutLiveNodesIsUnavailable) {

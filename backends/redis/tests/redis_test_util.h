@@ -77,6 +77,35 @@ inline std::string UniquePrefix(const std::string& what) {
   return "tandem-test-" + what + "-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000);
 }
 
+// A cluster key file (0600) shared by every agent and executor of this test binary.
+inline const std::string& TestClusterKeyFile() {
+  // Removed when the test binary exits.
+  struct KeyFile {
+    std::string path;
+    KeyFile() {
+      std::random_device rd;
+      path = (std::filesystem::temp_directory_path() /
+              ("tandem-test-cluster-key-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 1000000)))
+                 .string();
+      std::string key;
+      for (int i = 0; i < 32; ++i) key += "0123456789abcdef"[rd() % 16];
+      std::ofstream(path) << key << "\n";
+      std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    }
+    ~KeyFile() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  };
+  static const KeyFile file;
+  return file.path;
+}
+
+inline redis::ClusterKey TestClusterKey() {
+  auto k = redis::ClusterKey::FromFile(TestClusterKeyFile());
+  return k.ok() ? *k : redis::ClusterKey::FromBytes("unreadable-test-key-file");
+}
+
 // One `tandem-agent` process, stopped (SIGTERM, then SIGKILL) by the destructor.
 class AgentProcess {
  public:
@@ -89,7 +118,7 @@ class AgentProcess {
     std::vector<std::string> args = {BinDir() + "/tandem-agent", "--redis", RedisUrl(),
                                      "--redis-password-file", env["TANDEM_REDIS_PASSWORD_FILE"],
                                      "--name", name_, "--prefix", prefix_, "--lease", std::to_string(lease_s_),
-                                     "--address", "127.0.0.1"};
+                                     "--address", "127.0.0.1", "--cluster-key-file", TestClusterKeyFile()};
     std::vector<std::string> envs = {"PATH=/usr/local/bin:/usr/bin:/bin",
                                      "TANDEM_REDIS_USER=" + env["TANDEM_REDIS_USER"]};
     if (const char* a = std::getenv("ASAN_OPTIONS")) envs.push_back(std::string("ASAN_OPTIONS=") + a);
@@ -187,6 +216,7 @@ inline StatusOr<std::unique_ptr<redis::RedisExecutor>> MakeRedisExecutor(boost::
   o.redis = cfg;
   o.keys.prefix = prefix;
   o.lease_check = std::chrono::milliseconds(100);
+  o.cluster_key = TestClusterKey();
   return redis::RedisExecutor::Create(io, std::move(cb), o);
 }
 
