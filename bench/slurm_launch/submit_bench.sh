@@ -18,7 +18,7 @@ unset SLURM_JOB_ID
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/tandem-submit-bench.XXXXXX")
 chmod 0755 "$SCRATCH"
 cd "$SCRATCH"
-"$BIN/tandemd" --state-dir "$SCRATCH/state" --slurm-job submit >"$SCRATCH/tandemd.log" 2>&1 &
+env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$SCRATCH/state" --slurm-job submit >"$SCRATCH/tandemd.log" 2>&1 &
 DPID=$!
 trap 'kill "$DPID" 2>/dev/null; wait "$DPID" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
 for _ in $(seq 100); do [[ -S "$SCRATCH/state/tandemd.sock" ]] && break; sleep 0.1; done

@@ -250,7 +250,8 @@ TEST(DaemonTcp, RequiresTheBearerToken) {
   d.Stop();
   // A non-loopback address is refused without --allow-remote.
   fs::create_directories(dir / "r");
-  const std::string cmd = (BinDir() / "tandemd").string() + " --state-dir " + (dir / "r").string() +
+  // Without the service tests' Redis settings (they would turn on the redis backend).
+  const std::string cmd = "env -u TANDEM_REDIS_URL " + (BinDir() / "tandemd").string() + " --state-dir " + (dir / "r").string() +
                           " --listen 0.0.0.0:" + std::to_string(port) + " --token-file " + token.string() +
                           " 2>" + (dir / "r.log").string();
   EXPECT_NE(std::system(cmd.c_str()), 0);

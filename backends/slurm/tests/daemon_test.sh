@@ -24,7 +24,8 @@ wait_for 30 "allocation $job running" bash -c "squeue -h -j $job -o %T | grep -q
 
 state=$SCRATCH/state
 start_daemon() {
-  "$BIN/tandemd" --state-dir "$state" --slurm-job "$job" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
+  # The service tests' Redis settings (TANDEM_REDIS_URL) would turn on the redis backend.
+  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job "$job" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
   DPID=$!
   CLEANUPS+=("kill -9 $DPID 2>/dev/null")
   wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"

@@ -29,7 +29,8 @@ unset SLURM_JOB_ID
 
 state=$SCRATCH/state
 start_daemon() {
-  "$BIN/tandemd" --state-dir "$state" --slurm-job submit --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
+  # The service tests' Redis settings (TANDEM_REDIS_URL) would turn on the redis backend.
+  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job submit --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
   DPID=$!
   CLEANUPS+=("kill -9 $DPID 2>/dev/null")
   wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
