@@ -311,7 +311,9 @@ const spec::JobSpec& JobManager::SpecOf(const Job& job) {
   auto parsed = spec::ParseJobSpecText(job.spec_text);
   // A journaled spec was valid when accepted; an empty spec (no roles) makes
   // every lookup fail cleanly if a later parser version disagrees.
-  return specs_.emplace(job.id, parsed.spec ? *parsed.spec : spec::JobSpec{}).first->second;
+  spec::JobSpec& spec = specs_[job.id];
+  if (parsed.spec) spec = std::move(*parsed.spec);
+  return spec;
 }
 
 // ---------------------------------------------------------------- exits
