@@ -87,6 +87,16 @@ nothing_left() {  # BATCH
   pass "batch job $1 and its steps are gone"
 }
 
+# Submits $SCRATCH/job.json and waits until its batch job runs two steps;
+# sets id (the tandem job) and batch (the Slurm job, cancelled at exit).
+submit_running() {
+  id=$(T submit "$SCRATCH/job.json" | tail -1)
+  wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
+  batch=$(batch_of "$id")
+  CLEANUPS+=("scancel $batch")
+  wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+}
+
 start_daemon
 case $CASE in
   run)
@@ -114,11 +124,7 @@ case $CASE in
     ;;
   cancel)
     spec 300
-    id=$(T submit "$SCRATCH/job.json" | tail -1)
-    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
-    batch=$(batch_of "$id")
-    CLEANUPS+=("scancel $batch")
-    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    submit_running  # sets id and batch
     T cancel "$id" >/dev/null
     wait_end "$id" 40
     [[ $(job_state "$id") == cancelled ]] || fail "job $id: $(T status "$id" --json)"
@@ -126,11 +132,7 @@ case $CASE in
     ;;
   scancel)
     spec 300
-    id=$(T submit "$SCRATCH/job.json" | tail -1)
-    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
-    batch=$(batch_of "$id")
-    CLEANUPS+=("scancel $batch")
-    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    submit_running  # sets id and batch
     scancel "$batch"
     wait_end "$id" 40
     st=$(T status "$id" --json)
@@ -157,11 +159,7 @@ case $CASE in
     ;;
   restart)
     spec 8
-    id=$(T submit "$SCRATCH/job.json" | tail -1)
-    wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
-    batch=$(batch_of "$id")
-    CLEANUPS+=("scancel $batch")
-    wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+    submit_running  # sets id and batch
     kill -9 "$DPID"
     wait "$DPID" 2>/dev/null || true
     [[ -n $(live_batch "$id") ]] || fail "batch job died with tandemd"
