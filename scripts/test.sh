@@ -28,7 +28,7 @@ for s in scripts/services/*.sh; do
   name=$(basename "$s" .sh)
   "$s" start
   SERVICES+=("$name")
-  # Connection info for the tests (SLURM_CONF, TANDEM_REDIS_PORT, ...).
+  # Connection info for the tests (SLURM_CONF, TANDEM_TEST_REDIS_PORT, ...).
   env_file=${TANDEM_SERVICES_DIR:-/tmp/tandem-services}/$name.env
   if [[ -f "$env_file" ]]; then set -a; . "$env_file"; set +a; fi
 done

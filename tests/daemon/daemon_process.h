@@ -84,8 +84,8 @@ class DaemonProcess {
     std::filesystem::create_directories(state_dir_);
     posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     // The daemon gets this process's environment minus the backend switches
-    // that scripts/test.sh exports for the service tests (TANDEM_REDIS_URL,
-    // ...): a test daemon enables a backend only through `extra`.
+    // a developer's shell may export (TANDEM_REDIS_URL, TANDEM_SLURM_JOB):
+    // a test daemon enables a backend only through `extra`.
     std::vector<std::string> env_text;
     for (char** e = environ; *e; ++e) {
       const std::string_view v(*e);

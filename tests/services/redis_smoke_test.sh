@@ -3,26 +3,26 @@
 # Redis backend (issue #6) relies on, checked with redis-cli.
 # Usage: redis_smoke_test.sh auth|restart
 . "$(dirname "$0")/lib.sh"
-need_service redis TANDEM_REDIS_PORT
+need_service redis TANDEM_TEST_REDIS_PORT
 
-cli() { redis-cli -h "$TANDEM_REDIS_HOST" -p "$TANDEM_REDIS_PORT" "$@"; }
+cli() { redis-cli -h "$TANDEM_TEST_REDIS_HOST" -p "$TANDEM_TEST_REDIS_PORT" "$@"; }
 # As the ACL user; the password travels in the environment, not on the command line.
-acli() { REDISCLI_AUTH=$(<"$TANDEM_REDIS_PASSWORD_FILE") cli --user "$TANDEM_REDIS_USER" "$@"; }
+acli() { REDISCLI_AUTH=$(<"$TANDEM_TEST_REDIS_PASSWORD_FILE") cli --user "$TANDEM_TEST_REDIS_USER" "$@"; }
 
 # PING needs no password; data does; a wrong password is refused.
 test_auth() {
   [[ "$(cli ping)" == PONG ]] || fail "redis-cli ping did not answer PONG"
   pass "ping -> PONG"
   local key=tandem:smoke:auth:$$
-  [[ "$(acli set "$key" hello)" == OK ]] || fail "SET as $TANDEM_REDIS_USER failed"
+  [[ "$(acli set "$key" hello)" == OK ]] || fail "SET as $TANDEM_TEST_REDIS_USER failed"
   CLEANUPS+=("acli del $key >/dev/null")
-  [[ "$(acli get "$key")" == hello ]] || fail "GET as $TANDEM_REDIS_USER failed"
-  pass "authenticated SET/GET as $TANDEM_REDIS_USER"
+  [[ "$(acli get "$key")" == hello ]] || fail "GET as $TANDEM_TEST_REDIS_USER failed"
+  pass "authenticated SET/GET as $TANDEM_TEST_REDIS_USER"
   local out
   out=$(cli get "$key" 2>&1)
   [[ "$out" == *NOPERM* ]] || fail "unauthenticated GET was not refused: '$out'"
   pass "unauthenticated GET refused: $out"
-  out=$(REDISCLI_AUTH=wrong cli --user "$TANDEM_REDIS_USER" get "$key" 2>&1)
+  out=$(REDISCLI_AUTH=wrong cli --user "$TANDEM_TEST_REDIS_USER" get "$key" 2>&1)
   [[ "$out" == *WRONGPASS* && "$out" != *hello* ]] || fail "wrong password was not refused: '$out'"
   pass "wrong password refused"
 }
@@ -35,13 +35,13 @@ test_restart() {
   acli xadd "tandem:smoke:stream:$$" '*' field "$value" >/dev/null || fail "XADD failed"
   CLEANUPS+=("acli del tandem:smoke:stream:$$ >/dev/null")
   local pid
-  pid=$(<"$TANDEM_REDIS_PIDFILE")
+  pid=$(<"$TANDEM_TEST_REDIS_PIDFILE")
   kill -9 "$pid"
   wait_for 10 "redis-server $pid to die" bash -c "! kill -0 $pid"
   [[ "$(cli ping 2>&1)" != PONG ]] || fail "redis still answers after kill -9"
-  "$TANDEM_REDIS_SCRIPT" restart
+  "$TANDEM_TEST_REDIS_SCRIPT" restart
   local newpid
-  newpid=$(<"$TANDEM_REDIS_PIDFILE")
+  newpid=$(<"$TANDEM_TEST_REDIS_PIDFILE")
   [[ "$newpid" != "$pid" ]] && kill -0 "$newpid" || fail "no new redis-server after restart"
   [[ "$(acli get "$key")" == "$value" ]] || fail "key lost after kill -9 + restart"
   [[ "$(acli xlen "tandem:smoke:stream:$$")" == 1 ]] || fail "stream entry lost after kill -9 + restart"

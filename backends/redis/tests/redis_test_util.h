@@ -52,13 +52,13 @@ inline bool ServicesRequired() {
 
 inline std::string RedisUrl() {
   auto env = RedisEnv();
-  return env.count("TANDEM_REDIS_URL") ? env["TANDEM_REDIS_URL"] : "redis://127.0.0.1:26379";
+  return env.count("TANDEM_TEST_REDIS_URL") ? env["TANDEM_TEST_REDIS_URL"] : "redis://127.0.0.1:26379";
 }
 
 inline StatusOr<redis::RedisConfig> TestRedisConfig() {
   auto env = RedisEnv();
-  auto c = redis::RedisConfig::FromUrl(RedisUrl(), env["TANDEM_REDIS_PASSWORD_FILE"]);
-  if (c.ok() && env.count("TANDEM_REDIS_USER")) c->user = env["TANDEM_REDIS_USER"];
+  auto c = redis::RedisConfig::FromUrl(RedisUrl(), env["TANDEM_TEST_REDIS_PASSWORD_FILE"]);
+  if (c.ok() && env.count("TANDEM_TEST_REDIS_USER")) c->user = env["TANDEM_TEST_REDIS_USER"];
   return c;
 }
 
@@ -116,11 +116,11 @@ class AgentProcess {
   bool Spawn() {
     auto env = RedisEnv();
     std::vector<std::string> args = {BinDir() + "/tandem-agent", "--redis", RedisUrl(),
-                                     "--redis-password-file", env["TANDEM_REDIS_PASSWORD_FILE"],
+                                     "--redis-password-file", env["TANDEM_TEST_REDIS_PASSWORD_FILE"],
                                      "--name", name_, "--prefix", prefix_, "--lease", std::to_string(lease_s_),
                                      "--address", "127.0.0.1", "--cluster-key-file", TestClusterKeyFile()};
     std::vector<std::string> envs = {"PATH=/usr/local/bin:/usr/bin:/bin",
-                                     "TANDEM_REDIS_USER=" + env["TANDEM_REDIS_USER"]};
+                                     "TANDEM_REDIS_USER=" + env["TANDEM_TEST_REDIS_USER"]};
     if (const char* a = std::getenv("ASAN_OPTIONS")) envs.push_back(std::string("ASAN_OPTIONS=") + a);
     std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
