@@ -174,7 +174,7 @@ Status Daemon::Start(const fs::path& run_root) {
 #endif
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
-  handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state);
+  handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state, settings_.compact_every);
   jobs_->SetObserver(handoff_.get());
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock"), "handoff");

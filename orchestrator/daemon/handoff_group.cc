@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "orchestrator/handoff/event_codec.h"
+#include "orchestrator/handoff/state_codec.h"
 
 namespace tandem::daemon {
 
@@ -51,12 +52,15 @@ HandoffGroup::~HandoffGroup() = default;
 StatusOr<std::unique_ptr<HandoffGroup>> HandoffGroup::Open(boost::asio::io_context& io, std::string name,
                                                            std::shared_ptr<const GroupConfig> config,
                                                            const fs::path& journal_dir, const fs::path& run_dir,
-                                                           LogContext log_context, uint32_t epoch, Host& host) {
+                                                           LogContext log_context, uint32_t epoch, Host& host,
+                                                           uint64_t compact_every) {
   std::unique_ptr<HandoffGroup> g(new HandoffGroup(io, std::move(name), epoch, host));
   g->state_ = InitialState(std::move(config));
   g->journal_dir_ = journal_dir;
+  g->compact_every_ = compact_every;
   store::Recovered rec;
   TANDEM_ASSIGN_OR_RETURN(g->journal_, store::DurableLog::Open(io, journal_dir, &rec), "handoff journal");
+  if (!rec.snapshot.is_null()) TANDEM_RETURN_IF_ERROR(g->Restore(rec.snapshot), "handoff journal snapshot");
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   TANDEM_ASSIGN_OR_RETURN(g->logs_, LogWriter::Open(run_dir.string(), std::move(log_context)), "handoff logs");
@@ -108,6 +112,39 @@ void HandoffGroup::Feed(const Event& e) {
   ApplyResult res = Apply(state_, e);
   state_ = std::move(res.state);
   Perform(res.actions);
+  MaybeCompact();
+}
+
+// Compacts only a settled group: its snapshot then has no outstanding
+// command and no worker down, so nothing but the state needs restoring.
+void HandoffGroup::MaybeCompact() {
+  if (!journal_ || journal_->records_since_compaction() < compact_every_ || state_.mode != Mode::kSettled ||
+      !state_.outstanding.empty() || !state_.down.empty()) {
+    return;
+  }
+  json peaks = json::array();
+  for (const auto& [gpu, p] : peak_) peaks.push_back({{"gpu", gpu}, {"bytes", p.first}, {"at", p.second}});
+  const json snapshot = {{"events", events_}, {"state", StateToJson(state_)}, {"peaks", peaks}};
+  if (Status st = journal_->Compact(snapshot); !st.ok()) {
+    log::Error("handoff", "group={} journal compaction: {}", name_, st.ToString());
+    return;
+  }
+  log::Debug("handoff", "group={} journal compacted at event {}", name_, events_);
+}
+
+Status HandoffGroup::Restore(const json& snapshot) {
+  if (!snapshot.is_object() || !snapshot.contains("events") || !snapshot["events"].is_number_unsigned() ||
+      !snapshot.contains("state")) {
+    return DataLoss("not a handoff group snapshot");
+  }
+  TANDEM_ASSIGN_OR_RETURN(state_, StateFromJson(snapshot["state"], state_.config));
+  events_ = snapshot["events"].get<uint64_t>();
+  for (const json& p : snapshot.value("peaks", json::array())) {
+    peak_[p.value("gpu", 0)] = {p.value("bytes", uint64_t{0}), p.value("at", 0.0)};
+  }
+  log::Info("handoff", "group={} restored snapshot at event {} mode={} phase={}", name_, events_,
+            ModeName(state_.mode), PhaseName(state_.phase));
+  return Status::Ok();
 }
 
 void HandoffGroup::OnHello(const Hello& h) {

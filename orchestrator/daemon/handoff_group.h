@@ -12,8 +12,12 @@
 //    residency.jsonl; the per-GPU peak is tracked for GET /residency.
 //  - PhaseReached / PhaseRefused: answer every waiter for that phase.
 //  - RestartWorker / GroupFailed: handed to the Host (the service).
-// A restarted daemon replays the journal through Apply (performing nothing)
-// and then re-arms the timers of outstanding commands and re-issues
+// Every `compact_every` journal records, once the group is settled with
+// nothing outstanding and no worker down, the journal is compacted into a
+// snapshot of the state (handoff/state_codec.h), so a long job's restart
+// replays a bounded journal; the logs' event numbering carries on across it.
+// A restarted daemon restores the snapshot and replays the journal after it
+// through Apply (performing nothing) and then re-arms the timers of outstanding commands and re-issues
 // RestartWorker for workers that were down: the replayed state may lag
 // reality by the events not yet durable, which is safe because commands are
 // idempotent per tag and every worker's hello carries its true residency.
@@ -51,12 +55,14 @@ class HandoffGroup {
   // ok: the phase reached (its name); error: refused or failed.
   using PhaseCallback = std::function<void(StatusOr<nlohmann::json>)>;
 
-  // Opens (creating) the journal under `journal_dir` and replays it.
+  // Opens (creating) the journal under `journal_dir` and recovers from it
+  // (snapshot, then the records after it).
   static StatusOr<std::unique_ptr<HandoffGroup>> Open(boost::asio::io_context& io, std::string name,
                                                       std::shared_ptr<const handoff::GroupConfig> config,
                                                       const std::filesystem::path& journal_dir,
                                                       const std::filesystem::path& run_dir,
-                                                      handoff::LogContext log_context, uint32_t epoch, Host& host);
+                                                      handoff::LogContext log_context, uint32_t epoch, Host& host,
+                                                      uint64_t compact_every);
   ~HandoffGroup();
 
   const std::string& name() const { return name_; }
@@ -91,6 +97,8 @@ class HandoffGroup {
   void Answer(const handoff::Phase& p, const StatusOr<nlohmann::json>& result);
   void DropAnswered();  // forgets sent commands the engine no longer has outstanding
   void TrackPeaks();
+  void MaybeCompact();
+  Status Restore(const nlohmann::json& snapshot);
   bool AllSaidHello() const;
   std::string MissingHello() const;
   int64_t WireId(uint64_t command_id) const { return (static_cast<int64_t>(epoch_) << 32) | static_cast<int64_t>(command_id); }
@@ -105,6 +113,7 @@ class HandoffGroup {
   std::unique_ptr<handoff::LogWriter> logs_;
   std::map<uint64_t, handoff::SendCommand> sent_;  // outstanding commands by engine id, as sent
   uint64_t events_ = 0;  // events journaled so far (replayed + fed): the logs' "event" numbers
+  uint64_t compact_every_ = 0;
   std::map<uint64_t, std::unique_ptr<boost::asio::steady_timer>> timers_;
   std::vector<std::pair<handoff::Phase, PhaseCallback>> waiters_;
   std::vector<std::pair<handoff::Phase, PhaseCallback>> held_;  // requests waiting for hellos

@@ -121,8 +121,9 @@ struct HandoffService::JobGroups {
   std::string controller;
 };
 
-HandoffService::HandoffService(boost::asio::io_context& io, JobManager& jobs, fs::path state_dir)
-    : io_(io), jobs_(jobs), state_dir_(std::move(state_dir)) {}
+HandoffService::HandoffService(boost::asio::io_context& io, JobManager& jobs, fs::path state_dir,
+                               uint64_t compact_every)
+    : io_(io), jobs_(jobs), state_dir_(std::move(state_dir)), compact_every_(compact_every) {}
 
 HandoffService::~HandoffService() { Stop(); }
 
@@ -182,7 +183,7 @@ StatusOr<HandoffService::JobGroups*> HandoffService::GroupsOf(const Job& job) {
     const std::string name = ctx.group;
     auto host = std::make_unique<GroupHost>(*this, job.id, name);
     auto group = HandoffGroup::Open(io_, name, config, state_dir_ / "handoff" / job.id / name, job.run_dir,
-                                    std::move(ctx), epoch_, *host);
+                                    std::move(ctx), epoch_, *host, compact_every_);
     if (!group.ok()) return group.status().WithContext("handoff group " + name);
     jg->hosts[name] = std::move(host);
     jg->groups[name] = std::move(group).value();

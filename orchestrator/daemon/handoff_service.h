@@ -41,7 +41,8 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
  public:
   using PhaseCallback = HandoffGroup::PhaseCallback;
 
-  HandoffService(boost::asio::io_context& io, JobManager& jobs, std::filesystem::path state_dir);
+  HandoffService(boost::asio::io_context& io, JobManager& jobs, std::filesystem::path state_dir,
+                 uint64_t compact_every);
   ~HandoffService() override;
 
   // Bumps the daemon epoch, re-opens the groups of live jobs (replaying their
@@ -85,6 +86,7 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   JobManager& jobs_;
   std::filesystem::path state_dir_;
   uint32_t epoch_ = 0;
+  uint64_t compact_every_;  // journal records between a group's snapshots (--compact-every)
   std::unique_ptr<control::ControlServer> server_;
   std::map<std::string, std::unique_ptr<JobGroups>> groups_;       // by job id
   std::map<uint64_t, Peer> peers_;                                 // by connection id

@@ -26,7 +26,8 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_GPUS");
   app.add_option("--grace", s.grace_s, "Seconds between SIGTERM and SIGKILL on cancel")
       ->envname("TANDEM_GRACE_S")->check(CLI::Range(0.0, 3600.0));
-  app.add_option("--compact-every", s.compact_every, "Journal records between snapshots")
+  app.add_option("--compact-every", s.compact_every,
+                 "Journal records between snapshots (the job journal and each handoff group's)")
       ->envname("TANDEM_COMPACT_EVERY")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("TANDEM_LOG_LEVEL");

@@ -10,6 +10,17 @@ namespace {
 
 using json = nlohmann::json;
 
+json Who(const WorkerId& w) { return {{"role", w.role}, {"rank", w.rank}}; }
+
+std::optional<int64_t> Number(std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 json DevicesToJson(const std::vector<DeviceMemory>& ds) {
   json out = json::array();
   for (const DeviceMemory& d : ds) {
@@ -28,17 +39,6 @@ std::vector<DeviceMemory> DevicesFromJson(const json& j) {
   }
   return out;
 }
-
-json Who(const WorkerId& w) { return {{"role", w.role}, {"rank", w.rank}}; }
-
-std::optional<int64_t> Number(std::string_view s) {
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || v < 0) return std::nullopt;
-  return v;
-}
-
-}  // namespace
 
 json TagBytesToJson(const std::map<Tag, uint64_t>& bytes) {
   json out = json::object();

@@ -35,4 +35,8 @@ StatusOr<Phase> ParsePhaseRequest(std::string_view text, int64_t version, const 
 std::map<Tag, uint64_t> TagBytesFromJson(const nlohmann::json& j);  // {"weights": 64, ...}; unknown tags skipped
 nlohmann::json TagBytesToJson(const std::map<Tag, uint64_t>& bytes);
 
+// [{"gpu","used","total","device_wide"}, ...]; malformed entries skipped.
+nlohmann::json DevicesToJson(const std::vector<DeviceMemory>& devices);
+std::vector<DeviceMemory> DevicesFromJson(const nlohmann::json& j);
+
 }  // namespace tandem::handoff

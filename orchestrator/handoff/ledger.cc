@@ -2,8 +2,11 @@
 #include "orchestrator/handoff/ledger.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "orchestrator/handoff/event_codec.h"
 
 namespace tandem::handoff {
 
@@ -141,6 +144,55 @@ std::vector<ResidencyRecord> Ledger::Forget(const WorkerId& w, double at) {
     b = 0;
   }
   return out;
+}
+
+namespace {
+nlohmann::json Who(const WorkerId& w, nlohmann::json fields) {
+  fields["role"] = w.role;
+  fields["rank"] = w.rank;
+  return fields;
+}
+WorkerId WhoFrom(const nlohmann::json& j) { return {j.at("role").get<std::string>(), j.at("rank").get<int>()}; }
+DeviceMemory DeviceFrom(const nlohmann::json& j) {
+  auto ds = DevicesFromJson(nlohmann::json::array({j}));
+  if (ds.empty()) throw std::invalid_argument("not a device reading: " + j.dump());
+  return ds[0];
+}
+}  // namespace
+
+nlohmann::json Ledger::ToJson() const {
+  using json = nlohmann::json;
+  json gpus = json::array(), placement = json::array(), bytes = json::array(), own = json::array();
+  for (const auto& [gpu, g] : gpus_) {
+    json e = {{"gpu", gpu}, {"capacity", g.capacity}};
+    if (g.reading) e["reading"] = DevicesToJson({*g.reading})[0];
+    gpus.push_back(std::move(e));
+  }
+  for (const auto& [w, ids] : placement_) placement.push_back(Who(w, {{"gpus", ids}}));
+  for (const auto& [w, tags] : bytes_) bytes.push_back(Who(w, {{"resident", TagBytesToJson(tags)}}));
+  for (const auto& [key, d] : own_reading_) {
+    own.push_back(Who(key.first, {{"gpu", key.second}, {"reading", DevicesToJson({d})[0]}}));
+  }
+  return {{"gpus", gpus}, {"placement", placement}, {"bytes", bytes}, {"own_readings", own}};
+}
+
+StatusOr<Ledger> Ledger::FromJson(const nlohmann::json& j) {
+  Ledger l;
+  try {
+    for (const auto& e : j.at("gpus")) {
+      Gpu& g = l.gpus_[e.at("gpu").get<int>()];
+      g.capacity = e.at("capacity").get<uint64_t>();
+      if (e.contains("reading")) g.reading = DeviceFrom(e["reading"]);
+    }
+    for (const auto& e : j.at("placement")) l.placement_[WhoFrom(e)] = e.at("gpus").get<std::vector<int>>();
+    for (const auto& e : j.at("bytes")) l.bytes_[WhoFrom(e)] = TagBytesFromJson(e.at("resident"));
+    for (const auto& e : j.at("own_readings")) {
+      l.own_reading_[{WhoFrom(e), e.at("gpu").get<int>()}] = DeviceFrom(e.at("reading"));
+    }
+  } catch (const std::exception& e) {  // nlohmann's type and range errors, DeviceFrom's
+    return DataLoss(fmt::format("ledger snapshot: {}", e.what()));
+  }
+  return l;
 }
 
 }  // namespace tandem::handoff

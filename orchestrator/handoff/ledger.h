@@ -22,6 +22,8 @@
 #include <optional>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "orchestrator/handoff/types.h"
 
@@ -61,6 +63,12 @@ class Ledger {
                                       double at);
   // The worker died: its memory is gone. Returns the records setting its tags to 0.
   std::vector<ResidencyRecord> Forget(const WorkerId& w, double at);
+
+  // Everything above as JSON and back, for the handoff journal's snapshot
+  // (state_codec.h): FromJson(ToJson()) behaves exactly as the original.
+  // FromJson fails (kDataLoss) on a value ToJson cannot have written.
+  nlohmann::json ToJson() const;
+  static StatusOr<Ledger> FromJson(const nlohmann::json& j);
 
  private:
   std::map<int, Gpu> gpus_;

@@ -3,11 +3,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string_view>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "orchestrator/handoff/event_codec.h"
 
 namespace tandem::handoff {
 namespace {
@@ -27,28 +30,61 @@ Status AppendText(int fd, const std::string& text, const char* what) {
   return Status::Ok();
 }
 
-// The last "event" among the lines of `group` in the JSONL file at `path`
-// (0 when none). Lines of other groups, torn or foreign lines are skipped.
-uint64_t LastLoggedEvent(const std::string& path, const std::string& group) {
-  std::ifstream in(path);
-  uint64_t last = 0;
-  const std::string needle = "\"group\":" + nlohmann::json(group).dump();
-  for (std::string line; std::getline(in, line);) {
-    if (line.find(needle) == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("group", "") == group && j.contains("event") && j["event"].is_number_unsigned()) {
-      last = std::max(last, j["event"].get<uint64_t>());
-    }
-  }
-  return last;
+// True for an empty file and for one whose last byte is a newline.
+bool EndsWithNewline(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() <= 0) return true;
+  in.seekg(-1, std::ios::end);
+  return in.get() == '\n';
 }
 
-nlohmann::json Devices(const std::vector<DeviceMemory>& devices) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const DeviceMemory& d : devices) {
-    out.push_back({{"gpu", d.gpu}, {"used", d.used}, {"total", d.total}, {"device_wide", d.device_wide}});
+// The "event" of the last line of `group` in the JSONL file at `path` (0
+// when none). Lines of one group are appended in event order, so the file is
+// read backwards in blocks and the scan stops at the group's last line:
+// reopening a long job's logs costs one block, not the whole file. Lines of
+// other groups, torn and foreign lines are skipped.
+uint64_t LastLoggedEvent(const std::string& path, const std::string& group) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return 0;
+  constexpr std::streamoff kBlock = 64 * 1024;
+  const std::string needle = "\"group\":" + nlohmann::json(group).dump();
+  std::streamoff end = in.tellg();
+  std::string carry;  // the start of the line cut by the previous block
+  while (end > 0) {
+    const std::streamoff start = std::max<std::streamoff>(0, end - kBlock);
+    std::string text(static_cast<size_t>(end - start), '\0');
+    in.seekg(start);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text += carry;
+    // Whole lines only: the first one may continue in the block before.
+    size_t first = 0;
+    if (start > 0) {
+      first = text.find('\n');
+      if (first == std::string::npos) {
+        carry = std::move(text);
+        end = start;
+        continue;
+      }
+      ++first;
+    }
+    size_t stop = text.size();
+    while (stop > first) {
+      size_t begin = text.rfind('\n', stop - 1);
+      begin = (begin == std::string::npos || begin < first) ? first : begin + 1;
+      const std::string_view line(text.data() + begin, stop - begin);
+      if (line.find(needle) != std::string_view::npos) {
+        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.value("group", "") == group && j.contains("event") &&
+            j["event"].is_number_unsigned()) {
+          return j["event"].get<uint64_t>();
+        }
+      }
+      stop = begin > first ? begin - 1 : first;
+    }
+    carry = text.substr(0, first);
+    end = start;
   }
-  return out;
+  return 0;
 }
 
 }  // namespace
@@ -120,7 +156,7 @@ nlohmann::json ResidencyLine(const LogContext& ctx, const ResidencyRecord& r) {
       {"v", kLogVersion},        {"group", ctx.group},  {"ts", r.at},
       {"role", r.worker.role},   {"rank", r.worker.rank}, {"gpus", ctx.GpusOf(r.worker)},
       {"tag", TagName(r.tag)},   {"bytes", r.bytes},    {"delta", r.delta},
-      {"devices", Devices(r.devices)}, {"leak", r.leak}, {"allocator", ctx.AllocatorOf(r.worker.role)},
+      {"devices", DevicesToJson(r.devices)}, {"leak", r.leak}, {"allocator", ctx.AllocatorOf(r.worker.role)},
   };
   if (!r.note.empty()) line["note"] = r.note;
   return line;
@@ -145,6 +181,10 @@ StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir,
     return st;
   }
   std::unique_ptr<LogWriter> w(new LogWriter(hfd, rfd, std::move(ctx)));
+  // A line cut short (a full disk) stays a foreign line: ours start on a new one.
+  for (auto [fd, path] : {std::pair{hfd, h}, std::pair{rfd, r}}) {
+    if (!EndsWithNewline(path)) TANDEM_RETURN_IF_ERROR(AppendText(fd, "\n", path.c_str()));
+  }
   w->handoff_logged_ = LastLoggedEvent(h, w->ctx_.group);
   w->residency_logged_ = LastLoggedEvent(r, w->ctx_.group);
   return w;

@@ -12,6 +12,8 @@
 #include <map>
 #include <set>
 
+#include <gmock/gmock.h>
+
 #include "tests/daemon/daemon_process.h"
 
 namespace tandem::testing {
@@ -397,6 +399,12 @@ TEST_F(HandoffTest, MalformedControlLinesAreAnsweredAndNeverFatal) {
 }
 
 TEST_F(HandoffTest, DaemonKilledMidHandoffResumesAndTheJobFinishes) {
+  // Journals compacted every 4 records: the restart restores the group from
+  // its snapshot and replays only the events after it.
+  d_.reset();
+  d_ = std::make_unique<DaemonProcess>(dir_, std::vector<std::string>{"--gpus", "0,1", "--grace", "2",
+                                                                      "--compact-every", "4"});
+  d_->Start();
   // Big enough tags that a transition is in flight when the daemon dies.
   json spec = ColocatedSpec("survivor", {"--controller", "--cycles", "3", "--phases", "rollout,train,sync",
                                          "--reconnect-ms", "30000", "--phase-timeout-ms", "120000"},
@@ -405,10 +413,12 @@ TEST_F(HandoffTest, DaemonKilledMidHandoffResumesAndTheJobFinishes) {
   const fs::path run = RunDir(id);
   ASSERT_TRUE(WaitFor([&] { return JsonLines(run / "handoff.jsonl").size() >= 12; }, std::chrono::seconds(90)))
       << d_->log();
+  EXPECT_TRUE(fs::exists(dir_ / "handoff" / id / "actor" / "snapshot.json")) << "the group journal was compacted";
   d_->Kill9();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   d_->Start();
   ASSERT_EQ(d_->WaitJob(id, std::chrono::seconds(180)), "succeeded") << d_->log();
+  EXPECT_THAT(d_->log(), ::testing::HasSubstr("group=actor restored snapshot at event"));
   std::set<std::string> phases;
   for (const json& l : JsonLines(run / "handoff.jsonl")) phases.insert(l["phase"]);
   EXPECT_TRUE(phases.count("SYNC(3)")) << "the third cycle ran after the restart";

@@ -187,5 +187,43 @@ TEST(HandoffLogs, AReopenedWriterAddsOnlyTheEventsNotYetLogged) {
   fs::remove_all(dir);
 }
 
+// A long job's log: the group's last line lies far from the end, behind
+// other groups' lines and a line cut short. The reopened writer finds it
+// (reading backwards, block by block), skips what is logged, and starts its
+// lines on a fresh line.
+TEST(HandoffLogs, AReopenedWriterFindsTheGroupsLastEventBehindOtherLines) {
+  const fs::path dir = fs::temp_directory_path() / ("handoff_logs_tail_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "residency.jsonl");
+    for (int e = 1; e <= 700; ++e) {
+      out << R"({"group":"actor","event":)" << e << R"(,"pad":")" << std::string(100, 'a') << "\"}\n";
+    }
+    for (int e = 1; e <= 3000; ++e) {
+      out << R"({"group":"judge","event":)" << e << R"(,"pad":")" << std::string(100, 'j') << "\"}\n";
+    }
+    out << R"({"group":"actor","event":99)";  // cut short: no newline, not JSON
+  }
+  ASSERT_GT(fs::file_size(dir / "residency.jsonl"), 256u * 1024) << "several read blocks";
+  const LogContext ctx{.group = "actor", .allocator = {}, .gpus = {{kRollout, {0}}}};
+  const std::vector<Action> change = {
+      ResidencyRecord{.at = 1, .worker = kRollout, .tag = Tag::kWeights, .bytes = 5, .delta = 5}};
+  {
+    auto w = LogWriter::Open(dir.string(), ctx);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->WriteAll(change, 700).ok());  // logged already
+    ASSERT_TRUE((*w)->WriteAll(change, 701).ok());
+  }
+  std::vector<uint64_t> actor_events;
+  for (const auto& l : Lines(dir / "residency.jsonl")) {
+    auto j = nlohmann::json::parse(l, nullptr, false);
+    if (j.is_object() && j["group"] == "actor") actor_events.push_back(j["event"].get<uint64_t>());
+  }
+  ASSERT_EQ(actor_events.size(), 701u) << "the cut line is skipped, event 700 not written twice";
+  EXPECT_EQ(actor_events.back(), 701u);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::handoff::testing
