@@ -11,6 +11,7 @@
 #include "backends/slurm/hostlist.h"
 #include "backends/slurm/sbatch_args.h"
 #include "backends/slurm/slurm_cli.h"
+#include "backends/slurm/step_placement.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -251,7 +252,27 @@ std::string SlurmSubmitExecutor::FindBatchOf(const std::string& tandem_job) {
 
 void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   LaunchRequest r = req;
-  MapDevices(r, b.gpus);
+  if (b.alloc.nodes.size() > 1) {
+    // Several nodes: the task's node and that node's GPUs (step_placement.h).
+    std::vector<int> logical;
+    for (const auto& e : r.env)
+      if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+        if (auto ids = slurm::ParseIndexList(e.substr(21)); ids.ok()) logical = *ids;
+    auto place = slurm::PlaceStep(b.alloc, logical);
+    if (!place.ok()) {
+      PostExit(req.task_id, Ended("slurm: cannot place the task on batch job " + b.id + "'s nodes: " +
+                                  place.status().ToString()));
+      return;
+    }
+    std::string cvd;
+    for (int g : place->gpus) cvd += (cvd.empty() ? "" : ",") + std::to_string(g);
+    for (auto& e : r.env)
+      if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) e = "CUDA_VISIBLE_DEVICES=" + cvd;
+    r.env.push_back("TANDEM_NODE=" + place->node);
+    log::Debug("slurm", "task={} batch job={} node={} gpus={}", req.task_id, b.id, place->node, cvd);
+  } else {
+    MapDevices(r, b.alloc.gpus);
+  }
   auto ref = b.steps->Start(r);
   if (!ref.ok()) {
     PostExit(req.task_id, Ended("slurm: could not start the step in batch job " + b.id + ": " + ref.status().ToString()));
@@ -265,22 +286,22 @@ void SlurmSubmitExecutor::Poll(const std::string& batch_id) {
   auto it = batches_.find(batch_id);
   if (it == batches_.end() || it->second->polling || stop_->load()) return;
   it->second->polling = true;
-  const bool need_gpus = it->second->gpus.empty();
+  const bool need_gpus = it->second->alloc.gpus.empty();
   boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), batch_id, need_gpus, stop = stop_,
                                 control = options_.control] {
     if (stop->load()) return;
     auto st = control->Query(batch_id);
-    std::vector<int> gpus;
+    slurm::Allocation alloc;
     if (st.ok() && st->running() && need_gpus)
-      if (auto a = slurm::QueryAllocation(batch_id); a.ok()) gpus = a->gpus;
-    boost::asio::post(io_, [this, weak, batch_id, st = std::move(st), gpus = std::move(gpus)]() mutable {
-      if (weak.lock()) OnState(batch_id, std::move(st), std::move(gpus));
+      if (auto a = slurm::QueryAllocation(batch_id); a.ok()) alloc = std::move(a).value();
+    boost::asio::post(io_, [this, weak, batch_id, st = std::move(st), alloc = std::move(alloc)]() mutable {
+      if (weak.lock()) OnState(batch_id, std::move(st), std::move(alloc));
     });
   });
 }
 
 void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::BatchState> st,
-                                  std::vector<int> gpus) {
+                                  slurm::Allocation alloc) {
   auto it = batches_.find(batch_id);
   if (it == batches_.end()) return;
   Batch& b = *it->second;
@@ -292,12 +313,12 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
                 st->reason.empty() ? "None" : st->reason);
     b.state = *st;
     if (b.state.running()) {
-      if (!gpus.empty()) b.gpus = gpus;
+      if (!alloc.gpus.empty() || (b.alloc.gpus.empty() && !alloc.nodes.empty())) b.alloc = std::move(alloc);
       std::deque<LaunchRequest> queued;
       queued.swap(b.queued);
       for (const auto& r : queued) Launch(b, r);
     } else if (b.state.waiting()) {
-      b.gpus.clear();  // a requeued job may get other GPUs
+      b.alloc = {};  // a requeued job may get other nodes and GPUs
     } else {
       std::deque<LaunchRequest> queued;
       queued.swap(b.queued);

@@ -13,8 +13,10 @@
 //   worker -> each state change is logged with Slurm's reason
 //   ([slurm] batch job=J tandem_job=X state=PENDING reason=Resources).
 //   Tasks started while it is pending wait in a queue; when it runs, the
-//   allocation's GPUs are read (scontrol show job -d) and each queued task
-//   becomes a step, its logical CUDA_VISIBLE_DEVICES mapped onto them.
+//   allocation's nodes and GPUs are read (scontrol show job -d) and each
+//   queued task becomes a step, its logical CUDA_VISIBLE_DEVICES mapped onto
+//   them; over several nodes, each task is placed on one node
+//   (step_placement.h) and its step runs there (`srun -w node`).
 //   When it ends on Slurm's side (time limit, preemption, node failure, an
 //   outside scancel), queued tasks exit with "slurm: batch job J ended
 //   before the task started: TIMEOUT (TimeLimit)", running steps end with
@@ -50,6 +52,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/executor.h"
+#include "backends/slurm/allocation.h"
 #include "backends/slurm/batch_control.h"
 #include "backends/slurm/batch_job.h"
 #include "backends/slurm/slurm_executor.h"
@@ -100,7 +103,7 @@ class SlurmSubmitExecutor final : public Executor {
     std::string id;
     std::string tandem_job;
     slurm::BatchState state;
-    std::vector<int> gpus;                  // the allocation's GPUs while it runs
+    slurm::Allocation alloc;                // its nodes and GPUs while it runs (gpus empty: not known yet)
     std::unique_ptr<SlurmExecutor> steps;   // allocation mode on this batch job
     std::deque<LaunchRequest> queued;       // started while the batch job was not running
     std::map<std::string, TaskRef> launched;  // task id -> allocation-mode ref
@@ -120,7 +123,7 @@ class SlurmSubmitExecutor final : public Executor {
   std::string FindBatchOf(const std::string& tandem_job);
   StatusOr<Batch*> Adopt(const std::string& batch_id, const std::string& tandem_job);
   void Poll(const std::string& batch_id);
-  void OnState(const std::string& batch_id, StatusOr<slurm::BatchState> state, std::vector<int> gpus);
+  void OnState(const std::string& batch_id, StatusOr<slurm::BatchState> state, slurm::Allocation alloc);
   void Launch(Batch& b, const LaunchRequest& req);
   void OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit);
   void PostExit(const std::string& task_id, TaskExit exit);
