@@ -2,6 +2,9 @@
 #include "backends/slurm/submit_executor.h"
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <fstream>
 
@@ -131,7 +134,9 @@ SlurmSubmitExecutor::SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallba
     : io_(io),
       on_exit_(std::move(on_exit)),
       options_(std::move(options)),
-      workers_(std::make_unique<boost::asio::thread_pool>(2)) {}
+      workers_(std::make_unique<boost::asio::thread_pool>(2)),
+      adopted_(std::make_unique<slurm::AdoptedSteps>(
+          io, *workers_, [this](const std::string& task, const TaskExit& x) { on_exit_(task, x); }, options_.poll)) {}
 
 SlurmSubmitExecutor::~SlurmSubmitExecutor() {
   // Stops supervising: batch jobs and steps keep running for the next daemon.
@@ -189,6 +194,7 @@ StatusOr<TaskRef> SlurmSubmitExecutor::Start(const LaunchRequest& req) {
   r.exit_path = exit_path;
   std::error_code ec;
   fs::remove(Sibling(exit_path, ".step.json"), ec);
+  fs::remove(Sibling(exit_path, ".step-intent.json"), ec);
   WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r));
   if (!b) submitting_[req.job_id].queued.push_back(r);
   else if (b->state.running() && b->queued.empty()) Launch(*b, r);
@@ -273,7 +279,18 @@ void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   } else {
     MapDevices(r, b.alloc.gpus);
   }
-  auto ref = b.steps->Start(r);
+  // The intent first: a daemon killed before .step.json is written finds the
+  // step by this name on re-attach (adopted_step.h).
+  const std::string step_name = SlurmExecutor::NewStepName(req.task_id);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  WriteJson(Sibling(req.exit_path, ".step-intent.json"), {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}});
+  auto ref = b.steps->StartNamed(r, step_name);
+  // Fault point for the crash-window test only (submit_test.sh crash-window).
+  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START"); crash && std::string(crash) == "1") {
+    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START: killing tandemd after starting step={}", step_name);
+    ::kill(::getpid(), SIGKILL);
+  }
   if (!ref.ok()) {
     PostExit(req.task_id, Ended("slurm: could not start the step in batch job " + b.id + ": " + ref.status().ToString()));
     return;
@@ -380,6 +397,10 @@ SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& 
 
 Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "signal");
+  if (adopted_->Has(ref.task_id)) {
+    adopted_->Signal(ref.task_id, sig);
+    return Status::Ok();
+  }
   if (auto sub = submitting_.find(r.tandem_job); sub != submitting_.end() && r.batch_id.empty()) {
     auto& q = sub->second.queued;
     for (auto it = q.begin(); it != q.end(); ++it) {
@@ -404,6 +425,10 @@ Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
 
 Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "kill");
+  if (adopted_->Has(ref.task_id)) {
+    adopted_->Kill(ref.task_id);
+    return Status::Ok();
+  }
   Batch* b = BatchOfTask(r.tandem_job, r.batch_id);
   if (!b) return Status::Ok();
   if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Kill(l->second);
@@ -413,6 +438,7 @@ Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
 bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;
+  if (adopted_->Has(ref.task_id)) return true;
   if (auto sub = submitting_.find(r->tandem_job); sub != submitting_.end() && r->batch_id.empty())
     for (const auto& q : sub->second.queued)
       if (q.task_id == ref.task_id) return true;
@@ -448,6 +474,17 @@ Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
     b->launched[ref.task_id] = inner;
     log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
     return Status::Ok();
+  }
+  if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
+    // Killed between starting the step and writing .step.json: find it by name.
+    const std::string name = intent->value("step_name", "");
+    const int64_t since = intent->value("at_ms", int64_t{0});
+    if (!slurm::FindStepNow(b->id, name, std::chrono::seconds(3)).empty() ||
+        slurm::HasExitRecordSince(r.exit_path, since)) {
+      adopted_->Adopt(ref.task_id, b->id, name, r.exit_path, since);
+      return Status::Ok();
+    }
+    log::Info("slurm", "task={} step={} was never started (not in squeue, no exit record)", ref.task_id, name);
   }
   auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
   if (!launch) {

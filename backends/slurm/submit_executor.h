@@ -52,6 +52,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/executor.h"
+#include "backends/slurm/adopted_step.h"
 #include "backends/slurm/allocation.h"
 #include "backends/slurm/batch_control.h"
 #include "backends/slurm/batch_job.h"
@@ -138,6 +139,7 @@ class SlurmSubmitExecutor final : public Executor {
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::unique_ptr<boost::asio::thread_pool> workers_;
+  std::unique_ptr<slurm::AdoptedSteps> adopted_;  // steps found by name after a restart
 };
 
 }  // namespace tandem::backends

@@ -25,6 +25,11 @@
 #                with scontrol update once the steps run, so Slurm's next
 #                time-limit sweep ends it): the job fails with "DUE TO TIME
 #                LIMIT" and TIMEOUT in its detail, nothing is left.
+#   crash-window tandemd killed (a test-only fault point, kill -9 of itself)
+#                right after starting a step and before writing its
+#                .step.json: the restarted daemon finds the step by the name
+#                in its intent record and adopts it; the task ran once, the
+#                job succeeds, one batch job, nothing left.
 #
 # Usage: submit_test.sh CASE [API]. API (tandemd --slurm-api): lib, cli or
 # auto (default). Skips (77) without the cluster.
@@ -32,7 +37,7 @@
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
 BIN=${TANDEM_BIN_DIR:?}
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit [lib|cli|auto]}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window [lib|cli|auto]}
 API=${2:-auto}
 unset SLURM_JOB_ID
 
@@ -222,6 +227,29 @@ case $CASE in
     [[ "$st" == *"slurm batch job $batch TIMEOUT"* || ($API == cli && "$st" == *"(TimeLimit)"*) ]] ||
       fail "the batch job's TIMEOUT missing: $st"
     pass "batch job $batch ran out of time: the job failed with Slurm's reason ($(jq -r .detail <<<"$st" | head -c 200))"
+    nothing_left "$batch"
+    ;;
+  crash-window)
+    kill -9 "$DPID"
+    wait "$DPID" 2>/dev/null || true
+    TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_daemon
+    spec 8
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
+    wait "$DPID" 2>/dev/null || true
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    grep -q "killing tandemd after starting step=$id.actor.0" "$SCRATCH/tandemd.log" || fail "fault point not reached"
+    start_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "adopted step=$id.actor.0.* task=$id.actor.0 batch job=$batch" "$SCRATCH/tandemd.log" ||
+      fail "the step was not adopted by name"
+    pass "the step started just before the crash was found by name and adopted"
+    check_outputs "$id" "$batch"
+    [[ $(T logs "$id" --task actor.0 | grep -c "actor CVD=") == 1 ]] || fail "actor ran more than once"
+    pass "actor ran exactly once"
+    [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
     nothing_left "$batch"
     ;;
   *) fail "unknown case $CASE" ;;
