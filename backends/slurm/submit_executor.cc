@@ -172,6 +172,7 @@ StatusOr<SlurmSubmitExecutor::Batch*> SlurmSubmitExecutor::Adopt(const std::stri
   b->id = batch_id;
   b->tandem_job = tandem_job;
   b->steps = std::move(steps);
+  b->devices = info.devices;
   b->timer = std::make_unique<boost::asio::steady_timer>(io_);
   Batch* raw = b.get();
   batches_[batch_id] = std::move(b);
@@ -197,7 +198,7 @@ StatusOr<TaskRef> SlurmSubmitExecutor::Start(const LaunchRequest& req) {
   fs::remove(Sibling(exit_path, ".step-intent.json"), ec);
   WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r));
   if (!b) submitting_[req.job_id].queued.push_back(r);
-  else if (b->state.running() && b->queued.empty()) Launch(*b, r);
+  else if (b->state.running() && b->queued.empty() && (b->devices == 0 || !b->alloc.gpus.empty())) Launch(*b, r);
   else b->queued.push_back(r);
   TaskRef ref;
   ref.backend = "slurm";
@@ -331,9 +332,15 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
     b.state = *st;
     if (b.state.running()) {
       if (!alloc.gpus.empty() || (b.alloc.gpus.empty() && !alloc.nodes.empty())) b.alloc = std::move(alloc);
-      std::deque<LaunchRequest> queued;
-      queued.swap(b.queued);
-      for (const auto& r : queued) Launch(b, r);
+      // Right after it starts, scontrol may not list the GPUs yet: tasks
+      // wait for them rather than run on unmapped logical ids.
+      if (b.devices == 0 || !b.alloc.gpus.empty()) {
+        std::deque<LaunchRequest> queued;
+        queued.swap(b.queued);
+        for (const auto& r : queued) Launch(b, r);
+      } else {
+        log::Debug("slurm", "batch job={} running, its GPUs not listed yet", b.id);
+      }
     } else if (b.state.waiting()) {
       b.alloc = {};  // a requeued job may get other nodes and GPUs
     } else {

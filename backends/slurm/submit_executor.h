@@ -103,6 +103,7 @@ class SlurmSubmitExecutor final : public Executor {
   struct Batch {
     std::string id;
     std::string tandem_job;
+    int devices = 0;                        // the job's GPUs: steps wait until the allocation's are known
     slurm::BatchState state;
     slurm::Allocation alloc;                // its nodes and GPUs while it runs (gpus empty: not known yet)
     std::unique_ptr<SlurmExecutor> steps;   // allocation mode on this batch job
