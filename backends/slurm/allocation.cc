@@ -56,12 +56,24 @@ StatusOr<Allocation> ParseScontrolJob(const std::string& text) {
   if (!nodes.empty() && nodes != "(null)") {
     TANDEM_ASSIGN_OR_RETURN(a.nodes, ExpandHostlist(nodes), "NodeList");
   }
-  // Detail lines: "  Nodes=vm CPU_IDs=0-3 Mem=0 GRES=gpu:tgpu:4(IDX:0-3)".
-  size_t idx = text.find("(IDX:");
-  if (idx != std::string::npos) {
-    size_t start = idx + 5, end = text.find(')', start);
+  // Detail lines: "  Nodes=vm CPU_IDs=0-3 Mem=0 GRES=gpu:tgpu:4(IDX:0-3)",
+  // one per group of nodes with the same layout. `gpus` is the first's.
+  size_t line_start = 0;
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = text.size();
+    const std::string line = text.substr(line_start, line_end - line_start);
+    line_start = line_end + 1;
+    size_t idx = line.find("(IDX:");
+    if (idx == std::string::npos) continue;
+    size_t start = idx + 5, end = line.find(')', start);
     if (end == std::string::npos) return InvalidArgument("scontrol show job: unclosed (IDX:");
-    TANDEM_ASSIGN_OR_RETURN(a.gpus, ParseIndexList(text.substr(start, end - start)), "GRES IDX");
+    TANDEM_ASSIGN_OR_RETURN(auto ids, ParseIndexList(line.substr(start, end - start)), "GRES IDX");
+    if (a.gpus.empty()) a.gpus = ids;
+    const std::string nodes_field = ScontrolField(line, "Nodes");
+    if (nodes_field.empty()) continue;
+    TANDEM_ASSIGN_OR_RETURN(auto hosts, ExpandHostlist(nodes_field), "GRES Nodes");
+    for (const auto& h : hosts) a.node_gpus[h] = ids;
   }
   return a;
 }

@@ -25,6 +25,9 @@ struct Allocation {
   std::string job_id;
   std::vector<std::string> nodes;  // expanded hostlist
   std::vector<int> gpus;           // GPU ids as the allocation's processes see them
+  // Per node, from the detail lines of `scontrol show job -d` ("Nodes=gpu[01-02]
+  // ... GRES=gpu:8(IDX:0-7)"); empty when unknown (from the environment).
+  std::map<std::string, std::vector<int>> node_gpus;
 };
 
 // From an allocation's environment (SLURM_JOB_ID, SLURM_JOB_NODELIST,

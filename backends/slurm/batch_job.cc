@@ -1,6 +1,8 @@
 // Batch jobs through sbatch/squeue/scontrol/scancel: see batch_job.h.
 #include "backends/slurm/batch_job.h"
 
+#include <unistd.h>
+
 #include "backends/slurm/allocation.h"
 #include "backends/slurm/slurm_cli.h"
 
@@ -59,6 +61,16 @@ Status CancelBatch(const std::string& job_id) {
       r.err.find("Invalid job id") == std::string::npos)
     return Unavailable("scancel " + job_id + ": " + Trim(r.err));
   return Status::Ok();
+}
+
+StatusOr<std::string> FindBatchByName(const std::string& name) {
+  TANDEM_ASSIGN_OR_RETURN(CommandResult r,
+                          RunCommand({"squeue", "--noheader", "--states=all", "--name=" + name,
+                                      "--user=" + std::to_string(::getuid()), "--sort=-i", "--format=%i"}),
+                          "squeue --name=" + name);
+  std::string id = Trim(r.out.substr(0, r.out.find('\n')));
+  if (!r.ok() || id.empty()) return NotFound("no slurm job named " + name);
+  return id;
 }
 
 }  // namespace tandem::backends::slurm

@@ -35,4 +35,8 @@ StatusOr<BatchState> QueryBatch(const std::string& job_id);
 // Cancels the job and all its steps. Ok when it already ended.
 Status CancelBatch(const std::string& job_id);
 
+// The id of this user's latest job named `name` that Slurm still knows
+// (squeue --states=all); NotFound when none.
+StatusOr<std::string> FindBatchByName(const std::string& name);
+
 }  // namespace tandem::backends::slurm

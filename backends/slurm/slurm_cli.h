@@ -3,9 +3,8 @@
 // The CLI is the portable path: it works whichever libslurm protocol version
 // the cluster speaks. Commands run with the daemon's own environment (so
 // SLURM_CONF reaches them), stdin from /dev/null, and a bounded wall time.
-// These calls block: the executor makes them on its worker threads
-// (step_control.h), never on the daemon's io thread, except the one sbatch
-// of submit mode, bounded by its timeout. Safe to call from any thread.
+// These calls block: the executors make them on their worker threads
+// (step_control.h, batch_control.h), never on the daemon's io thread. Safe to call from any thread.
 #pragma once
 
 #include <chrono>

@@ -159,7 +159,11 @@ std::vector<std::string> SlurmExecutor::SrunCommand(const LaunchRequest& req,
   return a;
 }
 
-StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) {
+std::string SlurmExecutor::NewStepName(const std::string& task_id) { return task_id + "." + RandomHex8(); }
+
+StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) { return StartNamed(req, NewStepName(req.task_id)); }
+
+StatusOr<TaskRef> SlurmExecutor::StartNamed(const LaunchRequest& req, const std::string& step_name) {
   if (req.argv.empty() || req.argv[0].empty())
     return InvalidArgument("start task " + req.task_id + ": empty command");
   if (tracked_.count(req.task_id)) return AlreadyExists("start task " + req.task_id + ": already running");
@@ -171,7 +175,6 @@ StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) {
     for (int d : devices)
       if (t.gres_devices.count(d)) owner = false;
 
-  const std::string step_name = req.task_id + "." + RandomHex8();
   LaunchRequest srun;
   srun.job_id = req.job_id;
   srun.task_id = req.task_id;

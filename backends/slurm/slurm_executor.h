@@ -83,6 +83,10 @@ class SlurmExecutor final : public Executor {
 
   std::string_view kind() const override { return "slurm"; }
   StatusOr<TaskRef> Start(const LaunchRequest& request) override;
+  // Start with the step's name chosen by the caller (submit mode records it
+  // before the step exists: adopted_step.h). Start uses NewStepName.
+  StatusOr<TaskRef> StartNamed(const LaunchRequest& request, const std::string& step_name);
+  static std::string NewStepName(const std::string& task_id);
   Status Signal(const TaskRef& ref, int sig) override;
   Status Kill(const TaskRef& ref) override;
   Status Reattach(const TaskRef& ref) override;

@@ -2,6 +2,9 @@
 #include "backends/slurm/submit_executor.h"
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <fstream>
 
@@ -11,6 +14,7 @@
 #include "backends/slurm/hostlist.h"
 #include "backends/slurm/sbatch_args.h"
 #include "backends/slurm/slurm_cli.h"
+#include "backends/slurm/step_placement.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -30,8 +34,7 @@ StatusOr<SubmitRef> ParseRef(const TaskRef& ref) {
   auto bad = [&](const char* what) { return InvalidArgument("slurm task ref " + ref.task_id + ": " + what); };
   if (ref.backend != "slurm") return bad("backend is not \"slurm\"");
   if (!d.is_object() || d.value("mode", "") != "submit") return bad("not a submit-mode ref");
-  if (!d.contains("job_id") || !d["job_id"].is_string() || d["job_id"].get<std::string>().empty())
-    return bad("expected data.job_id");
+  if (!d.contains("job_id") || !d["job_id"].is_string()) return bad("expected data.job_id");
   if (!d.contains("tandem_job") || !d["tandem_job"].is_string()) return bad("expected data.tandem_job");
   SubmitRef r{d["job_id"].get<std::string>(), d["tandem_job"].get<std::string>(), ""};
   if (d.contains("exit_path") && d["exit_path"].is_string()) r.exit_path = d["exit_path"].get<std::string>();
@@ -122,6 +125,7 @@ StatusOr<std::unique_ptr<SlurmSubmitExecutor>> SlurmSubmitExecutor::Create(boost
   for (const char* cmd : {"sbatch", "srun", "squeue", "scancel", "scontrol"})
     if (!slurm::HaveCommand(cmd))
       return FailedPrecondition(std::string("slurm submit mode: ") + cmd + " is not in PATH");
+  if (!options.control) options.control = slurm::MakeCliBatchControl();
   return std::unique_ptr<SlurmSubmitExecutor>(new SlurmSubmitExecutor(io, std::move(on_exit), std::move(options)));
 }
 
@@ -130,7 +134,9 @@ SlurmSubmitExecutor::SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallba
     : io_(io),
       on_exit_(std::move(on_exit)),
       options_(std::move(options)),
-      workers_(std::make_unique<boost::asio::thread_pool>(2)) {}
+      workers_(std::make_unique<boost::asio::thread_pool>(2)),
+      adopted_(std::make_unique<slurm::AdoptedSteps>(
+          io, *workers_, [this](const std::string& task, const TaskExit& x) { on_exit_(task, x); }, options_.poll)) {}
 
 SlurmSubmitExecutor::~SlurmSubmitExecutor() {
   // Stops supervising: batch jobs and steps keep running for the next daemon.
@@ -166,6 +172,7 @@ StatusOr<SlurmSubmitExecutor::Batch*> SlurmSubmitExecutor::Adopt(const std::stri
   b->id = batch_id;
   b->tandem_job = tandem_job;
   b->steps = std::move(steps);
+  b->devices = info.devices;
   b->timer = std::make_unique<boost::asio::steady_timer>(io_);
   Batch* raw = b.get();
   batches_[batch_id] = std::move(b);
@@ -178,40 +185,113 @@ StatusOr<TaskRef> SlurmSubmitExecutor::Start(const LaunchRequest& req) {
   if (req.argv.empty() || req.argv[0].empty())
     return InvalidArgument("start task " + req.task_id + ": empty command");
   Batch* b = nullptr;
-  if (auto it = batch_of_job_.find(req.job_id); it != batch_of_job_.end()) {
+  if (auto it = batch_of_job_.find(req.job_id); it != batch_of_job_.end() && !submitting_.count(req.job_id)) {
     Batch* known = batches_[it->second].get();
     if (!known->cancelled && !(known->state.ended() && !known->state.state.empty())) b = known;
   }
-  if (!b) {
-    TANDEM_ASSIGN_OR_RETURN(SlurmJobInfo info, options_.job_info(req.job_id), "slurm submit " + req.job_id);
-    slurm::BatchShape shape{req.job_id, info.devices, info.tasks,
-                            info.run_dir.empty() ? "" : (info.run_dir / "slurm-batch.out").string()};
-    TANDEM_ASSIGN_OR_RETURN(auto args, slurm::SbatchArgs(info.options, shape), "slurm submit " + req.job_id);
-    TANDEM_ASSIGN_OR_RETURN(std::string id, slurm::SubmitBatch(args), "slurm submit " + req.job_id);
-    std::string joined;
-    for (const auto& a : args) joined += (joined.empty() ? "" : " ") + a;
-    log::Info("slurm", "batch submitted job={} tandem_job={} args=\"{}\"", id, req.job_id, joined);
-    TANDEM_ASSIGN_OR_RETURN(b, Adopt(id, req.job_id), "slurm submit " + req.job_id);
-  }
+  if (!b && !submitting_.count(req.job_id)) TANDEM_RETURN_IF_ERROR(SubmitAsync(req.job_id), "slurm submit " + req.job_id);
   const fs::path exit_path = req.exit_path.empty() ? req.exit_path : fs::absolute(req.exit_path);
   LaunchRequest r = req;
   r.exit_path = exit_path;
   std::error_code ec;
   fs::remove(Sibling(exit_path, ".step.json"), ec);
+  fs::remove(Sibling(exit_path, ".step-intent.json"), ec);
   WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r));
-  if (b->state.running() && b->queued.empty()) Launch(*b, r);
+  if (!b) submitting_[req.job_id].queued.push_back(r);
+  else if (b->state.running() && b->queued.empty() && (b->devices == 0 || !b->alloc.gpus.empty())) Launch(*b, r);
   else b->queued.push_back(r);
   TaskRef ref;
   ref.backend = "slurm";
   ref.task_id = req.task_id;
-  ref.data = {{"mode", "submit"}, {"job_id", b->id}, {"tandem_job", req.job_id}, {"exit_path", exit_path.string()}};
+  ref.data = {{"mode", "submit"}, {"job_id", b ? b->id : ""}, {"tandem_job", req.job_id},
+              {"exit_path", exit_path.string()}};
   return ref;
+}
+
+Status SlurmSubmitExecutor::SubmitAsync(const std::string& tandem_job) {
+  TANDEM_ASSIGN_OR_RETURN(SlurmJobInfo info, options_.job_info(tandem_job), "job info");
+  slurm::BatchShape shape{tandem_job, info.devices, info.tasks,
+                          info.run_dir.empty() ? "" : (info.run_dir / "slurm-batch.out").string()};
+  submitting_[tandem_job].run_dir = info.run_dir;
+  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, control = options_.control,
+                                tandem_job, options = info.options, shape] {
+    if (stop->load()) return;
+    StatusOr<std::string> id = control->Submit(options, shape);
+    boost::asio::post(io_, [this, weak, tandem_job, id = std::move(id)]() mutable {
+      if (weak.lock()) OnSubmitted(tandem_job, std::move(id));
+    });
+  });
+  return Status::Ok();
+}
+
+void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<std::string> id) {
+  auto node = submitting_.extract(tandem_job);
+  if (node.empty()) return;
+  Submitting& sub = node.mapped();
+  if (!id.ok()) {
+    log::Error("slurm", "submit tandem_job={} api={}: {}", tandem_job, options_.control->name(), id.status().ToString());
+    for (const auto& r : sub.queued)
+      PostExit(r.task_id, Ended("slurm submit " + tandem_job + ": " + id.status().ToString()));
+    return;
+  }
+  log::Info("slurm", "batch submitted job={} tandem_job={} api={}", *id, tandem_job, options_.control->name());
+  if (!sub.run_dir.empty()) WriteJson(sub.run_dir / "slurm-batch.json", {{"job_id", *id}, {"tandem_job", tandem_job}});
+  auto b = Adopt(*id, tandem_job);
+  if (!b.ok()) {
+    for (const auto& r : sub.queued) PostExit(r.task_id, Ended("slurm submit " + tandem_job + ": " + b.status().ToString()));
+    return;
+  }
+  for (auto& r : sub.queued) (*b)->queued.push_back(std::move(r));
+  if (sub.ended) JobEnded(tandem_job);
+}
+
+// The batch job of a tandem job whose task refs carry no id (the daemon
+// died while it was being submitted): the record OnSubmitted wrote, else the
+// job named after the tandem job (blocks: squeue, at re-attach only).
+std::string SlurmSubmitExecutor::FindBatchOf(const std::string& tandem_job) {
+  if (auto it = batch_of_job_.find(tandem_job); it != batch_of_job_.end()) return it->second;
+  if (auto info = options_.job_info(tandem_job); info.ok() && !info->run_dir.empty())
+    if (auto rec = ReadJson(info->run_dir / "slurm-batch.json"); rec && rec->value("tandem_job", "") == tandem_job)
+      return rec->value("job_id", "");
+  auto found = slurm::FindBatchByName(tandem_job);
+  return found.ok() ? *found : "";
 }
 
 void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   LaunchRequest r = req;
-  MapDevices(r, b.gpus);
-  auto ref = b.steps->Start(r);
+  if (b.alloc.nodes.size() > 1) {
+    // Several nodes: the task's node and that node's GPUs (step_placement.h).
+    std::vector<int> logical;
+    for (const auto& e : r.env)
+      if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+        if (auto ids = slurm::ParseIndexList(e.substr(21)); ids.ok()) logical = *ids;
+    auto place = slurm::PlaceStep(b.alloc, logical);
+    if (!place.ok()) {
+      PostExit(req.task_id, Ended("slurm: cannot place the task on batch job " + b.id + "'s nodes: " +
+                                  place.status().ToString()));
+      return;
+    }
+    std::string cvd;
+    for (int g : place->gpus) cvd += (cvd.empty() ? "" : ",") + std::to_string(g);
+    for (auto& e : r.env)
+      if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) e = "CUDA_VISIBLE_DEVICES=" + cvd;
+    r.env.push_back("TANDEM_NODE=" + place->node);
+    log::Debug("slurm", "task={} batch job={} node={} gpus={}", req.task_id, b.id, place->node, cvd);
+  } else {
+    MapDevices(r, b.alloc.gpus);
+  }
+  // The intent first: a daemon killed before .step.json is written finds the
+  // step by this name on re-attach (adopted_step.h).
+  const std::string step_name = SlurmExecutor::NewStepName(req.task_id);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  WriteJson(Sibling(req.exit_path, ".step-intent.json"), {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}});
+  auto ref = b.steps->StartNamed(r, step_name);
+  // Fault point for the crash-window test only (submit_test.sh crash-window).
+  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START"); crash && std::string(crash) == "1") {
+    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START: killing tandemd after starting step={}", step_name);
+    ::kill(::getpid(), SIGKILL);
+  }
   if (!ref.ok()) {
     PostExit(req.task_id, Ended("slurm: could not start the step in batch job " + b.id + ": " + ref.status().ToString()));
     return;
@@ -224,21 +304,22 @@ void SlurmSubmitExecutor::Poll(const std::string& batch_id) {
   auto it = batches_.find(batch_id);
   if (it == batches_.end() || it->second->polling || stop_->load()) return;
   it->second->polling = true;
-  const bool need_gpus = it->second->gpus.empty();
-  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), batch_id, need_gpus, stop = stop_] {
+  const bool need_gpus = it->second->alloc.gpus.empty();
+  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), batch_id, need_gpus, stop = stop_,
+                                control = options_.control] {
     if (stop->load()) return;
-    auto st = slurm::QueryBatch(batch_id);
-    std::vector<int> gpus;
+    auto st = control->Query(batch_id);
+    slurm::Allocation alloc;
     if (st.ok() && st->running() && need_gpus)
-      if (auto a = slurm::QueryAllocation(batch_id); a.ok()) gpus = a->gpus;
-    boost::asio::post(io_, [this, weak, batch_id, st = std::move(st), gpus = std::move(gpus)]() mutable {
-      if (weak.lock()) OnState(batch_id, std::move(st), std::move(gpus));
+      if (auto a = slurm::QueryAllocation(batch_id); a.ok()) alloc = std::move(a).value();
+    boost::asio::post(io_, [this, weak, batch_id, st = std::move(st), alloc = std::move(alloc)]() mutable {
+      if (weak.lock()) OnState(batch_id, std::move(st), std::move(alloc));
     });
   });
 }
 
 void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::BatchState> st,
-                                  std::vector<int> gpus) {
+                                  slurm::Allocation alloc) {
   auto it = batches_.find(batch_id);
   if (it == batches_.end()) return;
   Batch& b = *it->second;
@@ -250,12 +331,18 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
                 st->reason.empty() ? "None" : st->reason);
     b.state = *st;
     if (b.state.running()) {
-      if (!gpus.empty()) b.gpus = gpus;
-      std::deque<LaunchRequest> queued;
-      queued.swap(b.queued);
-      for (const auto& r : queued) Launch(b, r);
+      if (!alloc.gpus.empty() || (b.alloc.gpus.empty() && !alloc.nodes.empty())) b.alloc = std::move(alloc);
+      // Right after it starts, scontrol may not list the GPUs yet: tasks
+      // wait for them rather than run on unmapped logical ids.
+      if (b.devices == 0 || !b.alloc.gpus.empty()) {
+        std::deque<LaunchRequest> queued;
+        queued.swap(b.queued);
+        for (const auto& r : queued) Launch(b, r);
+      } else {
+        log::Debug("slurm", "batch job={} running, its GPUs not listed yet", b.id);
+      }
     } else if (b.state.waiting()) {
-      b.gpus.clear();  // a requeued job may get other GPUs
+      b.alloc = {};  // a requeued job may get other nodes and GPUs
     } else {
       std::deque<LaunchRequest> queued;
       queued.swap(b.queued);
@@ -275,13 +362,26 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
 
 void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit) {
   auto it = batches_.find(batch_id);
-  if (it != batches_.end()) {
-    it->second->launched.erase(task_id);
-    const auto& s = it->second->state;
-    if (!exit.succeeded() && !s.state.empty() && !s.running())
-      exit.detail += (exit.detail.empty() ? "" : "; ") + ("slurm batch job " + batch_id + " " + s.ToString());
+  if (it == batches_.end() || exit.succeeded()) {
+    on_exit_(task_id, exit);
+    return;
   }
-  on_exit_(task_id, exit);
+  it->second->launched.erase(task_id);
+  // A step that failed may have been ended by Slurm together with its batch
+  // job (time limit, preemption, node failure): ask Slurm now, on a worker,
+  // rather than wait for the next poll, so the task's detail says why.
+  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, control = options_.control,
+                                batch_id, task_id, exit]() mutable {
+    auto st = stop->load() ? StatusOr<slurm::BatchState>(Unavailable("stopping")) : control->Query(batch_id);
+    boost::asio::post(io_, [this, weak, batch_id, task_id, exit, st = std::move(st)]() mutable {
+      if (!weak.lock()) return;
+      auto b = batches_.find(batch_id);
+      const slurm::BatchState* s = st.ok() ? &*st : (b != batches_.end() ? &b->second->state : nullptr);
+      if (s && !s->state.empty() && !s->running())
+        exit.detail += (exit.detail.empty() ? "" : "; ") + ("slurm batch job " + batch_id + " " + s->ToString());
+      on_exit_(task_id, exit);
+    });
+  });
 }
 
 void SlurmSubmitExecutor::PostExit(const std::string& task_id, TaskExit exit) {
@@ -290,15 +390,35 @@ void SlurmSubmitExecutor::PostExit(const std::string& task_id, TaskExit exit) {
   });
 }
 
-SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& task_id, const std::string& batch_id) {
-  (void)task_id;
-  auto it = batches_.find(batch_id);
+SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& tandem_job,
+                                                              const std::string& batch_id) {
+  std::string id = batch_id;
+  if (id.empty()) {
+    auto j = batch_of_job_.find(tandem_job);
+    if (j == batch_of_job_.end()) return nullptr;
+    id = j->second;
+  }
+  auto it = batches_.find(id);
   return it == batches_.end() ? nullptr : it->second.get();
 }
 
 Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "signal");
-  Batch* b = BatchOfTask(ref.task_id, r.batch_id);
+  if (adopted_->Has(ref.task_id)) {
+    adopted_->Signal(ref.task_id, sig);
+    return Status::Ok();
+  }
+  if (auto sub = submitting_.find(r.tandem_job); sub != submitting_.end() && r.batch_id.empty()) {
+    auto& q = sub->second.queued;
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if (it->task_id != ref.task_id) continue;
+      q.erase(it);
+      PostExit(ref.task_id, Ended("signalled before its batch job was submitted", sig));
+      break;
+    }
+    return Status::Ok();
+  }
+  Batch* b = BatchOfTask(r.tandem_job, r.batch_id);
   if (!b) return Status::Ok();
   if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Signal(l->second, sig);
   for (auto q = b->queued.begin(); q != b->queued.end(); ++q) {
@@ -312,7 +432,11 @@ Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
 
 Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "kill");
-  Batch* b = BatchOfTask(ref.task_id, r.batch_id);
+  if (adopted_->Has(ref.task_id)) {
+    adopted_->Kill(ref.task_id);
+    return Status::Ok();
+  }
+  Batch* b = BatchOfTask(r.tandem_job, r.batch_id);
   if (!b) return Status::Ok();
   if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Kill(l->second);
   return Signal(ref, SIGKILL);
@@ -321,7 +445,11 @@ Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
 bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;
-  Batch* b = BatchOfTask(ref.task_id, r->batch_id);
+  if (adopted_->Has(ref.task_id)) return true;
+  if (auto sub = submitting_.find(r->tandem_job); sub != submitting_.end() && r->batch_id.empty())
+    for (const auto& q : sub->second.queued)
+      if (q.task_id == ref.task_id) return true;
+  Batch* b = BatchOfTask(r->tandem_job, r->batch_id);
   if (!b) return false;
   if (auto l = b->launched.find(ref.task_id); l != b->launched.end()) return b->steps->Alive(l->second);
   for (const auto& q : b->queued)
@@ -331,6 +459,20 @@ bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
 
 Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
+  if (r.batch_id.empty() && !submitting_.count(r.tandem_job)) r.batch_id = FindBatchOf(r.tandem_job);
+  if (r.batch_id.empty()) {
+    // Never submitted (the daemon died before sbatch answered): submit now.
+    auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
+    if (!launch) {
+      PostExit(ref.task_id, Ended("no launch record survived the daemon restart"));
+      return Status::Ok();
+    }
+    TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
+    if (!submitting_.count(r.tandem_job)) TANDEM_RETURN_IF_ERROR(SubmitAsync(r.tandem_job), "reattach " + ref.task_id);
+    submitting_[r.tandem_job].queued.push_back(req);
+    log::Info("slurm", "reattached task={} (its batch job was never submitted: submitting)", ref.task_id);
+    return Status::Ok();
+  }
   TANDEM_ASSIGN_OR_RETURN(Batch* b, Adopt(r.batch_id, r.tandem_job), "reattach " + ref.task_id);
   if (b->launched.count(ref.task_id)) return Status::Ok();
   if (auto step = ReadJson(Sibling(r.exit_path, ".step.json"))) {
@@ -339,6 +481,17 @@ Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
     b->launched[ref.task_id] = inner;
     log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
     return Status::Ok();
+  }
+  if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
+    // Killed between starting the step and writing .step.json: find it by name.
+    const std::string name = intent->value("step_name", "");
+    const int64_t since = intent->value("at_ms", int64_t{0});
+    if (!slurm::FindStepNow(b->id, name, std::chrono::seconds(3)).empty() ||
+        slurm::HasExitRecordSince(r.exit_path, since)) {
+      adopted_->Adopt(ref.task_id, b->id, name, r.exit_path, since);
+      return Status::Ok();
+    }
+    log::Info("slurm", "task={} step={} was never started (not in squeue, no exit record)", ref.task_id, name);
   }
   auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
   if (!launch) {
@@ -356,6 +509,10 @@ Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
 }
 
 void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {
+  if (auto sub = submitting_.find(job_id); sub != submitting_.end()) {
+    sub->second.ended = true;  // cancelled once sbatch answers
+    return;
+  }
   auto it = batch_of_job_.find(job_id);
   if (it == batch_of_job_.end()) return;
   auto b = batches_.find(it->second);
@@ -364,8 +521,8 @@ void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {
   b->second->timer->cancel();
   const std::string id = b->second->id;
   log::Info("slurm", "cancelling batch job={} tandem_job={}", id, job_id);
-  boost::asio::post(*workers_, [id] {
-    if (Status st = slurm::CancelBatch(id); !st.ok()) log::Error("slurm", "cancel batch job={}: {}", id, st.ToString());
+  boost::asio::post(*workers_, [id, control = options_.control] {
+    if (Status st = control->Cancel(id); !st.ok()) log::Error("slurm", "cancel batch job={}: {}", id, st.ToString());
   });
 }
 

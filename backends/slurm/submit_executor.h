@@ -6,13 +6,17 @@
 // (JobEnded).
 //
 // Lifecycle of a tandem job's batch job (one per tandem job id):
-//   Start of its first task -> `sbatch --parsable` (on the io thread, bounded
-//   by 30 s: the only blocking call) -> polled every `poll` on a worker
-//   (batch_job.h) -> each state change is logged with Slurm's reason
+//   Start of its first task -> submitted on a worker (batch_control.h:
+//   libslurm's slurm_submit_batch_job or `sbatch --parsable`; the io thread
+//   never waits for Slurm), tasks started meanwhile queue -> the batch job id
+//   is written to <run_dir>/slurm-batch.json -> polled every `poll` on a
+//   worker -> each state change is logged with Slurm's reason
 //   ([slurm] batch job=J tandem_job=X state=PENDING reason=Resources).
 //   Tasks started while it is pending wait in a queue; when it runs, the
-//   allocation's GPUs are read (scontrol show job -d) and each queued task
-//   becomes a step, its logical CUDA_VISIBLE_DEVICES mapped onto them.
+//   allocation's nodes and GPUs are read (scontrol show job -d) and each
+//   queued task becomes a step, its logical CUDA_VISIBLE_DEVICES mapped onto
+//   them; over several nodes, each task is placed on one node
+//   (step_placement.h) and its step runs there (`srun -w node`).
 //   When it ends on Slurm's side (time limit, preemption, node failure, an
 //   outside scancel), queued tasks exit with "slurm: batch job J ended
 //   before the task started: TIMEOUT (TimeLimit)", running steps end with
@@ -21,11 +25,14 @@
 //   decides), restarted tasks queue until it runs again.
 //   JobEnded(tandem job) -> `scancel J` (steps and batch job; nothing left).
 //
-// Restart. TaskRef.data = {mode: "submit", job_id: <batch job>, tandem_job,
-// exit_path}. Start writes the launch request to <exit_path>.launch.json and,
-// once the step is started, the allocation-mode ref to <exit_path>.step.json
-// (the run dir). Reattach adopts the batch job by id and either re-attaches
-// the step or, if it never started, queues the task again.
+// Restart. TaskRef.data = {mode: "submit", job_id: <batch job, "" while it
+// was being submitted>, tandem_job, exit_path}. Start writes the launch
+// request to <exit_path>.launch.json and, once the step is started, the
+// allocation-mode ref to <exit_path>.step.json (the run dir). Reattach adopts
+// the batch job by id (an empty id: from <run_dir>/slurm-batch.json, else
+// `squeue --name=<tandem job>`, else it was never submitted and is submitted
+// now) and either re-attaches the step or, if it never started, queues the
+// task again.
 #pragma once
 
 #include <atomic>
@@ -45,6 +52,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/executor.h"
+#include "backends/slurm/adopted_step.h"
+#include "backends/slurm/allocation.h"
+#include "backends/slurm/batch_control.h"
 #include "backends/slurm/batch_job.h"
 #include "backends/slurm/slurm_executor.h"
 
@@ -64,6 +74,8 @@ struct SlurmSubmitOptions {
   std::function<StatusOr<SlurmJobInfo>(const std::string& tandem_job)> job_info;  // required
   std::chrono::milliseconds poll{1000};  // batch job state
   std::chrono::milliseconds kill_timeout{15000};
+  // Submit/query/cancel of batch jobs (batch_control.h); null: the CLI.
+  std::shared_ptr<slurm::BatchJobControl> control;
 };
 
 class SlurmSubmitExecutor final : public Executor {
@@ -91,8 +103,9 @@ class SlurmSubmitExecutor final : public Executor {
   struct Batch {
     std::string id;
     std::string tandem_job;
+    int devices = 0;                        // the job's GPUs: steps wait until the allocation's are known
     slurm::BatchState state;
-    std::vector<int> gpus;                  // the allocation's GPUs while it runs
+    slurm::Allocation alloc;                // its nodes and GPUs while it runs (gpus empty: not known yet)
     std::unique_ptr<SlurmExecutor> steps;   // allocation mode on this batch job
     std::deque<LaunchRequest> queued;       // started while the batch job was not running
     std::map<std::string, TaskRef> launched;  // task id -> allocation-mode ref
@@ -100,23 +113,34 @@ class SlurmSubmitExecutor final : public Executor {
     bool polling = false;
     bool cancelled = false;                 // JobEnded: scancel sent
   };
+  // A batch job being submitted on a worker, and the tasks waiting for it.
+  struct Submitting {
+    std::deque<LaunchRequest> queued;
+    std::filesystem::path run_dir;
+    bool ended = false;  // JobEnded while submitting: cancel it once it has an id
+  };
   SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallback on_exit, SlurmSubmitOptions options);
+  Status SubmitAsync(const std::string& tandem_job);
+  void OnSubmitted(const std::string& tandem_job, StatusOr<std::string> id);
+  std::string FindBatchOf(const std::string& tandem_job);
   StatusOr<Batch*> Adopt(const std::string& batch_id, const std::string& tandem_job);
   void Poll(const std::string& batch_id);
-  void OnState(const std::string& batch_id, StatusOr<slurm::BatchState> state, std::vector<int> gpus);
+  void OnState(const std::string& batch_id, StatusOr<slurm::BatchState> state, slurm::Allocation alloc);
   void Launch(Batch& b, const LaunchRequest& req);
   void OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit);
   void PostExit(const std::string& task_id, TaskExit exit);
-  Batch* BatchOfTask(const std::string& task_id, const std::string& batch_id);
+  Batch* BatchOfTask(const std::string& tandem_job, const std::string& batch_id);  // "" id: the job's current one
 
   boost::asio::io_context& io_;
   ExitCallback on_exit_;
   SlurmSubmitOptions options_;
   std::map<std::string, std::unique_ptr<Batch>> batches_;  // by batch job id
   std::map<std::string, std::string> batch_of_job_;        // tandem job -> batch job id
+  std::map<std::string, Submitting> submitting_;           // by tandem job
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::unique_ptr<boost::asio::thread_pool> workers_;
+  std::unique_ptr<slurm::AdoptedSteps> adopted_;  // steps found by name after a restart
 };
 
 }  // namespace tandem::backends

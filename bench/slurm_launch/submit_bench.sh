@@ -10,6 +10,8 @@
 #
 #   . /tmp/tandem-services/slurm.env
 #   TANDEM_BIN_DIR=build/bin bench/slurm_launch/submit_bench.sh [N...]   (default: 1 10 50)
+#   TANDEM_SLURM_API=cli|lib picks how tandemd submits and polls (default auto:
+#   libslurm when built).
 set -euo pipefail
 BIN=${TANDEM_BIN_DIR:-build/bin}
 BIN=$(readlink -f "$BIN")

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #ifdef TANDEM_HAVE_SLURM
 #include "backends/slurm/allocation.h"
+#include "backends/slurm/batch_control.h"
 #include "backends/slurm/slurm_executor.h"
 #include "backends/slurm/submit_executor.h"
 #include "backends/task_env.h"
@@ -93,6 +94,9 @@ Status Daemon::Start(const fs::path& run_root) {
     // options; the job's devices are its allocation's (docs/slurm.md).
     backends::SlurmSubmitOptions sopts;
     sopts.exec_shim = settings_.exec_shim;
+    auto control = backends::slurm::MakeBatchJobControl(settings_.slurm_api);
+    if (!control.ok()) return control.status().WithContext("--slurm-api " + settings_.slurm_api);
+    sopts.control = std::move(control).value();
     sopts.job_info = [this](const std::string& job_id) -> StatusOr<backends::SlurmJobInfo> {
       const Job* job = jobs_ ? jobs_->Find(job_id) : nullptr;
       if (!job) return NotFound("no job " + job_id);
@@ -121,7 +125,7 @@ Status Daemon::Start(const fs::path& run_root) {
     slurm_ = std::move(slurm).value();
     executors["slurm"] = slurm_.get();
     jopts.own_device_backends.insert("slurm");
-    log::Info("slurm", "submit mode: one batch job per tandem job");
+    log::Info("slurm", "submit mode: one batch job per tandem job api={}", sopts.control->name());
 #else
     return FailedPrecondition("--slurm-job submit: this tandemd was built without the Slurm backend");
 #endif

@@ -39,6 +39,10 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
                  "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
                  "(default: $SLURM_JOB_ID; \"submit\": one batch job per tandem job; \"none\": no Slurm backend)")
       ->envname("TANDEM_SLURM_JOB");
+  app.add_option("--slurm-api", s.slurm_api,
+                 "Submit mode talks to Slurm through libslurm (lib), sbatch/squeue/scancel (cli), "
+                 "or libslurm when built and usable (auto)")
+      ->envname("TANDEM_SLURM_API")->check(CLI::IsMember({"auto", "lib", "cli"}));
   app.add_option("--redis", s.redis_url, "Enable the redis backend: redis://[user@]host:port (docs/redis.md)")
       ->envname("TANDEM_REDIS_URL");
   app.add_option("--redis-password-file", s.redis_password_file, "File holding the Redis password")

@@ -27,6 +27,7 @@ struct DaemonSettings {
   std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
   std::string worker_bin;    // --worker-bin      TANDEM_WORKER_BIN  tandem-worker beside this binary
   std::string slurm_job;     // --slurm-job       TANDEM_SLURM_JOB   $SLURM_JOB_ID ("submit": submit mode, "none": no Slurm backend)
+  std::string slurm_api = "auto";  // --slurm-api TANDEM_SLURM_API   auto (submit mode: libslurm when usable, else CLI), lib, cli
   std::string redis_url;     // --redis           TANDEM_REDIS_URL   "" (no redis backend)
   std::string redis_password_file;  // --redis-password-file TANDEM_REDIS_PASSWORD_FILE ""
   std::string redis_prefix = "tandem";  // --redis-prefix TANDEM_REDIS_PREFIX tandem

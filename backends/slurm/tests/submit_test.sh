@@ -4,36 +4,52 @@
 # per tandem job with the spec's scheduling options and runs the tasks as its
 # steps. Cases:
 #
-#   run          a colocated job (2 GPUs) submitted with --begin so the batch
-#                job pends first: pending -> running is logged with Slurm's
-#                reason, both roles see the same GPUs (the batch job's 2,3:
-#                another job holds 0,1), the job succeeds and the batch job
-#                is gone afterwards.
+#   run          a colocated job (2 GPUs) whose batch job pends first (all 4
+#                GPUs held by two other jobs, one ending after 4 s): pending
+#                (Resources) -> running is logged with Slurm's reason, both
+#                roles see the same GPUs (the batch job's 2,3: another job
+#                holds 0,1), the job succeeds and the batch job is gone
+#                afterwards.
 #   cancel       tandem cancel mid-run: the job is cancelled, no step and no
-#                batch job are left.
+#                batch job are left. The spec has sbatch_args: with the lib
+#                API that job is submitted with sbatch (logged) and the
+#                argument reaches the batch job.
 #   scancel      the batch job is cancelled behind tandem's back: the job
 #                fails and its detail carries Slurm's words.
 #   reservation  the spec's reservation reaches the batch job.
 #   restart      kill -9 of tandemd mid-job; the restarted daemon re-attaches
 #                to the batch job by id; the job succeeds, nothing is left.
-#   rejected     sbatch refuses the options (unknown partition): the job
-#                fails with sbatch's message.
+#   rejected     Slurm refuses the options (unknown partition): the job
+#                fails with Slurm's message (sbatch's, or slurm_strerror's).
+#   timelimit    the batch job's time limit runs out mid-job (lowered to 0
+#                with scontrol update once the steps run, so Slurm's next
+#                time-limit sweep ends it): the job fails with "DUE TO TIME
+#                LIMIT" and TIMEOUT in its detail, nothing is left.
+#   crash-window tandemd killed (a test-only fault point, kill -9 of itself)
+#                right after starting a step and before writing its
+#                .step.json: the restarted daemon finds the step by the name
+#                in its intent record and adopts it; the task ran once, the
+#                job succeeds, one batch job, nothing left.
 #
-# Usage: submit_test.sh CASE. Skips (77) without the cluster.
+# Usage: submit_test.sh CASE [API]. API (tandemd --slurm-api): lib, cli or
+# auto (default). Skips (77) without the cluster.
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
 BIN=${TANDEM_BIN_DIR:?}
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window [lib|cli|auto]}
+API=${2:-auto}
 unset SLURM_JOB_ID
 
 state=$SCRATCH/state
 start_daemon() {
   # The service tests' Redis settings (TANDEM_REDIS_URL) would turn on the redis backend.
-  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job submit --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
+  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job submit --slurm-api "$API" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
   DPID=$!
   CLEANUPS+=("kill -9 $DPID 2>/dev/null")
   wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
+  [[ $API == auto ]] || grep -q "submit mode: one batch job per tandem job api=$API" "$SCRATCH/tandemd.log" ||
+    fail "tandemd does not say it uses api=$API"
 }
 T() { "$BIN/tandem" --socket "$state/tandemd.sock" "$@"; }
 job_state() { T status "$1" --json | jq -r .state; }
@@ -106,25 +122,40 @@ case $CASE in
       --time=5 --wrap="sleep 300")
     CLEANUPS+=("scancel $holder")
     wait_for 30 "holder $holder running" bash -c "squeue -h -j $holder -o %T | grep -q RUNNING"
-    spec 2 '"sbatch_args": ["--begin=now+3"]'
+    # A second job holds GPUs 2,3 for 4 s: the batch job pends for Resources.
+    brief=$(sbatch --parsable --job-name=tandem-test-brief --output=/dev/null --ntasks=1 --gres=gpu:2 \
+      --time=5 --wrap="sleep 4")
+    CLEANUPS+=("scancel $brief")
+    wait_for 30 "brief holder $brief running" bash -c "squeue -h -j $brief -o %T | grep -q RUNNING"
+    spec 2
     id=$(T submit "$SCRATCH/job.json" | tail -1)
     wait_for 10 "batch job of $id" bash -c "[[ -n \$(squeue -h --name=$id -o %i) ]]"
     batch=$(batch_of "$id")
     CLEANUPS+=("scancel $batch")
     wait_end "$id" 60
     [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
-    grep -q "batch job=$batch tandem_job=$id state=PENDING reason=BeginTime" "$SCRATCH/tandemd.log" ||
+    grep -q "batch submitted job=$batch tandem_job=$id api=" "$SCRATCH/tandemd.log" || fail "submit not logged"
+    [[ $API == auto ]] || grep -q "batch submitted job=$batch tandem_job=$id api=$API" "$SCRATCH/tandemd.log" ||
+      fail "batch job not submitted through api=$API"
+    grep -q "batch job=$batch tandem_job=$id state=PENDING reason=Resources" "$SCRATCH/tandemd.log" ||
       fail "pending state with Slurm's reason not logged"
     grep -q "batch job=$batch tandem_job=$id state=RUNNING" "$SCRATCH/tandemd.log" || fail "running not logged"
-    pass "batch job $batch pending (BeginTime) then running, logged"
+    pass "batch job $batch (api=$API) pending (Resources) then running, logged"
     check_outputs "$id" "$batch"
     [[ $(T logs "$id" --task actor.0) == *"CVD=2,3 "* ]] || fail "logical devices not mapped onto the batch job's GPUs 2,3"
     pass "logical devices 0,1 ran on the batch job's GPUs 2,3"
     nothing_left "$batch"
     ;;
   cancel)
-    spec 300
+    spec 300 "\"sbatch_args\": [\"--comment=tandem-test-$$\"]"
     submit_running  # sets id and batch
+    [[ $(scontrol show job "$batch" | grep -o 'Comment=[^ ]*') == "Comment=tandem-test-$$" ]] ||
+      fail "sbatch_args did not reach batch job $batch"
+    if [[ $API == lib ]]; then
+      grep -q "tandem_job=$id has sbatch_args (no libslurm field): submitting with sbatch" "$SCRATCH/tandemd.log" ||
+        fail "no sbatch fallback logged for sbatch_args"
+      pass "sbatch_args: batch job $batch submitted with sbatch (logged), the argument reached it"
+    fi
     T cancel "$id" >/dev/null
     wait_end "$id" 40
     [[ $(job_state "$id") == cancelled ]] || fail "job $id: $(T status "$id" --json)"
@@ -178,9 +209,48 @@ case $CASE in
     wait_end "$id" 30
     st=$(T status "$id" --json)
     [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
-    [[ "$st" == *"sbatch"*"invalid partition"* ]] || fail "sbatch's refusal missing: $st"
+    [[ "${st,,}" == *"invalid partition"* ]] || fail "Slurm's refusal missing: $st"
+    [[ $API != cli || "$st" == *"sbatch"* ]] || fail "sbatch's words missing: $st"
+    [[ $API != lib || "$st" == *"slurm_submit_batch_job"* ]] || fail "libslurm's words missing: $st"
     [[ -z $(squeue -h --states=all --name="$id" -o %i) ]] || fail "a batch job exists for $id"
     pass "sbatch refused the batch job: the job failed with sbatch's words ($(jq -r .detail <<<"$st"))"
+    ;;
+  timelimit)
+    spec 300
+    submit_running  # sets id and batch
+    # Slurm's minimum limit is a minute: 0 makes its next sweep (<= 30 s) end it.
+    scontrol update JobId="$batch" TimeLimit=0 || fail "scontrol update TimeLimit of $batch"
+    wait_end "$id" 90
+    st=$(T status "$id" --json)
+    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
+    [[ "$st" == *"DUE TO TIME LIMIT"* ]] || fail "Slurm's time-limit banner missing: $st"
+    [[ "$st" == *"slurm batch job $batch TIMEOUT"* || ($API == cli && "$st" == *"(TimeLimit)"*) ]] ||
+      fail "the batch job's TIMEOUT missing: $st"
+    pass "batch job $batch ran out of time: the job failed with Slurm's reason ($(jq -r .detail <<<"$st" | head -c 200))"
+    nothing_left "$batch"
+    ;;
+  crash-window)
+    kill -9 "$DPID"
+    wait "$DPID" 2>/dev/null || true
+    TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_daemon
+    spec 8
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
+    wait "$DPID" 2>/dev/null || true
+    batch=$(batch_of "$id")
+    CLEANUPS+=("scancel $batch")
+    grep -q "killing tandemd after starting step=$id.actor.0" "$SCRATCH/tandemd.log" || fail "fault point not reached"
+    start_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "adopted step=$id.actor.0.* task=$id.actor.0 batch job=$batch" "$SCRATCH/tandemd.log" ||
+      fail "the step was not adopted by name"
+    pass "the step started just before the crash was found by name and adopted"
+    check_outputs "$id" "$batch"
+    [[ $(T logs "$id" --task actor.0 | grep -c "actor CVD=") == 1 ]] || fail "actor ran more than once"
+    pass "actor ran exactly once"
+    [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
+    nothing_left "$batch"
     ;;
   *) fail "unknown case $CASE" ;;
 esac
