@@ -199,7 +199,7 @@ TEST_F(ControlServerTest, TcpHelloWithoutTokenIsRefusedUnixIsNot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ControlServerTest, ::testing::Values(Transport::kUnix, Transport::kTcp),
-                         [](const auto& info) { return info.param == Transport::kUnix ? "unix" : "tcp"; });
+                         [](const auto& p) { return p.param == Transport::kUnix ? "unix" : "tcp"; });
 
 TEST(ControlTokenTest, BoundToKeyJobTaskAndLaunch) {
   const std::string t = ControlToken("k", "job", "job.a.0", 1);
