@@ -3,6 +3,7 @@
 #include "backends/redis/redis_protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 
 #include "orchestrator/control/control_token.h"
@@ -76,12 +77,10 @@ void AddControlToken(LaunchRequest& r, std::string_view key) {
   const char* needed[] = {"TANDEM_CONTROL", "TANDEM_JOB_ID", "TANDEM_TASK_ID", control::kLaunchEnv};
   for (const char* k : needed)
     if (!vars.count(k) || vars[k].empty()) return;
+  const std::string& text = vars[control::kLaunchEnv];
   int launch = 0;
-  try {
-    launch = std::stoi(vars[control::kLaunchEnv]);
-  } catch (...) {
-    return;
-  }
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), launch);
+  if (ec != std::errc() || end != text.data() + text.size() || launch <= 0) return;
   r.env.push_back(std::string(control::kTokenEnv) + "=" +
                   control::ControlToken(key, vars["TANDEM_JOB_ID"], vars["TANDEM_TASK_ID"], launch));
   std::sort(r.env.begin(), r.env.end());
