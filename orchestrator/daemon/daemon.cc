@@ -194,9 +194,14 @@ Status Daemon::Start(const fs::path& run_root) {
   handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state);
   handoff_->SetControlKeys(control_keys_);
   jobs_->SetObserver(handoff_.get());
+  // The address remote tasks get, known before Recover launches anything
+  // unless the port is picked at bind time (then: PublishControlAddress).
   if (!settings_.control_advertise.empty()) {
     TANDEM_RETURN_IF_ERROR(control::ParseHostPort(settings_.control_advertise).status(), "--control-advertise");
     remote_control_ = "tcp:" + settings_.control_advertise;
+  } else if (!settings_.control_listen.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(auto ep, control::ParseHostPort(settings_.control_listen), "--control-listen");
+    if (ep.port() != 0 && !ep.address().is_unspecified()) remote_control_ = "tcp:" + control::HostPort(ep);
   }
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock", settings_.control_listen), "handoff");
@@ -242,7 +247,7 @@ Status Daemon::PublishControlAddress(const fs::path& state) {
   }
   // Written atomically: tests and scripts read the bound port from here.
   const fs::path tmp = state / "control.addr.tmp";
-  std::ofstream(tmp) << bound << "\n" << (remote_control_.empty() ? bound : remote_control_) << "\n";
+  std::ofstream(tmp) << bound << "\n" << (remote_control_.empty() ? handoff_->endpoint() : remote_control_) << "\n";
   fs::rename(tmp, file, ec);
   if (ec) return ErrnoStatus("rename " + tmp.string(), ec.value());
   log::Info("control", "tcp control bound={} advertised={}", bound, remote_control_.empty() ? "(none)" : remote_control_);
