@@ -8,16 +8,16 @@ cd "$(dirname "$0")/.."
 build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-system-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev)
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev)  # HMAC-SHA256: control tokens (orchestrator/control), signed Redis commands
 # Extra packages for the test suite (services, validators, fuzzers).
 test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
   python3-prometheus-client spin
   libtorch-dev  # LibTorch 1.13 (CPU) for the kernels' glue tests (kernels/torch/)
   chromium)  # headless, renders the timeline page (orchestrator/report/tests/)
 # The test services (scripts/services/): a single-node Slurm and a Redis, with
-# the client libraries the Slurm and Redis backends build against (libssl-dev:
-# HMAC-SHA256 of the Redis backend's signed commands).
-services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev libssl-dev jq)
+# the client libraries the Slurm and Redis backends build against.
+services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev jq)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}" "${services_pkgs[@]}")

@@ -158,6 +158,7 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
     Queue({{{"task_id", task_id}, {"node", options_.name}, {"state", "exited"}, {"exit", x.ToJson()}}, entry_id});
     return;
   }
+  AddControlToken(*req, options_.cluster_key->bytes());
   auto ref = local_->Start(*req);
   if (!ref.ok()) {
     TaskExit x;

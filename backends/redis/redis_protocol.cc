@@ -2,6 +2,12 @@
 // field's type: a malformed message is an error value, never an exception.
 #include "backends/redis/redis_protocol.h"
 
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "orchestrator/control/control_token.h"
+
 namespace tandem::backends::redis {
 namespace {
 
@@ -59,6 +65,25 @@ StatusOr<nlohmann::json> ParseMessage(const std::string& text) {
   if (j.is_discarded()) return InvalidArgument("message is not JSON");
   if (!j.is_object()) return InvalidArgument("message is not a JSON object");
   return j;
+}
+
+void AddControlToken(LaunchRequest& r, std::string_view key) {
+  std::map<std::string, std::string> vars;
+  std::erase_if(r.env, [](const std::string& kv) { return kv.rfind(std::string(control::kTokenEnv) + "=", 0) == 0; });
+  for (const std::string& kv : r.env) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) vars.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  const char* needed[] = {"TANDEM_CONTROL", "TANDEM_JOB_ID", "TANDEM_TASK_ID", control::kLaunchEnv};
+  for (const char* k : needed)
+    if (!vars.count(k) || vars[k].empty()) return;
+  const std::string& text = vars[control::kLaunchEnv];
+  int launch = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), launch);
+  if (ec != std::errc() || end != text.data() + text.size() || launch <= 0) return;
+  r.env.push_back(std::string(control::kTokenEnv) + "=" +
+                  control::ControlToken(key, vars["TANDEM_JOB_ID"], vars["TANDEM_TASK_ID"], launch));
+  std::sort(r.env.begin(), r.env.end());
 }
 
 }  // namespace tandem::backends::redis

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,13 @@ StatusOr<LaunchRequest> RequestFromJson(const nlohmann::json& j);
 
 // TaskExit <-> JSON (TaskExit::ToJson's shape).
 StatusOr<TaskExit> ExitFromJson(const nlohmann::json& j);
+
+// Sets the launch's control token (orchestrator/control/control_token.h) in
+// r.env, derived on the node under the cluster key `key` so that it never
+// crosses Redis: when r.env has TANDEM_CONTROL, TANDEM_JOB_ID, TANDEM_TASK_ID
+// and TANDEM_CONTROL_LAUNCH. Any TANDEM_CONTROL_TOKEN the request carried is
+// dropped.
+void AddControlToken(LaunchRequest& r, std::string_view key);
 
 // Parses a stream entry's "msg" field: an object, or InvalidArgument saying why not.
 StatusOr<nlohmann::json> ParseMessage(const std::string& text);

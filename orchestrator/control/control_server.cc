@@ -1,6 +1,9 @@
 // The control socket: framing, handshake and error answers (control_server.h).
 #include "orchestrator/control/control_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -13,7 +16,8 @@ namespace tandem::control {
 namespace {
 using json = nlohmann::json;
 namespace asio = boost::asio;
-using Socket = asio::local::stream_protocol::socket;
+using Socket = ControlConnection::Socket;
+using tcp = asio::ip::tcp;
 
 constexpr int kProtocolVersion = 1;
 }  // namespace
@@ -22,11 +26,56 @@ json ErrorLine(const json& id, std::string_view code, std::string_view message) 
   return {{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
 }
 
-ControlConnection::ControlConnection(Socket socket, ControlServer& server, uint64_t id)
-    : socket_(std::move(socket)), server_(server), id_(id), handshake_timer_(server.io_) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer_pid_ = cred.pid;
+StatusOr<tcp::endpoint> ParseHostPort(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("expected HOST:PORT, got \"" + host_port + "\"");
+  std::string host = host_port.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  const std::string port_text = host_port.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port < 0 || port > 65535)
+    return InvalidArgument("bad port in \"" + host_port + "\"");
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("bad address \"" + host + "\" (a numeric IP or localhost)");
+  return tcp::endpoint(addr, static_cast<unsigned short>(port));
+}
+
+std::string HostPort(const tcp::endpoint& ep) {
+  const std::string host = ep.address().to_string();
+  return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
+}
+
+ControlConnection::ControlConnection(Socket socket, ControlServer& server, uint64_t id, Transport transport)
+    : socket_(std::move(socket)), server_(server), id_(id), transport_(transport), handshake_timer_(server.io_) {
+  const int fd = socket_.native_handle();
+  if (transport_ == Transport::kUnix) {
+    peer_ = "unix";
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer_pid_ = cred.pid;
+    return;
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0) {
+    if (sa.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&sa);
+      ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+      port = ntohs(in->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+      ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+      port = ntohs(in6->sin6_port);
+    }
+  }
+  peer_ = std::string(host) + ":" + std::to_string(port);
 }
 
 void ControlConnection::Start() {
@@ -91,9 +140,10 @@ void ControlConnection::OnLine(std::string_view text) {
     auto welcome = server_.delegate_.OnHello(shared_from_this(), msg);
     if (!welcome.ok()) {
       const StatusCode code = welcome.status().code();
-      return Refuse(code == StatusCode::kInvalidArgument ? "invalid_argument"
-                    : code == StatusCode::kNotFound ? "not_found"
-                                                      : "failed_precondition",
+      return Refuse(code == StatusCode::kInvalidArgument     ? "invalid_argument"
+                    : code == StatusCode::kNotFound         ? "not_found"
+                    : code == StatusCode::kPermissionDenied ? "unauthenticated"
+                                                            : "failed_precondition",
                     welcome.status().message());
     }
     json line = {{"type", "welcome"}, {"protocol", kProtocolVersion}};
@@ -107,7 +157,7 @@ void ControlConnection::OnLine(std::string_view text) {
 }
 
 void ControlConnection::Refuse(std::string_view code, std::string_view message) {
-  log::Warn("control", "connection {} (pid {}) refused: {}", id_, peer_pid_, message);
+  log::Warn("control", "connection {} refused peer={} pid={} code={}: {}", id_, peer_, peer_pid_, code, message);
   Send(ErrorLine(nullptr, code, message));
   Close();
 }
@@ -144,7 +194,7 @@ void ControlConnection::Shutdown() {
   closed_ = true;
   handshake_timer_.cancel();
   boost::system::error_code ec;
-  socket_.shutdown(Socket::shutdown_both, ec);
+  socket_.shutdown(asio::socket_base::shutdown_both, ec);
   socket_.close(ec);
   server_.connections_.erase(id_);
   if (welcomed_ && !server_.closed_) server_.delegate_.OnClosed(shared_from_this());
@@ -166,23 +216,49 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Listen(asio::io_context&
   if (!ec) ::chmod(path.c_str(), 0600);
   if (!ec) s->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Unavailable("control socket " + path.string() + ": " + ec.message());
-  s->Accept();
+  s->Accept(s->acceptor_, Transport::kUnix);
   log::Info("control", "listening on unix:{}", path.string());
   return s;
 }
 
-void ControlServer::Accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, Socket socket) {
-    if (closed_) return;
-    if (!ec) {
-      auto c = std::make_shared<ControlConnection>(std::move(socket), *this, next_id_++);
-      connections_[c->id()] = c;
-      c->Start();
-    } else if (ec == asio::error::operation_aborted) {
-      return;
-    }
-    Accept();
+Status ControlServer::ListenTcp(const std::string& host_port) {
+  if (tcp_acceptor_) return FailedPrecondition("control: already listening on tcp:" + tcp_address());
+  TANDEM_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseHostPort(host_port), "control listen address");
+  auto acc = std::make_unique<tcp::acceptor>(io_);
+  boost::system::error_code ec;
+  acc->open(ep.protocol(), ec);
+  if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acc->bind(ep, ec);
+  if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Unavailable("control: listen on tcp:" + host_port + ": " + ec.message());
+  tcp_acceptor_ = std::move(acc);
+  Accept(*tcp_acceptor_, Transport::kTcp);
+  log::Info("control", "listening on tcp:{}", tcp_address());
+  return Status::Ok();
+}
+
+std::string ControlServer::tcp_address() const {
+  if (!tcp_acceptor_) return "";
+  boost::system::error_code ec;
+  const tcp::endpoint ep = tcp_acceptor_->local_endpoint(ec);
+  return ec ? "" : HostPort(ep);
+}
+
+template <typename Acceptor>
+void ControlServer::Accept(Acceptor& acceptor, Transport transport) {
+  // The peer socket is generic: either acceptor's protocol converts to it.
+  auto socket = std::make_shared<Socket>(io_);
+  acceptor.async_accept(*socket, [this, &acceptor, transport, socket](boost::system::error_code ec) {
+    if (closed_ || ec == asio::error::operation_aborted) return;
+    if (!ec) Adopt(std::move(*socket), transport);
+    Accept(acceptor, transport);
   });
+}
+
+void ControlServer::Adopt(Socket socket, Transport transport) {
+  auto c = std::make_shared<ControlConnection>(std::move(socket), *this, next_id_++, transport);
+  connections_[c->id()] = c;
+  c->Start();
 }
 
 void ControlServer::Close() {
@@ -190,6 +266,7 @@ void ControlServer::Close() {
   closed_ = true;
   boost::system::error_code ec;
   acceptor_.close(ec);
+  if (tcp_acceptor_) tcp_acceptor_->close(ec);
   auto conns = std::move(connections_);
   for (auto& [id, weak] : conns) {
     if (auto c = weak.lock()) c->Shutdown();

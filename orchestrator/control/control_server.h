@@ -1,7 +1,12 @@
 // The daemon's end of the control protocol's transport (DESIGN.md "Control
 // protocol"; schemas/control.schema.json; docs/control-protocol.md): a unix
-// socket (0600) that workers reach through TANDEM_CONTROL, newline-delimited
-// JSON lines of at most 1 MiB, and the handshake's framing rules.
+// socket (0600) that workers reach through TANDEM_CONTROL and, when asked
+// (ListenTcp, `tandemd --control-listen`), a TCP listener for workers on
+// other nodes; newline-delimited JSON lines of at most 1 MiB, and the
+// handshake's framing rules. Both transports share one connection type
+// (a generic stream socket): same framing, limits and timeouts. Admission
+// (tokens, control_token.h) is the delegate's: it sees each connection's
+// transport.
 //
 // What it guarantees to its delegate:
 //  - OnHello gets the first line of a connection when it is a `hello` of
@@ -22,12 +27,15 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
@@ -41,17 +49,28 @@ class ControlServer;
 // An error line of the protocol: {"type":"error","id","code","message"}.
 nlohmann::json ErrorLine(const nlohmann::json& id, std::string_view code, std::string_view message);
 
+enum class Transport { kUnix, kTcp };
+
+// "HOST:PORT" (HOST numeric, "[v6]" or "localhost") -> an endpoint.
+StatusOr<boost::asio::ip::tcp::endpoint> ParseHostPort(const std::string& host_port);
+// An endpoint as "HOST:PORT" ("[v6]:PORT" for IPv6).
+std::string HostPort(const boost::asio::ip::tcp::endpoint& ep);
+
 class ControlConnection : public std::enable_shared_from_this<ControlConnection> {
  public:
-  ControlConnection(boost::asio::local::stream_protocol::socket socket, ControlServer& server, uint64_t id);
+  using Socket = boost::asio::generic::stream_protocol::socket;
+  ControlConnection(Socket socket, ControlServer& server, uint64_t id, Transport transport);
   uint64_t id() const { return id_; }
+  Transport transport() const { return transport_; }
+  // "unix" or the TCP peer's "HOST:PORT", for logs.
+  const std::string& peer() const { return peer_; }
   bool closed() const { return closed_; }
   bool welcomed() const { return welcomed_; }
   // Queues one line (a newline is added). No-op once closed.
   void Send(const nlohmann::json& line);
   // Sends what is queued, then closes (OnClosed follows).
   void Close();
-  // The peer's pid from SO_PEERCRED (0 if unknown).
+  // The peer's pid from SO_PEERCRED (0 if unknown, and always over TCP).
   int peer_pid() const { return peer_pid_; }
 
  private:
@@ -63,9 +82,11 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   void WriteNext();
   void Shutdown();
 
-  boost::asio::local::stream_protocol::socket socket_;
+  Socket socket_;
   ControlServer& server_;
   uint64_t id_;
+  Transport transport_;
+  std::string peer_;
   boost::asio::steady_timer handshake_timer_;
   std::string in_;
   bool discarding_ = false;  // inside an over-long line
@@ -83,7 +104,8 @@ class ControlServer {
   using ConnectionPtr = std::shared_ptr<ControlConnection>;
   struct Delegate {
     virtual ~Delegate() = default;
-    // The welcome's fields besides type/protocol, or an error to refuse with.
+    // The welcome's fields besides type/protocol, or an error to refuse with
+    // (kPermissionDenied is sent as code "unauthenticated").
     virtual StatusOr<nlohmann::json> OnHello(const ConnectionPtr& c, const nlohmann::json& hello) = 0;
     virtual void OnMessage(const ConnectionPtr& c, const nlohmann::json& message) = 0;
     virtual void OnClosed(const ConnectionPtr& c) = 0;
@@ -102,17 +124,25 @@ class ControlServer {
     return Listen(io, path, delegate, Options{});
   }
   ~ControlServer();
+  // Also accepts TCP connections on `host_port` ("HOST:PORT"; port 0 picks a
+  // free one, see tcp_address()). Same delegate, framing and limits.
+  Status ListenTcp(const std::string& host_port);
   // Stops accepting and closes every connection (without OnClosed calls).
   void Close();
   const std::filesystem::path& path() const { return path_; }
+  // The bound TCP address "HOST:PORT" ("" without ListenTcp).
+  std::string tcp_address() const;
 
  private:
   friend class ControlConnection;
   ControlServer(boost::asio::io_context& io, std::filesystem::path path, Delegate& delegate, Options options);
-  void Accept();
+  template <typename Acceptor>
+  void Accept(Acceptor& acceptor, Transport transport);
+  void Adopt(ControlConnection::Socket socket, Transport transport);
 
   boost::asio::io_context& io_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> tcp_acceptor_;
   std::filesystem::path path_;
   Delegate& delegate_;
   Options options_;

@@ -87,6 +87,22 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.run_root = run_root;
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();
+  // Control tokens (orchestrator/control/control_token.h): the daemon's own
+  // secret signs local and Slurm launches; redis launches are signed under
+  // the cluster key by their agent (set below).
+  auto secret = control::LoadOrCreateSecret(state / "control.key");
+  if (!secret.ok()) return secret.status().WithContext("control secret");
+  control_keys_ = control::ControlKeys(*secret);
+  jopts.control_env = [this](const std::string& backend, const std::string& job_id, const std::string& task_id,
+                             int launch) {
+    backends::EnvMap env;
+    env[control::kLaunchEnv] = std::to_string(launch);
+    // Local tasks keep the unix socket; tasks that may run on other nodes get
+    // the advertised TCP address when there is one.
+    if (backend != "local" && !remote_control_.empty()) env["TANDEM_CONTROL"] = remote_control_;
+    if (backend != "redis") env[control::kTokenEnv] = control_keys_.TokenFor(backend, job_id, task_id, launch);
+    return env;
+  };
   std::map<std::string, backends::Executor*> executors = {{"local", local_.get()}};
   if (settings_.slurm_job == "submit") {
 #ifdef TANDEM_HAVE_SLURM
@@ -166,6 +182,7 @@ Status Daemon::Start(const fs::path& run_root) {
     auto key = backends::redis::ClusterKey::FromFile(settings_.cluster_key_file);
     if (!key.ok()) return key.status().WithContext("--cluster-key-file");
     ropts.cluster_key = *key;
+    control_keys_.SetBackendKey("redis", key->bytes());
     auto redis = backends::redis::RedisExecutor::Create(
         io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
           if (jobs_) jobs_->OnTaskExit(task_id, exit);
@@ -179,9 +196,20 @@ Status Daemon::Start(const fs::path& run_root) {
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state, settings_.compact_every);
+  handoff_->SetControlKeys(control_keys_);
   jobs_->SetObserver(handoff_.get());
+  // The address remote tasks get, known before Recover launches anything
+  // unless the port is picked at bind time (then: PublishControlAddress).
+  if (!settings_.control_advertise.empty()) {
+    TANDEM_RETURN_IF_ERROR(control::ParseHostPort(settings_.control_advertise).status(), "--control-advertise");
+    remote_control_ = "tcp:" + settings_.control_advertise;
+  } else if (!settings_.control_listen.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(auto ep, control::ParseHostPort(settings_.control_listen), "--control-listen");
+    if (ep.port() != 0 && !ep.address().is_unspecified()) remote_control_ = "tcp:" + control::HostPort(ep);
+  }
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
-  TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock"), "handoff");
+  TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock", settings_.control_listen), "handoff");
+  TANDEM_RETURN_IF_ERROR(PublishControlAddress(state), "control address");
 
   api_ = std::make_unique<Api>(io_, *jobs_, *handoff_, metrics_);
 #ifdef TANDEM_HAVE_REDIS
@@ -201,6 +229,32 @@ Status Daemon::Start(const fs::path& run_root) {
   std::string gpus;
   for (int g : settings_.gpu_ids) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
   log::Info("daemon", "ready state_dir={} gpus=[{}] pid={}", state.string(), gpus, ::getpid());
+  return Status::Ok();
+}
+
+Status Daemon::PublishControlAddress(const fs::path& state) {
+  const fs::path file = state / "control.addr";
+  std::error_code ec;
+  const std::string bound = handoff_->tcp_endpoint();
+  if (bound.empty()) {
+    fs::remove(file, ec);
+    return Status::Ok();
+  }
+  if (remote_control_.empty()) {
+    auto ep = control::ParseHostPort(bound.substr(4));
+    if (ep.ok() && !ep->address().is_unspecified()) {
+      remote_control_ = bound;
+    } else {
+      log::Warn("control", "--control-listen {} is a wildcard address: remote tasks keep the unix socket; "
+                "pass --control-advertise HOST:PORT", settings_.control_listen);
+    }
+  }
+  // Written atomically: tests and scripts read the bound port from here.
+  const fs::path tmp = state / "control.addr.tmp";
+  std::ofstream(tmp) << bound << "\n" << (remote_control_.empty() ? handoff_->endpoint() : remote_control_) << "\n";
+  fs::rename(tmp, file, ec);
+  if (ec) return ErrnoStatus("rename " + tmp.string(), ec.value());
+  log::Info("control", "tcp control bound={} advertised={}", bound, remote_control_.empty() ? "(none)" : remote_control_);
   return Status::Ok();
 }
 

@@ -7,6 +7,10 @@
 //   tandemd.pid      the owner's pid
 //   tandemd.sock     the API's unix socket (0600)
 //   control.sock     the control socket workers reach via TANDEM_CONTROL (0600)
+//   control.key      the secret that signs local/Slurm control tokens (0600,
+//                    created once; orchestrator/control/control_token.h)
+//   control.addr     with --control-listen: line 1 the bound tcp:HOST:PORT,
+//                    line 2 the address remote tasks are given
 //   handoff/         the daemon epoch and one journal per live handoff group
 //   store/           journal.log + snapshot.json (orchestrator/store)
 //   runs/<job id>/   default run dirs
@@ -27,6 +31,7 @@
 #include "orchestrator/daemon/handoff_service.h"
 #include "orchestrator/daemon/job_manager.h"
 #include "orchestrator/daemon/settings.h"
+#include "orchestrator/control/control_token.h"
 #include "orchestrator/metrics/registry.h"
 #include "orchestrator/store/durable_log.h"
 
@@ -47,8 +52,13 @@ class Daemon {
   const DaemonSettings& settings() const { return settings_; }
 
  private:
+  // Writes <state>/control.addr and settles the address remote tasks get.
+  Status PublishControlAddress(const std::filesystem::path& state);
+
   boost::asio::io_context& io_;
   DaemonSettings settings_;
+  control::ControlKeys control_keys_;
+  std::string remote_control_;  // TANDEM_CONTROL of non-local tasks ("" = the unix socket)
   int lock_fd_ = -1;
   metrics::Registry registry_;
   DaemonMetrics metrics_{registry_};

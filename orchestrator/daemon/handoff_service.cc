@@ -127,7 +127,7 @@ HandoffService::HandoffService(boost::asio::io_context& io, JobManager& jobs, fs
 
 HandoffService::~HandoffService() { Stop(); }
 
-Status HandoffService::Start(const fs::path& socket) {
+Status HandoffService::Start(const fs::path& socket, const std::string& tcp_listen) {
   TANDEM_ASSIGN_OR_RETURN(epoch_, NextEpoch(state_dir_ / "handoff"), "handoff epoch");
   for (const Job& job : jobs_.table().jobs) {
     if (IsTerminal(job.state)) continue;
@@ -135,10 +135,16 @@ Status HandoffService::Start(const fs::path& socket) {
     if (!g.ok()) log::Error("handoff", "job={} groups not restored: {}", job.id, g.status().ToString());
   }
   TANDEM_ASSIGN_OR_RETURN(server_, control::ControlServer::Listen(io_, socket, *this), "control socket");
+  if (!tcp_listen.empty()) TANDEM_RETURN_IF_ERROR(server_->ListenTcp(tcp_listen), "--control-listen");
   return Status::Ok();
 }
 
 std::string HandoffService::endpoint() const { return server_ ? "unix:" + server_->path().string() : ""; }
+
+std::string HandoffService::tcp_endpoint() const {
+  const std::string a = server_ ? server_->tcp_address() : "";
+  return a.empty() ? "" : "tcp:" + a;
+}
 
 void HandoffService::Stop() {
   if (server_) server_->Close();
@@ -213,18 +219,43 @@ std::vector<DeviceMemory> HandoffService::Devices(const Job&, const Task& task, 
 
 // ------------------------------------------------------------------ control connections
 
-StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello) {
+StatusOr<std::pair<const Job*, const Task*>> HandoffService::Admit(const ConnectionPtr& c, const json& hello) {
   const std::string job_id = hello.value("job_id", ""), task_id = hello.value("task_id", "");
   const std::string role = hello.contains("role") && hello["role"].is_string() ? hello["role"].get<std::string>() : "";
   const int rank = hello.contains("rank") && hello["rank"].is_number_integer() ? hello["rank"].get<int>() : -1;
+  const std::string token = hello.contains("token") && hello["token"].is_string() ? hello["token"].get<std::string>() : "";
+  const bool tcp = c->transport() == control::Transport::kTcp;
+  // Over TCP nothing about jobs is said before the token checks out: every
+  // refusal there reads "unauthenticated"; the log says why.
+  auto refuse = [&](Status why) -> Status {
+    if (!tcp) return why;
+    log::Warn("control", "unauthenticated hello refused peer={} job={} task={}: {}", c->peer(), job_id, task_id,
+              why.message());
+    return PermissionDenied("hello: not admitted (a TCP hello needs the launch's TANDEM_CONTROL_TOKEN)");
+  };
+  if (tcp && token.empty()) return refuse(PermissionDenied("no token"));
   const Job* job = jobs_.Find(job_id);
-  if (!job) return NotFound("hello: no job \"" + job_id + "\" (TANDEM_JOB_ID)");
-  if (IsTerminal(job->state)) return FailedPrecondition("hello: job " + job_id + " has ended");
+  if (!job) return refuse(NotFound("hello: no job \"" + job_id + "\" (TANDEM_JOB_ID)"));
+  if (IsTerminal(job->state)) return refuse(FailedPrecondition("hello: job " + job_id + " has ended"));
   const Task* task = job->FindTask(task_id);
   if (!task || task->role != role || task->rank != rank) {
-    return InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id, role, rank));
+    return refuse(InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id, role, rank)));
+  }
+  if (!token.empty() && !keys_.Verify(job->backend, job->id, task->id, task->launches, token)) {
+    if (!tcp) log::Warn("control", "hello with a wrong token refused job={} task={} pid={}", job_id, task_id, c->peer_pid());
+    return refuse(PermissionDenied(fmt::format("hello: wrong control token for task {} launch {}", task->id, task->launches)));
   }
   if (task->state != TaskState::kRunning) return FailedPrecondition("hello: task " + task_id + " is not running");
+  return std::pair{job, task};
+}
+
+StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello) {
+  TANDEM_ASSIGN_OR_RETURN(auto admitted, Admit(c, hello));
+  const Job* job = admitted.first;
+  const Task* task = admitted.second;
+  const std::string job_id = job->id;
+  const std::string role = task->role;
+  const int rank = task->rank;
   TANDEM_RETURN_IF_ERROR(GroupsOf(*job).status(), "hello");
   const WorkerId w{role, rank};
   HandoffGroup* group = FindGroup(job_id, w);
@@ -239,7 +270,7 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello
   peers_[c->id()] = Peer{job_id, w, group ? group->name() : "", c};
   connection_of_[{job_id, w}] = c->id();
   const double timeout_s = group ? group->state().config->choreography.timeout_s : 0;
-  log::Info("control", "hello job={} worker={} pid={} group={}", job_id, w.ToString(), c->peer_pid(),
+  log::Info("control", "hello job={} worker={} peer={} pid={} group={}", job_id, w.ToString(), c->peer(), c->peer_pid(),
             group ? group->name() : "(none: plain task)");
   if (group) {
     Hello h{w, {}, {}, {}, HandoffGroup::Now()};

@@ -1,10 +1,14 @@
 // The handoff service: the daemon's side of issue #3 (DESIGN.md "Control
 // protocol", "Handoff engine", "Residency ledger and logs").
 //
-// - Listens on the control socket (<state_dir>/control.sock, handed to tasks
-//   as TANDEM_CONTROL=unix:...), and admits a connection only when its hello
-//   names a running task of a live job (job_id, task_id, role and rank must
-//   agree with the daemon's own records).
+// - Listens on the control socket (<state_dir>/control.sock, handed to local
+//   tasks as TANDEM_CONTROL=unix:...) and, with `--control-listen`, on TCP
+//   (handed to tasks on other nodes), and admits a connection only when its
+//   hello names a running task of a live job (job_id, task_id, role and rank
+//   must agree with the daemon's own records) and carries that launch's
+//   control token (orchestrator/control/control_token.h): required over TCP
+//   (refused as "unauthenticated", saying nothing about the job), checked
+//   when present over the 0600 unix socket.
 // - Builds one HandoffGroup per colocation group that has handoff roles (the
 //   spec's `handoff` section, HandoffSpec::KindOf), named after the group's
 //   owner role, with its journal under <state_dir>/handoff/<job>/<group>/ and
@@ -32,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/control/control_server.h"
+#include "orchestrator/control/control_token.h"
 #include "orchestrator/daemon/handoff_group.h"
 #include "orchestrator/daemon/job_manager.h"
 
@@ -45,10 +50,16 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
                  uint64_t compact_every);
   ~HandoffService() override;
 
+  // The keys that sign control tokens (before Start). Without keys, TCP
+  // hellos are all refused.
+  void SetControlKeys(control::ControlKeys keys) { keys_ = std::move(keys); }
+
   // Bumps the daemon epoch, re-opens the groups of live jobs (replaying their
-  // journals) and starts listening. Call after JobManager::Recover.
-  Status Start(const std::filesystem::path& socket);
-  std::string endpoint() const;  // "unix:<socket>"
+  // journals) and starts listening on `socket` and, when `tcp_listen` is not
+  // empty, on that HOST:PORT. Call after JobManager::Recover.
+  Status Start(const std::filesystem::path& socket, const std::string& tcp_listen = "");
+  std::string endpoint() const;      // "unix:<socket>"
+  std::string tcp_endpoint() const;  // "tcp:<bound HOST:PORT>", "" without TCP
   void Stop();
 
   // POST /v1/jobs/{id}/phase: `group` "" = the job's only group.
@@ -76,6 +87,9 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   };
   class GroupHost;
 
+  // The job and task a hello names, when its fields and token admit it.
+  StatusOr<std::pair<const Job*, const Task*>> Admit(const control::ControlServer::ConnectionPtr& c,
+                                                     const nlohmann::json& hello);
   StatusOr<JobGroups*> GroupsOf(const Job& job);
   HandoffGroup* FindGroup(const std::string& job_id, const handoff::WorkerId& w);
   std::vector<handoff::DeviceMemory> Devices(const Job& job, const Task& task, const nlohmann::json& residency) const;
@@ -88,6 +102,7 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   uint32_t epoch_ = 0;
   uint64_t compact_every_;  // journal records between a group's snapshots (--compact-every)
   std::unique_ptr<control::ControlServer> server_;
+  control::ControlKeys keys_;
   std::map<std::string, std::unique_ptr<JobGroups>> groups_;       // by job id
   std::map<uint64_t, Peer> peers_;                                 // by connection id
   std::map<std::pair<std::string, handoff::WorkerId>, uint64_t> connection_of_;  // (job, worker) -> connection id

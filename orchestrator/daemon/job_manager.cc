@@ -267,6 +267,13 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   in.logical_devices = task.logical_devices;
   in.physical_devices = task.physical_devices;
   in.control = opts_.control_endpoint;
+  if (opts_.control_env) {
+    in.task_overrides = opts_.control_env(job.backend, job.id, task.id, task.launches + 1);
+    if (auto c = in.task_overrides.find("TANDEM_CONTROL"); c != in.task_overrides.end()) {
+      in.control = c->second;
+      in.task_overrides.erase(c);
+    }
+  }
 
   backends::LaunchRequest req;
   req.job_id = job.id;

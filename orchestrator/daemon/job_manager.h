@@ -35,6 +35,7 @@
 
 #include "backends/executor.h"
 #include "backends/port_lease.h"
+#include "backends/task_env.h"
 #include "common/status.h"
 #include "orchestrator/daemon/job_model.h"
 #include "orchestrator/daemon/daemon_metrics.h"
@@ -55,6 +56,12 @@ struct JobManagerOptions {
   std::chrono::milliseconds grace{10000};         // SIGTERM -> SIGKILL on cancel
   uint64_t compact_every = 20000;                 // journal records between snapshots
   std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none)
+  // The control variables of one launch (TANDEM_CONTROL, TANDEM_CONTROL_TOKEN,
+  // ...; orchestrator/control/control_token.h) by backend, job id, task id and
+  // launch number (1 = first). Unset: TANDEM_CONTROL = control_endpoint.
+  std::function<backends::EnvMap(const std::string& backend, const std::string& job_id, const std::string& task_id,
+                                 int launch)>
+      control_env;
   std::string worker_binary;                      // tandem-worker, for roles with `worker`
   std::filesystem::path run_root;                 // run dirs default to <run_root>/<job id>; "" = <state_dir>/runs
   // Backends whose jobs bring their own devices (Slurm submit mode: the GPUs

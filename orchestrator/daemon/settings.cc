@@ -52,6 +52,14 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--cluster-key-file", s.cluster_key_file,
                  "File (chmod 600) holding the key that signs commands for redis agents (required with --redis)")
       ->envname("TANDEM_CLUSTER_KEY_FILE");
+  app.add_option("--control-listen", s.control_listen,
+                 "Also serve the worker control channel on TCP HOST:PORT (port 0: any free port), for tasks on "
+                 "other nodes; hellos need the launch's token (docs/control-protocol.md)")
+      ->envname("TANDEM_CONTROL_LISTEN");
+  app.add_option("--control-advertise", s.control_advertise,
+                 "HOST:PORT that remote tasks connect to (default: --control-listen's bound address, unless it is "
+                 "0.0.0.0 or ::)")
+      ->envname("TANDEM_CONTROL_ADVERTISE");
 }
 
 std::string DefaultStateDir() {
@@ -117,6 +125,8 @@ Status Resolve(DaemonSettings& s) {
   }
   if (!s.listen.empty() && s.token_file.empty())
     return InvalidArgument("--listen needs --token-file");
+  if (!s.control_advertise.empty() && s.control_listen.empty())
+    return InvalidArgument("--control-advertise needs --control-listen");
   return Status::Ok();
 }
 

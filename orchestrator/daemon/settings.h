@@ -32,6 +32,8 @@ struct DaemonSettings {
   std::string redis_password_file;  // --redis-password-file TANDEM_REDIS_PASSWORD_FILE ""
   std::string redis_prefix = "tandem";  // --redis-prefix TANDEM_REDIS_PREFIX tandem
   std::string cluster_key_file;  // --cluster-key-file TANDEM_CLUSTER_KEY_FILE "" (required with --redis)
+  std::string control_listen;     // --control-listen TANDEM_CONTROL_LISTEN "" (control socket only; HOST:PORT, port 0 = any)
+  std::string control_advertise;  // --control-advertise TANDEM_CONTROL_ADVERTISE "" (= --control-listen's bound address unless 0.0.0.0/::)
 
   // Resolved values, filled by Resolve().
   std::vector<int> gpu_ids;

@@ -59,6 +59,7 @@ json ToJson(const Hello& h, const Residency& r) {
             {"tags", tags},             {"residency", ToJson(r)}};
   if (!h.job_id.empty()) j["job_id"] = h.job_id;
   if (!h.task_id.empty()) j["task_id"] = h.task_id;
+  if (!h.token.empty()) j["token"] = h.token;
   return j;
 }
 
@@ -80,6 +81,7 @@ Hello HelloFromEnvironment() {
   Hello h;
   h.job_id = Env("TANDEM_JOB_ID");
   h.task_id = Env("TANDEM_TASK_ID");
+  h.token = Env("TANDEM_CONTROL_TOKEN");
   h.role = Env("TANDEM_ROLE");
   h.rank = EnvInt("TANDEM_RANK", 0);
   h.world_size = EnvInt("TANDEM_WORLD_SIZE", 1);

@@ -65,9 +65,12 @@ struct Hello {
   std::vector<int> devices;
   std::vector<std::string> capabilities;  // empty: every command with a handler
   std::vector<TagInfo> tags;
+  // The launch's control token (TANDEM_CONTROL_TOKEN; docs/control-protocol.md
+  // "Authentication"); sent when not empty, required over TCP.
+  std::string token;
 };
 nlohmann::json ToJson(const Hello& h, const Residency& r);
-// Fills job/task/role/rank/world size/devices from TANDEM_* variables and
+// Fills job/task/role/rank/world size/devices/token from TANDEM_* variables and
 // CUDA_VISIBLE_DEVICES (devices are then 0..n-1, the worker's own namespace).
 Hello HelloFromEnvironment();
 

@@ -66,13 +66,16 @@ pid_t StartProbe(const TestServer& server, std::vector<std::string> extra) {
   std::vector<std::string> argv = {Bin("tandem-worker"), "probe", "--tag", "weights=8MiB:backup", "--tag",
                                    "kv_cache=16MiB", "--backend", "cpu", "--cpu-capacity", "1GiB"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  return Spawn(argv, {{"TANDEM_CONTROL", server.endpoint()}, {"TANDEM_ROLE", "rollout"}, {"TANDEM_RANK", "1"}});
+  return Spawn(argv, {{"TANDEM_CONTROL", server.endpoint()}, {"TANDEM_ROLE", "rollout"}, {"TANDEM_RANK", "1"},
+                      {"TANDEM_CONTROL_TOKEN", "probe-token"}});
 }
 
 TEST(Probe, ObeysEveryCommandAndVerifiesAfterResume) {
   TestServer server;
   Proc p{StartProbe(server, {})};
   auto hello = server.Handshake();
+  ASSERT_TRUE(hello);
+  EXPECT_EQ((*hello)["token"], "probe-token") << "the probe sends TANDEM_CONTROL_TOKEN in its hello";
   ASSERT_TRUE(hello);
   ExpectConforms(*hello);
   EXPECT_EQ((*hello)["role"], "rollout");
@@ -243,10 +246,12 @@ TEST(PythonExample, SpeaksTheProtocolWithTheCppServer) {
   TestServer server;
   std::string script = server.path() + ".py";
   std::ofstream(script) << code;
-  Proc p{Spawn({"/usr/bin/python3", script}, {{"TANDEM_CONTROL", server.endpoint()}, {"TANDEM_ROLE", "teacher"}})};
+  Proc p{Spawn({"/usr/bin/python3", script}, {{"TANDEM_CONTROL", server.endpoint()}, {"TANDEM_ROLE", "teacher"},
+                                               {"TANDEM_CONTROL_TOKEN", "t0ken"}})};
   auto hello = server.Handshake();
   ASSERT_TRUE(hello);
   EXPECT_EQ((*hello)["role"], "teacher");
+  EXPECT_EQ((*hello)["token"], "t0ken");
   EXPECT_EQ((*hello)["protocol"], 1);
 
   auto a = server.Command("release", {{"tags", {"kv_cache"}}});
