@@ -95,7 +95,9 @@ TEST(NonceJournalTest, StaysBoundedUnderManyCommands) {
       f = {"msg", "{}", "ts", std::to_string(now), "nonce", nonce, "sig", redis::CommandMac(kKey, stream, now, nonce, "{}")};
     }
     ASSERT_TRUE(v.Verify(Entry(std::to_string(i) + "-0", f), now).ok());
-    if (i % 32 == 31) ASSERT_TRUE(v.Flush().ok());
+    if (i % 32 == 31) {
+      ASSERT_TRUE(v.Flush().ok());
+    }
   }
   ASSERT_TRUE(v.Flush().ok());
   std::ifstream in(path);
@@ -187,9 +189,11 @@ TEST_F(SignedWritesTest, ForgedRegistrationIsNotUsedForPlacement) {
   EXPECT_EQ(ref.data.value("node", ""), "node0");
   ASSERT_TRUE(WaitExit(r.task_id)) << AgentLog();
   auto g = Request("gpu", {"true"});
-  g.env.push_back("TANDEM_DEVICES=0,1");
+  for (auto& kv : g.env)
+    if (kv.rfind("TANDEM_DEVICES=", 0) == 0) kv = "TANDEM_DEVICES=0,1";
   auto placed = exec_->Start(g);
   ASSERT_FALSE(placed.ok()) << "placed on " << placed->data.dump();
+  EXPECT_NE(placed.status().message().find("node0 0/0"), std::string::npos) << placed.status().ToString();
   EXPECT_EQ(placed.status().code(), StatusCode::kResourceExhausted) << placed.status().ToString();
   (void)conn_->Command({"DEL", ghost, ghost2});
 }
