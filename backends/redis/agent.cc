@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <boost/asio/post.hpp>
@@ -20,6 +22,22 @@ long long DetectMemoryBytes() {
   return pages > 0 && size > 0 ? static_cast<long long>(pages) * size : 0;
 }
 
+void SetEnv(std::vector<std::string>* env, const std::string& key, const std::string& value) {
+  for (auto& kv : *env)
+    if (kv.rfind(key + "=", 0) == 0) {
+      kv = key + "=" + value;
+      return;
+    }
+  env->push_back(key + "=" + value);
+  std::sort(env->begin(), env->end());
+}
+
+std::string EnvOf(const std::vector<std::string>& env, const std::string& key) {
+  for (const auto& kv : env)
+    if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
+  return "";
+}
+
 std::string HostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -27,6 +45,12 @@ std::string HostName() {
 }
 
 }  // namespace
+
+std::string DefaultAgentStateDir() {
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/tandem-agent";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/state/tandem-agent";
+  return "/var/tmp/tandem-agent-" + std::to_string(::getuid());
+}
 
 StatusOr<std::unique_ptr<Agent>> Agent::Create(boost::asio::io_context& io, AgentOptions options) {
   if (options.name.empty()) options.name = HostName();
@@ -44,6 +68,13 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(boost::asio::io_context& io, Agen
   agent->verifier_ = std::make_unique<CommandVerifier>(*agent->options_.cluster_key,
                                                        agent->options_.keys.commands(agent->options_.name),
                                                        agent->options_.max_message_age);
+  if (!agent->options_.state_dir.empty()) {
+    const std::filesystem::path file = std::filesystem::path(agent->options_.state_dir) /
+                                       (agent->options_.keys.prefix + "." + agent->options_.name + ".nonces");
+    TANDEM_ASSIGN_OR_RETURN(auto journal, NonceJournal::Open(file), "agent: --state-dir");
+    TANDEM_RETURN_IF_ERROR(agent->verifier_->UseJournal(std::move(journal), NowMs()), "agent: " + file.string());
+    log::Info("redis", "agent nonce memory file={}", file.string());
+  }
   return agent;
 }
 
@@ -54,6 +85,7 @@ Agent::~Agent() {
 
 nlohmann::json Agent::NodeRecord() const {
   return {{"name", options_.name},   {"address", options_.address}, {"gpus", options_.gpus},
+          {"run_root", options_.run_root},
           {"cpus", options_.cpus},   {"memory_bytes", options_.memory_bytes},
           {"version", kVersion},     {"pid", ::getpid()},
           {"lease_ms", options_.lease.count()}, {"renewed_ms", NowMs()}};
@@ -148,6 +180,8 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
   if (req.ok() && req->task_id != task_id && task_id.rfind(req->task_id + "~", 0) != 0)
     req = InvalidArgument("task_id is not a launch of request.task_id");
   if (req.ok()) req->task_id = task_id;
+  if (req.ok())
+    if (Status st = Localize(msg, &*req); !st.ok()) req = st;
   known_.insert(task_id);
   if (!req.ok()) {
     log::Warn("redis", "agent refusing malformed start task={} error={}", task_id, req.status().ToString());
@@ -184,6 +218,40 @@ void Agent::HandleStart(const std::string& entry_id, const nlohmann::json& msg) 
          entry_id});
 }
 
+Status Agent::Localize(const nlohmann::json& msg, LaunchRequest* req) const {
+  if (msg.contains("devices")) {
+    const auto& d = msg["devices"];
+    if (!d.is_array()) return InvalidArgument("'devices' must be a list of GPU slots");
+    std::string physical;
+    for (const auto& slot : d) {
+      if (!slot.is_number_integer() || slot.get<long long>() < 0 ||
+          slot.get<long long>() >= static_cast<long long>(options_.gpus.size()))
+        return InvalidArgument("GPU slot " + slot.dump() + " does not exist on node " + options_.name + " (it has " +
+                               std::to_string(options_.gpus.size()) + " GPUs)");
+      physical += (physical.empty() ? "" : ",") + std::to_string(options_.gpus[slot.get<size_t>()]);
+    }
+    SetEnv(&req->env, "CUDA_VISIBLE_DEVICES", physical);
+  }
+  if (options_.run_root.empty()) return Status::Ok();
+  const std::string run_dir = EnvOf(req->env, "TANDEM_RUN_DIR");
+  if (run_dir.empty()) return Status::Ok();
+  if (req->job_id.empty() || req->job_id.find('/') != std::string::npos || req->job_id == "." || req->job_id == "..")
+    return InvalidArgument("job id '" + req->job_id + "' cannot name a directory under --run-root");
+  const std::filesystem::path from = std::filesystem::path(run_dir).lexically_normal();
+  const std::filesystem::path to = std::filesystem::path(options_.run_root) / req->job_id;
+  auto move = [&](std::filesystem::path* p) {
+    const auto rel = p->lexically_normal().lexically_relative(from);
+    if (!rel.empty() && *rel.begin() != "..") *p = (to / rel).lexically_normal();
+  };
+  for (auto* p : {&req->cwd, &req->stdout_path, &req->stderr_path, &req->exit_path}) move(p);
+  SetEnv(&req->env, "TANDEM_RUN_DIR", to.string());
+  std::error_code ec;
+  for (const auto& p : {req->cwd, req->stdout_path.parent_path(), req->stderr_path.parent_path(),
+                        req->exit_path.parent_path()})
+    if (!p.empty()) std::filesystem::create_directories(p, ec);
+  return Status::Ok();
+}
+
 void Agent::HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg) {
   const std::string reply_key = msg.contains("reply") && msg["reply"].is_string() ? msg["reply"].get<std::string>() : "";
   const std::string stream = msg.contains("stream") && msg["stream"].is_string() ? msg["stream"].get<std::string>() : "stdout";
@@ -213,7 +281,9 @@ void Agent::HandleTail(const std::string& entry_id, const std::string& launch, c
       reply = {{"ok", true}, {"data", std::move(data)}, {"truncated", from > 0}};
     }
   }
-  Queue({nullptr, entry_id, reply_key, reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+  Queue({nullptr, entry_id, reply_key,
+         SignEnvelope(*options_.cluster_key, reply_key,
+                      reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))});
 }
 
 void Agent::OnLocalExit(const std::string& task_id, const TaskExit& exit) {
@@ -268,9 +338,16 @@ bool Agent::EnsureConnected() {
       for (size_t i = 0; i + 1 < left->elements.size(); i += 2)
         items.emplace_back(left->elements[i].str, left->elements[i + 1].str);
       boost::asio::post(io_, [this, items] {
-        for (const auto& [id, text] : items) {
+        const std::string list_key = options_.keys.node_tasks(options_.name);
+        for (const auto& [id, envelope] : items) {
           if (tasks_.count(id)) continue;
-          auto j = ParseMessage(text);
+          auto text = OpenEnvelope(*options_.cluster_key, list_key, envelope, 0, std::chrono::milliseconds(0));
+          if (!text.ok()) {
+            log::Warn("redis", "not killing an unsigned entry of the node's task list task={} reason={}", id,
+                      text.status().message());
+            continue;
+          }
+          auto j = ParseMessage(*text);
           auto ref = j.ok() ? TaskRef::FromJson(*j) : StatusOr<TaskRef>(j.status());
           if (ref.ok()) (void)local_->Kill(*ref);
           log::Warn("redis", "killed task left over from an earlier agent run task={}", id);
@@ -291,7 +368,8 @@ bool Agent::Register() {
   auto sent = std::chrono::steady_clock::now();
   // Listed before the lease key exists: whoever sees the lease finds the node in the set.
   if (!conn_->Command({"SADD", options_.keys.nodes(), options_.name}).ok()) return false;
-  auto r = conn_->Command({"SET", options_.keys.node(options_.name), NodeRecord().dump(), "PX",
+  const std::string key = options_.keys.node(options_.name);
+  auto r = conn_->Command({"SET", key, SignEnvelope(*options_.cluster_key, key, NodeRecord().dump()), "PX",
                            std::to_string(options_.lease.count())});
   if (!r.ok()) return false;
   last_renew_sent_ = sent;
@@ -311,22 +389,27 @@ bool Agent::Flush() {
     if (!out.event.is_null()) {
       const std::string id = out.event["task_id"].get<std::string>();
       const std::string state = out.event["state"].get<std::string>();
-      std::vector<std::string> hset = {"HSET", options_.keys.task(id), "node", options_.name, "state", state,
-                                       "updated_ms", std::to_string(NowMs())};
+      nlohmann::json ev = out.event;
+      ev.erase("local_ref");
+      const std::string task_key = options_.keys.task(id);
+      std::vector<std::string> hset = {"HSET", task_key, "node", options_.name, "state", state,
+                                       "updated_ms", std::to_string(NowMs()), "event",
+                                       SignEnvelope(*options_.cluster_key, task_key, ev.dump())};
       if (out.event.contains("pid")) hset.insert(hset.end(), {"pid", std::to_string(out.event["pid"].get<int>())});
       if (out.event.contains("exit")) hset.insert(hset.end(), {"exit", out.event["exit"].dump()});
       // The node's task list first: whoever sees the pid can rely on a
       // restarted agent finding the task (and killing it as a leftover).
+      const std::string list_key = options_.keys.node_tasks(options_.name);
       if (state == "started" &&
-          !conn_->Command({"HSET", options_.keys.node_tasks(options_.name), id, out.event["local_ref"].dump()}).ok())
+          !conn_->Command({"HSET", list_key, id,
+                           SignEnvelope(*options_.cluster_key, list_key, out.event["local_ref"].dump())}).ok())
         return false;
       if (!conn_->Command(hset).ok()) return false;
       if (state != "started" && !conn_->Command({"HDEL", options_.keys.node_tasks(options_.name), id}).ok())
         return false;
-      nlohmann::json ev = out.event;
-      ev.erase("local_ref");
-      if (!conn_->Command({"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*", "msg", ev.dump()}).ok())
-        return false;
+      std::vector<std::string> xadd = {"XADD", options_.keys.events(), "MAXLEN", "~", "100000", "*"};
+      for (auto& f : SignCommand(*options_.cluster_key, options_.keys.events(), ev.dump())) xadd.push_back(std::move(f));
+      if (!conn_->Command(xadd).ok()) return false;
     }
     if (!out.reply_key.empty() && !conn_->Command({"SET", out.reply_key, out.reply, "PX", "30000"}).ok())
       return false;
@@ -363,6 +446,7 @@ void Agent::ReadCommands() {
   auto entries = ParseStreamReply(*r);
   if (!entries.empty()) busy_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   if (reading_pending_ && entries.empty()) reading_pending_ = false;
+  std::vector<std::pair<std::string, std::string>> accepted;
   for (auto& e : entries) {
     std::string text = e.Field("msg");
     if (auto st = verifier_->Verify(e, NowMs()); !st.ok()) {
@@ -381,8 +465,14 @@ void Agent::ReadCommands() {
         }
       }
     }
-    boost::asio::post(io_, [this, id = e.id, text] { OnCommand(id, text); });
+    accepted.emplace_back(e.id, std::move(text));
   }
+  // The nonces reach the disk before anything runs (a crash in between
+  // means the command is delivered again, as a pending entry, not replayed).
+  if (Status st = verifier_->Flush(); !st.ok())
+    log::Error("redis", "agent cannot persist its nonce memory node={} error={}", options_.name, st.ToString());
+  for (auto& [id, text] : accepted)
+    boost::asio::post(io_, [this, id = id, text = std::move(text)] { OnCommand(id, text); });
   // Pending entries come back until acked; move on to new ones once all were handed over.
   if (reading_pending_) reading_pending_ = false;
 }

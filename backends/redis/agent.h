@@ -33,6 +33,26 @@
 // them at the reply key (expiring after 30 s); the daemon polls for it
 // (RedisExecutor::Tail). The agent remembers the files of its last 4096 launches.
 //
+// Devices. A start command names the node-local GPU slots the daemon chose
+// ("devices", node_placement.h); the agent maps them through its own --gpus
+// list and sets CUDA_VISIBLE_DEVICES to those physical ids (the last layer
+// of task_env.h, as the local path does). A slot the node does not have is
+// refused (the task exits 127 with the reason).
+//
+// Signed writes. Everything the daemon trusts is signed under the cluster
+// key: the node record (an envelope for its key), events (stream entries
+// like commands), the signed copy of a task's state in its hash, tail
+// replies, and the node's task list (which a restarted agent kills from).
+//
+// Replay memory. The nonces of accepted commands are kept in
+// <state_dir>/<prefix>.<name>.nonces (nonce_journal.h), written before the
+// commands run, so a replay is refused after an agent restart too.
+//
+// Run root. With run_root set, paths under the job's run directory
+// (TANDEM_RUN_DIR) — cwd, stdout/stderr, the exit record and TANDEM_RUN_DIR
+// itself — are moved to <run_root>/<job id> on this node, for nodes that do
+// not share the daemon's file system; log tails read them there.
+//
 // Malformed commands are logged and acknowledged, never fatal.
 #pragma once
 
@@ -64,7 +84,7 @@ struct AgentOptions {
   RedisConfig redis;
   Keys keys;
   std::chrono::milliseconds lease{3000};
-  std::vector<int> gpus;  // physical GPU ids on this node
+  std::vector<int> gpus;  // physical GPU ids on this node; slot i of a start command is gpus[i]
   int cpus = 0;           // 0: detected
   long long memory_bytes = 0;  // 0: detected
   LocalExecutorOptions local;
@@ -72,7 +92,15 @@ struct AgentOptions {
   std::optional<ClusterKey> cluster_key;
   // Signed commands older (or further in the future) than this are refused as stale.
   std::chrono::milliseconds max_message_age{60000};
+  // Where the nonce memory lives; "" keeps it in memory only.
+  std::string state_dir;
+  // "" runs tasks at the paths the daemon gave; else under <run_root>/<job id>.
+  std::string run_root;
 };
+
+// The default state directory: $XDG_STATE_HOME/tandem-agent, else
+// $HOME/.local/state/tandem-agent, else /var/tmp/tandem-agent-<uid>.
+std::string DefaultAgentStateDir();
 
 class Agent {
  public:
@@ -107,6 +135,8 @@ class Agent {
   // io thread
   void OnCommand(const std::string& entry_id, const std::string& text);
   void HandleStart(const std::string& entry_id, const nlohmann::json& msg);
+  // Maps the start's GPU slots and run root onto this node; InvalidArgument when it cannot.
+  Status Localize(const nlohmann::json& msg, LaunchRequest* req) const;
   void HandleTail(const std::string& entry_id, const std::string& launch, const nlohmann::json& msg);
   void OnLocalExit(const std::string& task_id, const TaskExit& exit);
   void Fence();

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   namespace redis = tandem::backends::redis;
   CLI::App app{"tandem-agent: runs the tasks a tandem daemon assigns to this node through Redis"};
   std::string url, password_file, name, address, gpus, prefix = "tandem", exec_shim, level = "info";
-  std::string key_file;
+  std::string key_file, state_dir = redis::DefaultAgentStateDir(), run_root;
   double lease_s = 3, max_age_s = 60;
   app.add_option("--redis", url, "redis://[user@]host:port")->envname("TANDEM_REDIS_URL")->required();
   app.add_option("--redis-password-file", password_file, "file holding the Redis password")
@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
       ->envname("TANDEM_CLUSTER_KEY_FILE")->required();
   app.add_option("--max-message-age", max_age_s, "seconds after which a signed command is refused as stale")
       ->envname("TANDEM_MAX_MESSAGE_AGE_S");
+  app.add_option("--state-dir", state_dir, "directory for the agent's replay (nonce) memory")
+      ->envname("TANDEM_AGENT_STATE_DIR");
+  app.add_option("--run-root", run_root,
+                 "run tasks under DIR/<job id> instead of the daemon's run directory (no shared file system)")
+      ->envname("TANDEM_AGENT_RUN_ROOT");
   app.add_option("--name", name, "node name (default: hostname)")->envname("TANDEM_NODE_NAME");
   app.add_option("--address", address, "address other nodes reach this one at (default: hostname)")
       ->envname("TANDEM_NODE_ADDRESS");
@@ -52,6 +57,8 @@ int main(int argc, char** argv) {
   o.cluster_key = *key;
   o.max_message_age = std::chrono::milliseconds(static_cast<long long>(max_age_s * 1000));
   o.name = name;
+  o.state_dir = state_dir;
+  o.run_root = run_root;
   o.address = address;
   o.keys.prefix = prefix;
   o.lease = std::chrono::milliseconds(static_cast<long long>(lease_s * 1000));

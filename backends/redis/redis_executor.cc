@@ -49,6 +49,8 @@ StatusOr<std::unique_ptr<RedisExecutor>> RedisExecutor::Create(boost::asio::io_c
   if (last.is_array() && !last.elements.empty() && last.elements[0].is_array() &&
       !last.elements[0].elements.empty())
     last_id = last.elements[0].elements[0].str;
+  e->event_verifier_ = std::make_unique<CommandVerifier>(*e->options_.cluster_key, e->options_.keys.events(),
+                                                        e->options_.max_message_age);
   RedisExecutor* self = e.get();
   e->reader_ = std::thread([self, last_id] { self->ReaderLoop(last_id); });
   log::Info("redis", "executor ready redis={} prefix={}", e->options_.redis.Describe(), e->options_.keys.prefix);
@@ -84,51 +86,45 @@ StatusOr<RedisExecutor::Ref> RedisExecutor::ParseRef(const TaskRef& ref) const {
   return Ref{d["node"].get<std::string>(), d["key"].get<std::string>(), launch};
 }
 
-StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
+StatusOr<std::vector<NodeCapacity>> RedisExecutor::ReadNodes() {
   TANDEM_ASSIGN_OR_RETURN(RedisReply names, Cmd({"SMEMBERS", options_.keys.nodes()}), "list nodes");
-  std::vector<std::string> live;
+  std::vector<NodeCapacity> live;
   for (const auto& n : names.elements) {
-    TANDEM_ASSIGN_OR_RETURN(RedisReply e, Cmd({"EXISTS", options_.keys.node(n.str)}), "node lease");
-    if (e.integer == 1) live.push_back(n.str);
+    const std::string key = options_.keys.node(n.str);
+    TANDEM_ASSIGN_OR_RETURN(RedisReply rec, Cmd({"GET", key}), "node record");
+    if (rec.is_nil()) continue;
+    auto text = OpenEnvelope(*options_.cluster_key, key, rec.str, NowMs(), options_.max_message_age);
+    auto j = text.ok() ? ParseMessage(*text) : StatusOr<nlohmann::json>(text.status());
+    if (!j.ok()) {
+      std::string& last = refused_nodes_[n.str];
+      if (last != j.status().message())
+        log::Warn("redis", "ignoring node registration node={} reason={}", n.str, j.status().message());
+      last = j.status().message();
+      continue;
+    }
+    refused_nodes_.erase(n.str);
+    NodeCapacity c;
+    c.name = n.str;
+    c.gpus = (*j).contains("gpus") && (*j)["gpus"].is_array() ? static_cast<int>((*j)["gpus"].size()) : 0;
+    live.push_back(std::move(c));
   }
-  std::sort(live.begin(), live.end());
+  std::sort(live.begin(), live.end(), [](const NodeCapacity& a, const NodeCapacity& b) { return a.name < b.name; });
   return live;
 }
 
-StatusOr<std::string> RedisExecutor::PickNode(const LaunchRequest& request) {
-  const auto now = std::chrono::steady_clock::now();
-  if (live_cache_.empty() || now - live_cache_at_ >= options_.lease_check) {
-    TANDEM_ASSIGN_OR_RETURN(live_cache_, LiveNodes(), "placement");
-    live_cache_at_ = now;
-  }
-  const std::vector<std::string> live = live_cache_;
-  if (live.empty()) return Unavailable("redis: no node holds a live lease (is a tandem-agent running?)");
-  const std::string devices = EnvValue(request.env, "TANDEM_DEVICES");
-  std::string group;
-  if (!devices.empty()) {
-    group = request.job_id + "|" + devices;
-    TANDEM_ASSIGN_OR_RETURN(RedisReply g, Cmd({"HGET", options_.keys.groups(), group}), "placement group");
-    if (!g.is_nil() && std::find(live.begin(), live.end(), g.str) != live.end()) return g.str;
-  }
-  std::string best;
-  int best_count = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& n : live) {
-    int c = watched_nodes_.count(n) ? watched_nodes_[n] : 0;
-    if (best.empty() || c < best_count) {
-      best = n;
-      best_count = c;
-    }
-  }
-  if (!group.empty()) (void)Cmd({"HSET", options_.keys.groups(), group, best});
-  return best;
+StatusOr<std::vector<std::string>> RedisExecutor::LiveNodes() {
+  TANDEM_ASSIGN_OR_RETURN(auto nodes, ReadNodes(), "live nodes");
+  std::vector<std::string> out;
+  for (const auto& n : nodes) out.push_back(n.name);
+  return out;
 }
 
-void RedisExecutor::Track(const std::string& launch, const std::string& task_id, const std::string& node) {
-  launches_[launch] = {task_id, node};
-  by_task_[task_id] = launch;
+void RedisExecutor::Track(const std::string& launch, const Tracked& t, const NodeChoice& choice) {
+  launches_[launch] = t;
+  by_task_[t.task_id] = launch;
+  placer_.Hold(t.job_id, t.logical, choice);
   std::lock_guard<std::mutex> lock(mu_);
-  ++watched_nodes_[node];
+  ++watched_nodes_[t.node];
 }
 
 void RedisExecutor::Report(const std::string& launch, const TaskExit& exit) {
@@ -139,6 +135,7 @@ void RedisExecutor::Report(const std::string& launch, const TaskExit& exit) {
     std::lock_guard<std::mutex> lock(mu_);
     if (--watched_nodes_[t.node] <= 0) watched_nodes_.erase(t.node);
   }
+  placer_.Release(t.job_id, t.logical, t.node);
   launches_.erase(it);
   if (auto b = by_task_.find(t.task_id); b != by_task_.end() && b->second == launch) by_task_.erase(b);
   on_exit_(t.task_id, exit);
@@ -146,41 +143,58 @@ void RedisExecutor::Report(const std::string& launch, const TaskExit& exit) {
 
 StatusOr<TaskRef> RedisExecutor::Start(const LaunchRequest& request) {
   if (by_task_.count(request.task_id)) return AlreadyExists("redis: task " + request.task_id + " is already running");
-  TANDEM_ASSIGN_OR_RETURN(std::string node, PickNode(request), "start " + request.task_id);
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int> logical, ParseDeviceList(EnvValue(request.env, "TANDEM_DEVICES")),
+                          "start " + request.task_id + ": TANDEM_DEVICES");
+  const auto now = std::chrono::steady_clock::now();
+  if (live_cache_.empty() || now - live_cache_at_ >= options_.lease_check) {
+    TANDEM_ASSIGN_OR_RETURN(live_cache_, ReadNodes(), "start " + request.task_id + ": placement");
+    live_cache_at_ = now;
+  }
+  std::vector<NodeCapacity> live = live_cache_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& n : live) n.tasks = watched_nodes_.count(n.name) ? watched_nodes_[n.name] : 0;
+  }
+  TANDEM_ASSIGN_OR_RETURN(NodeChoice choice, placer_.Place(request.job_id, logical, live),
+                          "start " + request.task_id);
+  const std::string& node = choice.node;
   const std::string launch = NewLaunchId(request.task_id);
   const std::string key = options_.keys.task(launch);
   TANDEM_RETURN_IF_ERROR(Cmd({"HSET", key, "node", node, "state", "assigned", "updated_ms", std::to_string(NowMs())})
                              .status(), "start " + request.task_id);
   nlohmann::json msg = {{"op", "start"}, {"task_id", launch}, {"request", RequestToJson(request)}};
+  if (!choice.slots.empty()) msg["devices"] = choice.slots;  // the node's GPU slots; the agent maps them
   TANDEM_RETURN_IF_ERROR(SendCommand(node, msg), "start " + request.task_id);
-  Track(launch, request.task_id, node);
-  log::Info("redis", "task assigned task={} launch={} node={}", request.task_id, launch, node);
+  Track(launch, {request.task_id, node, request.job_id, logical}, choice);
+  log::Info("redis", "task assigned task={} launch={} node={} slots={}", request.task_id, launch, node,
+            nlohmann::json(choice.slots).dump());
   TaskRef ref;
   ref.backend = "redis";
   ref.task_id = request.task_id;
-  ref.data = {{"node", node}, {"key", key}, {"launch", launch}};
+  ref.data = {{"node", node}, {"key", key},         {"launch", launch},
+              {"job", request.job_id}, {"logical", logical}, {"slots", choice.slots}};
   return ref;
 }
 
 Status RedisExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "signal");
-  TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "signal " + ref.task_id);
-  if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(std::string state, TrustedState(r), "signal " + ref.task_id);
+  if (state.empty() || state == "exited" || state == "lost") return Status::Ok();
   nlohmann::json msg = {{"op", "signal"}, {"task_id", r.launch}, {"sig", sig}};
   return SendCommand(r.node, msg).WithContext("signal");
 }
 
 Status RedisExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "kill");
-  TANDEM_ASSIGN_OR_RETURN(RedisReply state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
-  if (state.is_nil() || state.str == "exited" || state.str == "lost") return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(std::string state, TrustedState(r), "kill " + ref.task_id);
+  if (state.empty() || state == "exited" || state == "lost") return Status::Ok();
   nlohmann::json msg = {{"op", "kill"}, {"task_id", r.launch}};
   TANDEM_RETURN_IF_ERROR(SendCommand(r.node, msg), "kill");
   const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    TANDEM_ASSIGN_OR_RETURN(state, Cmd({"HGET", r.key, "state"}), "kill " + ref.task_id);
-    if (state.str == "exited" || state.str == "lost") return Status::Ok();
-    TANDEM_ASSIGN_OR_RETURN(RedisReply lease, Cmd({"EXISTS", options_.keys.node(r.node)}), "kill");
+    TANDEM_ASSIGN_OR_RETURN(state, TrustedState(r), "kill " + ref.task_id);
+    if (state == "exited" || state == "lost") return Status::Ok();
+    TANDEM_ASSIGN_OR_RETURN(RedisReply lease, Cmd({"EXISTS", options_.keys.node(r.node)}), "kill");  // presence only
     if (lease.integer == 0) return Status::Ok();  // the agent fences itself; the task is reported lost
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -202,7 +216,9 @@ StatusOr<std::string> RedisExecutor::Tail(const TaskRef& ref, const std::string&
     TANDEM_ASSIGN_OR_RETURN(RedisReply got, Cmd({"GET", reply_key}), "tail " + ref.task_id);
     if (!got.is_nil()) {
       (void)Cmd({"DEL", reply_key});
-      auto j = ParseMessage(got.str);
+      auto text = OpenEnvelope(*options_.cluster_key, reply_key, got.str, NowMs(), options_.max_message_age);
+      if (!text.ok()) return text.status().WithContext("tail " + ref.task_id + ": reply");
+      auto j = ParseMessage(*text);
       if (!j.ok()) return j.status().WithContext("tail reply");
       if (!(*j).value("ok", false)) return NotFound("tail " + ref.task_id + ": " + (*j).value("error", std::string("?")));
       return (*j).value("data", std::string());
@@ -216,8 +232,8 @@ StatusOr<std::string> RedisExecutor::Tail(const TaskRef& ref, const std::string&
 bool RedisExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;
-  auto state = Cmd({"HGET", r->key, "state"});
-  if (!state.ok() || state->is_nil() || (state->str != "assigned" && state->str != "started")) return false;
+  auto state = TrustedState(*r);
+  if (!state.ok() || (*state != "assigned" && *state != "started")) return false;
   auto lease = Cmd({"EXISTS", options_.keys.node(r->node)});
   return lease.ok() && lease->integer == 1;
 }
@@ -225,26 +241,30 @@ bool RedisExecutor::Alive(const TaskRef& ref) {
 Status RedisExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(Ref r, ParseRef(ref), "reattach");
   if (launches_.count(r.launch)) return Status::Ok();
-  TANDEM_ASSIGN_OR_RETURN(RedisReply h, Cmd({"HGETALL", r.key}), "reattach " + ref.task_id);
-  std::map<std::string, std::string> fields;
-  for (size_t i = 0; i + 1 < h.elements.size(); i += 2) fields[h.elements[i].str] = h.elements[i + 1].str;
-  Track(r.launch, ref.task_id, r.node);
+  nlohmann::json signed_msg;
+  TANDEM_ASSIGN_OR_RETURN(std::string state, TrustedState(r, &signed_msg), "reattach " + ref.task_id);
+  const auto& d = ref.data;
+  Tracked t{ref.task_id, r.node, d.value("job", std::string()), {}};
+  NodeChoice choice{r.node, {}};
+  if (d.contains("logical") && d["logical"].is_array() && d.contains("slots") && d["slots"].is_array() &&
+      d["logical"].size() == d["slots"].size())
+    for (size_t i = 0; i < d["logical"].size(); ++i)
+      if (d["logical"][i].is_number_integer() && d["slots"][i].is_number_integer()) {
+        t.logical.push_back(d["logical"][i].get<int>());
+        choice.slots.push_back(d["slots"][i].get<int>());
+      }
+  Track(r.launch, t, choice);
+  if (state == "assigned" || state == "started")
+    return Status::Ok();  // the reader reports the exit, or the lease check reports it lost
   TaskExit x;
   x.ended_at = std::chrono::system_clock::now();
-  const std::string state = fields["state"];
+  x.status_known = false;
   if (state == "exited") {
-    auto j = ParseMessage(fields["exit"]);
-    auto parsed = j.ok() ? ExitFromJson(*j) : StatusOr<TaskExit>(j.status());
-    if (parsed.ok()) {
-      x = *parsed;
-    } else {
-      x.status_known = false;
-      x.detail = "exit record in redis is malformed: " + parsed.status().ToString();
-    }
-  } else if (state == "assigned" || state == "started") {
-    return Status::Ok();  // the reader reports the exit, or the lease check reports it lost
+    auto parsed = signed_msg.contains("exit") ? ExitFromJson(signed_msg["exit"])
+                                              : StatusOr<TaskExit>(InvalidArgument("no exit"));
+    if (parsed.ok()) x = *parsed;
+    else x.detail = "exit record in redis is malformed: " + parsed.status().ToString();
   } else {
-    x.status_known = false;
     x.detail = state == "lost" ? "node " + r.node + " lease expired: task lost"
                                : "no record of the task in redis (state '" + state + "')";
   }
@@ -255,8 +275,31 @@ Status RedisExecutor::Reattach(const TaskRef& ref) {
   return Status::Ok();
 }
 
-void RedisExecutor::OnEvent(const std::string& text) {
-  auto j = ParseMessage(text);
+StatusOr<std::string> RedisExecutor::TrustedState(const Ref& r, nlohmann::json* signed_msg) {
+  TANDEM_ASSIGN_OR_RETURN(RedisReply h, Cmd({"HMGET", r.key, "state", "event"}), "task state");
+  if (!h.is_array() || h.elements.size() != 2 || h.elements[0].is_nil()) return std::string();
+  const std::string state = h.elements[0].str;
+  if (state != "exited" && state != "lost") return state;
+  // A terminal state ends the task for the daemon: believe it only when signed.
+  auto text = h.elements[1].is_nil() ? StatusOr<std::string>(PermissionDenied("unsigned"))
+                                     : OpenEnvelope(*options_.cluster_key, r.key, h.elements[1].str, 0,
+                                                    std::chrono::milliseconds(0));
+  auto j = text.ok() ? ParseMessage(*text) : StatusOr<nlohmann::json>(text.status());
+  if (j.ok() && (*j).value("task_id", std::string()) == r.launch && (*j).value("state", std::string()) == state) {
+    if (signed_msg) *signed_msg = *j;
+    return state;
+  }
+  log::Warn("redis", "ignoring task state without a valid signature launch={} state={} reason={}", r.launch, state,
+            j.ok() ? std::string("signed copy does not match") : j.status().message());
+  return std::string("started");
+}
+
+void RedisExecutor::OnEvent(const StreamEntry& entry) {
+  if (Status st = event_verifier_->Verify(entry, NowMs()); !st.ok()) {
+    log::Warn("redis", "ignoring event entry={} reason={}", entry.id, st.message());
+    return;
+  }
+  auto j = ParseMessage(entry.Field("msg"));
   if (!j.ok() || !(*j)["task_id"].is_string() || !(*j)["state"].is_string()) {
     log::Warn("redis", "ignoring malformed event: {}", j.ok() ? std::string("missing task_id or state") : j.status().ToString());
     return;
@@ -273,14 +316,19 @@ void RedisExecutor::OnEvent(const std::string& text) {
 }
 
 void RedisExecutor::OnNodeLost(const std::string& node) {
-  live_cache_.erase(std::remove(live_cache_.begin(), live_cache_.end(), node), live_cache_.end());
+  live_cache_.erase(std::remove_if(live_cache_.begin(), live_cache_.end(),
+                                   [&](const NodeCapacity& n) { return n.name == node; }),
+                    live_cache_.end());
   std::vector<std::string> lost;
   for (const auto& [id, t] : launches_)
     if (t.node == node) lost.push_back(id);
   if (lost.empty()) return;
   log::Warn("redis", "node lease expired node={}: {} task(s) lost", node, lost.size());
   for (const auto& id : lost) {
-    (void)Cmd({"HSET", options_.keys.task(id), "state", "lost", "updated_ms", std::to_string(NowMs())});
+    const std::string key = options_.keys.task(id);
+    const nlohmann::json ev = {{"task_id", id}, {"node", node}, {"state", "lost"}};
+    (void)Cmd({"HSET", key, "state", "lost", "updated_ms", std::to_string(NowMs()), "event",
+               SignEnvelope(*options_.cluster_key, key, ev.dump())});
     TaskExit x;
     x.status_known = false;
     x.detail = "node " + node + " lease expired: task lost (its agent kills it when it notices the lapse)";
@@ -310,8 +358,8 @@ void RedisExecutor::ReaderLoop(std::string last_id) {
     }
     for (auto& e : ParseStreamReply(*r)) {
       last_id = e.id;
-      boost::asio::post(io_, [this, alive, text = e.Field("msg")] {
-        if (alive.lock()) OnEvent(text);
+      boost::asio::post(io_, [this, alive, e] {
+        if (alive.lock()) OnEvent(e);
       });
     }
     if (std::chrono::steady_clock::now() < next_check) continue;
@@ -322,9 +370,12 @@ void RedisExecutor::ReaderLoop(std::string last_id) {
       for (const auto& [n, c] : watched_nodes_) nodes.push_back(n);
     }
     for (const auto& n : nodes) {
-      auto e = conn->Command({"EXISTS", options_.keys.node(n)});
+      const std::string key = options_.keys.node(n);
+      auto e = conn->Command({"GET", key});
       if (!e.ok()) break;  // Redis unreachable: we cannot tell, decide later
-      if (e->integer == 0)
+      // A record that is not signed for this node counts as no record: a forged
+      // one cannot keep a dead node's tasks alive.
+      if (e->is_nil() || !OpenEnvelope(*options_.cluster_key, key, e->str, NowMs(), options_.max_message_age).ok())
         boost::asio::post(io_, [this, alive, n] {
           if (alive.lock()) OnNodeLost(n);
         });

@@ -1,14 +1,16 @@
 // The redis executor (issue #6 part 2; docs/redis.md): the daemon's side of
 // the Redis backend, behind the Executor interface (executor.h).
 //
-// Start() picks a live node (its lease key exists, as seen at most
-// lease_check ago) and queues a start command
-// on that node's stream; the agent starts the task with the local backend.
-// Placement: tasks of one job with the same TANDEM_DEVICES (colocated roles
-// get identical device sets, DESIGN.md "Placement") form a placement group
-// that runs on one node — recorded in <p>:groups so a restarted daemon keeps
-// it; a task without devices goes to the live node with the fewest tasks.
-// TaskRef.data: {node, key (the task hash), launch}.
+// Start() picks a live node (its signed registration exists, as seen at
+// most lease_check ago) and queues a start command on that node's stream;
+// the agent starts the task with the local backend. Placement
+// (node_placement.h): each node advertises its GPUs; a task's logical
+// devices (TANDEM_DEVICES) are bound to one node and to GPU slots of that
+// node that no other held device uses, and the start command carries the
+// slots ("devices"), which the agent maps onto its physical ids. A task
+// without devices goes to the live node with the fewest tasks.
+// TaskRef.data: {node, key (the task hash), launch, job, logical, slots};
+// Reattach takes the bindings back from it.
 //
 // Launches. A task id comes back for every restart of a task, so each Start
 // names a launch: "<task_id>~<16 hex digits>". The launch, not the task id,
@@ -18,6 +20,11 @@
 // healed) can never end, or be mistaken for, the launch running now.
 //
 // Every command is signed (command_signing.h); agents run nothing else.
+// What agents write is signed too, and the daemon trusts nothing else: an
+// event on the events stream that is unsigned, wrongly signed, stale or
+// replayed is dropped and logged; a node record that is not signed for its
+// key does not count as a live node; a terminal state in a task hash
+// ("exited", "lost") counts only with its signed copy (field "event").
 //
 // Exits come from the agents' events stream, read by a dedicated thread that
 // posts them to the io_context. The same thread checks the lease of every
@@ -45,6 +52,7 @@
 
 #include "backends/executor.h"
 #include "backends/redis/command_signing.h"
+#include "backends/redis/node_placement.h"
 #include "backends/redis/redis_conn.h"
 #include "backends/redis/redis_protocol.h"
 
@@ -58,6 +66,8 @@ struct RedisExecutorOptions {
   std::chrono::milliseconds lease_check{250};
   // Required: every command for an agent is signed with it (command_signing.h).
   std::optional<ClusterKey> cluster_key;
+  // Events and node records signed further than this from our clock are refused.
+  std::chrono::milliseconds max_message_age{60000};
 };
 
 class RedisExecutor final : public Executor {
@@ -83,7 +93,7 @@ class RedisExecutor final : public Executor {
   StatusOr<std::string> Tail(const TaskRef& ref, const std::string& stream, size_t max_bytes,
                              std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
 
-  // Names of nodes whose lease is live now.
+  // Names of nodes whose lease is live now (and whose record is signed).
   StatusOr<std::vector<std::string>> LiveNodes();
 
  private:
@@ -95,6 +105,8 @@ class RedisExecutor final : public Executor {
   struct Tracked {
     std::string task_id;
     std::string node;
+    std::string job_id;
+    std::vector<int> logical;
   };
   RedisExecutor(boost::asio::io_context& io, ExitCallback on_exit, RedisExecutorOptions options)
       : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)) {}
@@ -102,10 +114,14 @@ class RedisExecutor final : public Executor {
   StatusOr<RedisReply> Cmd(const std::vector<std::string>& args);
   // XADDs `msg` to `node`'s command stream, signed under the cluster key.
   Status SendCommand(const std::string& node, const nlohmann::json& msg);
-  StatusOr<std::string> PickNode(const LaunchRequest& request);
-  void Track(const std::string& launch, const std::string& task_id, const std::string& node);
+  // The live nodes with their advertised GPUs (signed records only).
+  StatusOr<std::vector<NodeCapacity>> ReadNodes();
+  void Track(const std::string& launch, const Tracked& t, const NodeChoice& choice);
   void Report(const std::string& launch, const TaskExit& exit);  // io thread
-  void OnEvent(const std::string& text);                           // io thread
+  void OnEvent(const StreamEntry& entry);                          // io thread
+  // The task hash's state; a terminal one only when its signed copy says so
+  // (otherwise "started"). `signed_msg` gets the signed event, if any.
+  StatusOr<std::string> TrustedState(const Ref& r, nlohmann::json* signed_msg = nullptr);
   void OnNodeLost(const std::string& node);                        // io thread
   void ReaderLoop(std::string last_id);
 
@@ -115,8 +131,11 @@ class RedisExecutor final : public Executor {
   std::unique_ptr<RedisConn> conn_;           // io thread
   // Placement's view of the live nodes, refreshed at most every lease_check
   // (io thread): a burst of Starts costs two round trips each, not 2 + nodes.
-  std::vector<std::string> live_cache_;
+  std::vector<NodeCapacity> live_cache_;
   std::chrono::steady_clock::time_point live_cache_at_{};
+  NodePlacer placer_;                          // io thread
+  std::map<std::string, std::string> refused_nodes_;  // node -> why its record was refused (logged once)
+  std::unique_ptr<CommandVerifier> event_verifier_;   // io thread
   std::map<std::string, Tracked> launches_;     // supervised launch -> task (io thread)
   std::map<std::string, std::string> by_task_;  // task id -> its supervised launch (io thread)
 

@@ -8,13 +8,14 @@
 //                            node's lease (PX), renewed by the agent's heartbeat
 //   <p>:agent:<name>:cmds    stream of commands for that node's agent,
 //                            consumer group "agent"; field "msg" = JSON
-//                            {"op":"start","task_id","request":{...}} |
+//                            {"op":"start","task_id","request":{...},"devices"?:[slot...]} |
 //                            {"op":"signal","task_id","sig"} | {"op":"kill","task_id"}
 //   <p>:task:<task_id>       hash: node, state (assigned|started|exited|lost),
 //                            pid, exit (TaskExit JSON), updated_ms
 //   <p>:events               stream of task state changes from all agents;
 //                            field "msg" = {"task_id","node","state","pid"|"exit"}
-//   <p>:groups               hash: placement group -> node (colocation)
+//   <p>:groups               hash: placement group -> node (written by older daemons;
+//                            placement now lives in task refs, node_placement.h)
 //   <p>:node:<name>:tasks    hash: task_id -> local TaskRef JSON of tasks the
 //                            agent runs (so a restarted agent can kill leftovers)
 #pragma once

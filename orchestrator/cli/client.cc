@@ -7,6 +7,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
 
 namespace tandem::cli {
 
@@ -53,7 +54,9 @@ StatusOr<int> DoStream(Socket& sock, const Endpoint& ep, const std::string& targ
   if (ec) return Unavailable("send request: " + ec.message());
   boost::beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // Not boost::none: Boost 1.74's parser compares a Content-Length against
+  // the empty optional as "over the limit" (any fixed-length answer failed).
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   http::read_header(sock, buf, parser, ec);
   if (ec) return Unavailable("read response: " + ec.message());
   char chunk[16 * 1024];

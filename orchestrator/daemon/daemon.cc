@@ -190,6 +190,8 @@ Status Daemon::Start(const fs::path& run_root) {
     if (!redis.ok()) return redis.status().WithContext("redis backend");
     redis_ = std::move(redis).value();
     executors["redis"] = redis_.get();
+    // Each node maps the job's logical devices onto its own GPUs (docs/redis.md "Placement").
+    jopts.own_device_backends.insert("redis");
 #else
     return FailedPrecondition("--redis: this tandemd was built without hiredis");
 #endif

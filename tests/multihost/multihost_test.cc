@@ -6,11 +6,15 @@
 // tasks are killed, reported lost after the lease and restarted elsewhere),
 // cutting a host off the network (the agent fences its tasks), restarting
 // Redis mid-job and kill -9 of tandemd (nothing lost, nothing started twice),
-// and a wrong Redis password (refused with a clear message).
+// and a wrong Redis password (refused with a clear message); each node's own
+// --gpus mapping (colocated roles share physical ids, replicas get disjoint
+// ones, a node with too few GPUs gets nothing), and `tandem logs` served by
+// an agent whose run directory the daemon cannot read.
 #include <gtest/gtest.h>
 
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include "tests/daemon/daemon_process.h"
 #include "tests/multihost/netns_cluster.h"
@@ -40,8 +44,8 @@ class MultiHostTest : public ::testing::Test {
     if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);
   }
 
-  void Up(double lease_s, int hosts = 3) {
-    auto st = cluster_->Up(hosts, lease_s);
+  void Up(double lease_s, int hosts = 3, const std::vector<std::vector<std::string>>& agent_flags = {}) {
+    auto st = cluster_->Up(hosts, lease_s, agent_flags);
     ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << cluster_->AllAgentLogs();
     StartDaemon();
   }
@@ -266,6 +270,80 @@ TEST_F(MultiHostTest, WrongPasswordIsRefusedClearly) {
                       std::chrono::seconds(5))) << cluster_->AgentLog(h);
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   EXPECT_EQ(cluster_->LiveNodes(), 0);
+}
+
+TEST_F(MultiHostTest, EachNodeMapsLogicalGpusOntoItsOwnPhysicalIds) {
+  // h1 has four GPUs with physical ids 4..7, h2 a single one with id 1.
+  Up(2.0, 2, {{"--gpus", "4,5,6,7"}, {"--gpus", "1"}});
+  const std::string d = dir_.string();
+  const std::string script = "echo \"$CUDA_VISIBLE_DEVICES\" > " + d + "/$TANDEM_ROLE.$TANDEM_RANK.cvd; while [ ! -e " +
+                             d + "/go ]; do sleep 0.05; done";
+  // Two actor+rollout groups of two GPUs each, and a one-GPU task of its own.
+  json actor = {{"command", {"bash", "-c", script}}, {"replicas", 2}, {"gpus_per_replica", 2}};
+  json rollout = actor;
+  rollout["colocate_with"] = "actor";
+  json solo = {{"command", {"bash", "-c", script}}, {"gpus_per_replica", 1}};
+  json spec = {{"name", "gpumap"}, {"backend", {{"kind", "redis"}}}, {"devices", {{"count", 5}}},
+               {"roles", {{"actor", actor}, {"rollout", rollout}, {"solo", solo}}}};
+  const std::string id = daemon_->Submit(spec);
+  ASSERT_TRUE(WaitFor([&] { return AllRunning(id, 5); })) << daemon_->Job(id).dump(2) << cluster_->AllAgentLogs();
+  auto cvd = [&](const std::string& task) {
+    std::string v;
+    WaitFor([&] {
+      v = testing::ReadFile(dir_ / (task + ".cvd"));
+      return !v.empty();
+    });
+    return v.substr(0, v.find('\n'));
+  };
+  // The two-GPU groups cannot go to h2: both are on h1, colocated roles on identical physical ids.
+  std::set<std::string> seen;
+  for (int i = 0; i < 2; ++i) {
+    const std::string a = "actor." + std::to_string(i), r = "rollout." + std::to_string(i);
+    EXPECT_EQ(NodeOf(Task(id, a)), "h1") << daemon_->Job(id).dump(2);
+    EXPECT_EQ(NodeOf(Task(id, r)), "h1");
+    EXPECT_EQ(cvd(a), cvd(r)) << a << " and " << r << " are colocated";
+    std::stringstream ids(cvd(a));
+    for (std::string g; std::getline(ids, g, ',');) {
+      EXPECT_TRUE(g == "4" || g == "5" || g == "6" || g == "7") << a << " got " << cvd(a);
+      EXPECT_TRUE(seen.insert(g).second) << "GPU " << g << " given to two replicas";
+    }
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  // The one-GPU task fits only on h2, and sees h2's physical id.
+  EXPECT_EQ(NodeOf(Task(id, "solo.0")), "h2") << daemon_->Job(id).dump(2);
+  EXPECT_EQ(cvd("solo.0"), "1");
+  EXPECT_EQ(Task(id, "solo.0")["logical_devices"], json::array({4}));
+  Go();
+  EXPECT_EQ(daemon_->WaitJob(id), "succeeded") << daemon_->Job(id).dump(2);
+}
+
+TEST_F(MultiHostTest, LogsOfATaskWhoseRunDirOnlyItsNodeHasComeFromTheAgent) {
+  // The agent keeps its tasks' files under its own --run-root, which the daemon never reads.
+  const fs::path agent_runs = dir_ / "h1-runs";
+  Up(2.0, 1, {{"--gpus", "0", "--run-root", agent_runs.string()}});
+  const std::string d = dir_.string();
+  // 1.2 MB of output, then two short lines: the tail is bounded at 1 MiB.
+  const std::string script = "head -c 1200000 /dev/zero | tr '\\0' x; echo; echo remote-line-1; echo remote-line-2; "
+                             "while [ ! -e " + d + "/go ]; do sleep 0.05; done";
+  json spec = {{"name", "remotelogs"}, {"backend", {{"kind", "redis"}}},
+               {"roles", {{"talker", {{"command", {"bash", "-c", script}}}}}}};
+  const std::string id = daemon_->Submit(spec);
+  ASSERT_TRUE(WaitFor([&] { return AllRunning(id, 1); })) << daemon_->Job(id).dump(2);
+  const fs::path daemon_file = fs::path(daemon_->Job(id).value("run_dir", std::string())) / "tasks" / "talker.0.out";
+  const fs::path agent_file = agent_runs / id / "tasks" / "talker.0.out";
+  ASSERT_TRUE(WaitFor([&] { return testing::ReadFile(agent_file).find("remote-line-2") != std::string::npos; }))
+      << cluster_->AllAgentLogs();
+  // The CLI, through tandemd's HTTP API.
+  const fs::path out = dir_ / "cli.out";
+  const std::string cli = (BinDir() / "tandem").string() + " --socket " + (dir_ / "state" / "tandemd.sock").string() +
+                          " logs " + id + " --task talker.0 > " + out.string() + " 2>&1";
+  ASSERT_EQ(std::system(cli.c_str()), 0) << testing::ReadFile(out) << daemon_->log();
+  const std::string body = testing::ReadFile(out);
+  EXPECT_EQ(body.size(), 1u << 20) << "the remote tail is the last MiB";
+  EXPECT_NE(body.find("remote-line-1\nremote-line-2\n"), std::string::npos) << body.substr(body.size() > 200 ? body.size() - 200 : 0);
+  EXPECT_FALSE(fs::exists(daemon_file)) << "the daemon's run directory has the file: the test would not exercise the agent";
+  Go();
+  EXPECT_EQ(daemon_->WaitJob(id), "succeeded") << daemon_->Job(id).dump(2);
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ struct Host {
   std::string root_ip;  // 10.n.i.1 (Redis listens here)
   std::string ip;       // 10.n.i.2 (the host's address)
   std::unique_ptr<Child> agent;
+  std::vector<std::string> agent_flags;  // more tandem-agent flags (--gpus, --run-root); set before Up
 };
 
 class NetnsCluster {
@@ -143,7 +144,9 @@ class NetnsCluster {
   ~NetnsCluster() { Down(); }
 
   // Creates `n` hosts, starts Redis and one agent per host (lease in s).
-  Status Up(int n, double lease_s) {
+  // `agent_flags[i]`, when given, are more flags for host i+1's agent
+  // (default: --gpus 0,1).
+  Status Up(int n, double lease_s, const std::vector<std::vector<std::string>>& agent_flags = {}) {
     lease_s_ = lease_s;
     fs::create_directories(dir_ / "redis");
     password_file_ = dir_ / "redis.password";
@@ -158,6 +161,8 @@ class NetnsCluster {
       h.veth_ns = "tv" + tag_ + "n" + std::to_string(i);
       h.root_ip = "10." + std::to_string(net_) + "." + std::to_string(i) + ".1";
       h.ip = "10." + std::to_string(net_) + "." + std::to_string(i) + ".2";
+      h.agent_flags = static_cast<size_t>(i - 1) < agent_flags.size() ? agent_flags[static_cast<size_t>(i - 1)]
+                                                                      : std::vector<std::string>{"--gpus", "0,1"};
       hosts_.push_back(std::move(h));
       Host& x = hosts_.back();
       for (const std::string& cmd : {"ip netns add " + x.netns,
@@ -218,7 +223,9 @@ class NetnsCluster {
                                      "--redis-password-file",
                                      password_file.empty() ? password_file_.string() : password_file,
                                      "--cluster-key-file", key_file_.string(), "--name", h.name,
-                                     "--address", h.ip, "--lease", std::to_string(lease_s_), "--prefix", prefix_};
+                                     "--address", h.ip, "--lease", std::to_string(lease_s_), "--prefix", prefix_,
+                                     "--state-dir", (dir_ / ("agent-state-" + h.name)).string()};
+    args.insert(args.end(), h.agent_flags.begin(), h.agent_flags.end());
     if (!h.agent->Spawn(args, AgentLogPath(h))) return Internal("cannot spawn tandem-agent");
     return Status::Ok();
   }

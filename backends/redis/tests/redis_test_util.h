@@ -118,7 +118,9 @@ class AgentProcess {
     std::vector<std::string> args = {BinDir() + "/tandem-agent", "--redis", RedisUrl(),
                                      "--redis-password-file", env["TANDEM_TEST_REDIS_PASSWORD_FILE"],
                                      "--name", name_, "--prefix", prefix_, "--lease", std::to_string(lease_s_),
-                                     "--address", "127.0.0.1", "--cluster-key-file", TestClusterKeyFile()};
+                                     "--address", "127.0.0.1", "--cluster-key-file", TestClusterKeyFile(),
+                                     "--state-dir", state_dir()};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<std::string> envs = {"PATH=/usr/local/bin:/usr/bin:/bin",
                                      "TANDEM_REDIS_USER=" + env["TANDEM_TEST_REDIS_USER"]};
     if (const char* a = std::getenv("ASAN_OPTIONS")) envs.push_back(std::string("ASAN_OPTIONS=") + a);
@@ -166,6 +168,12 @@ class AgentProcess {
   }
   pid_t pid() const { return pid_; }
   const std::string& name() const { return name_; }
+  // Beside the log; the same for an agent started again under the same name.
+  std::string state_dir() const {
+    return (std::filesystem::path(log_).parent_path() / (prefix_ + "-" + name_ + "-state")).string();
+  }
+
+  std::vector<std::string> extra_args;  // more flags, e.g. {"--gpus", "4,5"}
 
  private:
   std::string name_, prefix_;
