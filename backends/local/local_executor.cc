@@ -19,6 +19,7 @@
 
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
+#include "common/hex.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -75,13 +76,7 @@ StatusOr<std::string> RandomMarker() {
     if (n < 0) return ErrnoStatus("getrandom");
     got += static_cast<size_t>(n);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string s(32, '0');
-  for (size_t i = 0; i < sizeof b; ++i) {
-    s[2 * i] = kHex[b[i] >> 4];
-    s[2 * i + 1] = kHex[b[i] & 15];
-  }
-  return s;
+  return HexEncode(b, sizeof b);
 }
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }

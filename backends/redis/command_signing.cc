@@ -11,21 +11,9 @@
 #include <sstream>
 
 #include "backends/redis/redis_protocol.h"
+#include "common/hex.h"
 
 namespace tandem::backends::redis {
-namespace {
-
-std::string Hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string out(n * 2, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = d[p[i] >> 4];
-    out[2 * i + 1] = d[p[i] & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 StatusOr<ClusterKey> ClusterKey::FromFile(const std::string& path) {
   if (path.empty()) return InvalidArgument("cluster key: no key file given (--cluster-key-file)");
@@ -51,7 +39,7 @@ std::string CommandMac(const ClusterKey& key, const std::string& stream, long lo
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.bytes().data(), static_cast<int>(key.bytes().size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len);
-  return Hex(mac, len);
+  return HexEncode(mac, len);
 }
 
 namespace {
@@ -63,7 +51,7 @@ std::string NewNonce() {
     std::string s = std::to_string(NowMs()) + ":" + std::to_string(++counter);
     for (size_t i = 0; i < sizeof(raw); ++i) raw[i] = static_cast<unsigned char>(i < s.size() ? s[i] : 0);
   }
-  return Hex(raw, sizeof(raw));
+  return HexEncode(raw, sizeof(raw));
 }
 
 // The checks shared by commands and envelopes: signature, then age.

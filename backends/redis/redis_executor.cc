@@ -10,6 +10,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "common/hex.h"
 #include "common/log.h"
 
 namespace tandem::backends::redis {
@@ -27,12 +28,7 @@ std::string NewLaunchId(const std::string& task_id) {
     std::random_device rd;
     for (auto& b : raw) b = static_cast<unsigned char>(rd());
   }
-  std::string out = task_id + "~";
-  for (unsigned char b : raw) {
-    out += "0123456789abcdef"[b >> 4];
-    out += "0123456789abcdef"[b & 15];
-  }
-  return out;
+  return task_id + "~" + HexEncode(raw, sizeof raw);
 }
 
 }  // namespace

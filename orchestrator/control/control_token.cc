@@ -10,19 +10,9 @@
 
 #include <fstream>
 
-namespace tandem::control {
+#include "common/hex.h"
 
-namespace {
-std::string Hex(const unsigned char* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string out(n * 2, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = d[p[i] >> 4];
-    out[2 * i + 1] = d[p[i] & 15];
-  }
-  return out;
-}
-}  // namespace
+namespace tandem::control {
 
 std::string ControlToken(std::string_view key, std::string_view job_id, std::string_view task_id, int launch) {
   std::string data = "tandem-control-v1\n";
@@ -31,7 +21,7 @@ std::string ControlToken(std::string_view key, std::string_view job_id, std::str
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
        data.size(), mac, &len);
-  return Hex(mac, len);
+  return HexEncode(mac, len);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -55,7 +45,7 @@ StatusOr<std::string> LoadOrCreateSecret(const std::filesystem::path& path) {
   }
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1) return Internal("control secret: the OpenSSL RNG failed");
-  const std::string secret = Hex(raw, sizeof raw);
+  const std::string secret = HexEncode(raw, sizeof raw);
   const std::filesystem::path tmp = path.string() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("create " + tmp.string());

@@ -75,30 +75,9 @@ TEST(ClusterKeyTest, RefusesKeyFilesOthersMayReadAndShortKeys) {
   EXPECT_FALSE(ClusterKey::FromFile(path).ok());
 }
 
-class RedisSigningTest : public ExecutorTestBase, public ::testing::Test {
+class RedisSigningTest : public OneAgentRedisTest {
  protected:
-  void SetUp() override {
-    if (!RedisReachable()) {
-      if (ServicesRequired()) FAIL() << "redis is not reachable (scripts/services/redis.sh start)";
-      GTEST_SKIP() << "redis is not running; scripts/services/redis.sh start";
-    }
-    cluster_.prefix = UniquePrefix("sign");
-    auto st = cluster_.Up(1, 2.0, dir_.path().string());
-    ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << AgentLog();
-    std::string prefix = cluster_.prefix;
-    Init({"redis", [prefix](boost::asio::io_context& io, Executor::ExitCallback cb)
-                       -> StatusOr<std::unique_ptr<Executor>> {
-            TANDEM_ASSIGN_OR_RETURN(auto e, MakeRedisExecutor(io, std::move(cb), prefix), "executor");
-            return std::unique_ptr<Executor>(std::move(e));
-          }});
-    auto cfg = TestRedisConfig();
-    ASSERT_TRUE(cfg.ok());
-    auto c = redis::RedisConn::Connect(*cfg);
-    ASSERT_TRUE(c.ok());
-    conn_ = std::move(c).value();
-  }
-
-  std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
+  RedisSigningTest() : OneAgentRedisTest("sign") {}
   std::string Cmds() { return cluster_.prefix + ":agent:node0:cmds"; }
 
   // A start command for a task that appends a line to `marker` each time it runs.
@@ -119,9 +98,6 @@ class RedisSigningTest : public ExecutorTestBase, public ::testing::Test {
     for (std::string line; std::getline(in, line);) ++n;
     return n;
   }
-
-  RedisCluster cluster_;
-  std::unique_ptr<redis::RedisConn> conn_;
 };
 
 TEST_F(RedisSigningTest, ForgedCommandsWrittenStraightIntoRedisAreNotRun) {

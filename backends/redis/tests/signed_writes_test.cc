@@ -106,37 +106,13 @@ TEST(NonceJournalTest, StaysBoundedUnderManyCommands) {
   EXPECT_LE(lines, 2100) << "the journal was never compacted";
 }
 
-class SignedWritesTest : public ExecutorTestBase, public ::testing::Test {
+class SignedWritesTest : public OneAgentRedisTest {
  protected:
-  void SetUp() override {
-    if (!RedisReachable()) {
-      if (ServicesRequired()) FAIL() << "redis is not reachable (scripts/services/redis.sh start)";
-      GTEST_SKIP() << "redis is not running; scripts/services/redis.sh start";
-    }
-    cluster_.prefix = UniquePrefix("signed");
-    auto st = cluster_.Up(1, 2.0, dir_.path().string());
-    ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << AgentLog();
-    std::string prefix = cluster_.prefix;
-    Init({"redis", [prefix](boost::asio::io_context& io, Executor::ExitCallback cb)
-                       -> StatusOr<std::unique_ptr<Executor>> {
-            TANDEM_ASSIGN_OR_RETURN(auto e, MakeRedisExecutor(io, std::move(cb), prefix), "executor");
-            return std::unique_ptr<Executor>(std::move(e));
-          }});
-    auto cfg = TestRedisConfig();
-    ASSERT_TRUE(cfg.ok());
-    auto c = redis::RedisConn::Connect(*cfg);
-    ASSERT_TRUE(c.ok());
-    conn_ = std::move(c).value();
-  }
-
-  std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
+  SignedWritesTest() : OneAgentRedisTest("signed") {}
   std::string Field(const std::string& key, const std::string& field) {
     auto r = conn_->Command({"HGET", key, field});
     return r.ok() ? r->str : "";
   }
-
-  RedisCluster cluster_;
-  std::unique_ptr<redis::RedisConn> conn_;
 };
 
 TEST_F(SignedWritesTest, ForgedExitWrittenStraightIntoRedisDoesNotEndTheTask) {
