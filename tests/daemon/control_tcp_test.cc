@@ -194,22 +194,7 @@ TEST_F(ControlTcpTest, TcpHellosNeedTheLaunchTokenAndTokensSurviveARestart) {
 // Probe workers pointed at the TCP address (--control) present their token
 // from the environment and run their handoff cycles through it.
 TEST_F(ControlTcpTest, ProbeWorkersRunHandoffCyclesOverTcp) {
-  const std::string tcp = TcpAddress();
-  auto probe = [&](std::vector<std::string> tags, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--control", tcp, "--cpu-capacity", "64MiB", "--start-released"};
-    for (const auto& t : tags) args.insert(args.end(), {"--tag", t});
-    args.insert(args.end(), extra.begin(), extra.end());
-    return json{{"worker", "probe"}, {"args", args}, {"replicas", 1}, {"gpus_per_replica", 1}};
-  };
-  json actor = probe({"params=2MiB:backup", "grads=2MiB", "optimizer=2MiB:backup", "activations=1MiB"},
-                     {"--controller", "--cycles", "2", "--phases", "rollout,train,sync"});
-  json rollout = probe({"weights=2MiB:backup", "kv_cache=2MiB", "cuda_graph=1MiB:backup"}, {});
-  rollout["colocate_with"] = "actor";
-  json spec = {{"name", "tcpcycles"}, {"backend", {{"kind", "local"}}}, {"devices", {{"count", 1}}},
-               {"roles", {{"actor", actor}, {"rollout", rollout}}},
-               {"handoff", {{"roles", {{"actor", "actor"}, {"rollout", "rollout"}}}, {"controller", "actor"},
-                            {"gpu_memory", 10 << 20}, {"timeout_s", 30}}}};
-  const std::string id = d_->Submit(spec);
+  const std::string id = d_->Submit(ProbeHandoffSpec("tcpcycles", "local", 2, {"--control", TcpAddress()}));
   ASSERT_EQ(d_->WaitJob(id, std::chrono::seconds(60)), "succeeded") << d_->Job(id).dump(2);
   const fs::path run = d_->Job(id).value("run_dir", "");
   std::vector<std::string> phases;

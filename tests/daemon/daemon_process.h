@@ -45,6 +45,41 @@ inline std::string ReadFile(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// The JSON lines of a file (empty lines skipped).
+inline std::vector<nlohmann::json> JsonLines(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+// A colocated actor+rollout job of probe workers on one device, the actor the
+// controller running `cycles` cycles of rollout,train,sync; `probe_args` go
+// first on both probes' command lines (e.g. {"--control", "tcp:..."}).
+inline nlohmann::json ProbeHandoffSpec(const std::string& name, const std::string& backend, int cycles,
+                                       const std::vector<std::string>& probe_args = {}) {
+  auto probe = [&](std::vector<std::string> tags, std::vector<std::string> extra) {
+    std::vector<std::string> args = probe_args;
+    args.insert(args.end(), {"--cpu-capacity", "64MiB", "--start-released"});
+    for (const auto& t : tags) args.insert(args.end(), {"--tag", t});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return nlohmann::json{{"worker", "probe"}, {"args", args}, {"replicas", 1}, {"gpus_per_replica", 1}};
+  };
+  nlohmann::json actor = probe({"params=2MiB:backup", "grads=2MiB", "optimizer=2MiB:backup", "activations=1MiB"},
+                               {"--controller", "--cycles", std::to_string(cycles), "--phases", "rollout,train,sync"});
+  nlohmann::json rollout = probe({"weights=2MiB:backup", "kv_cache=2MiB", "cuda_graph=1MiB:backup"}, {});
+  rollout["colocate_with"] = "actor";
+  return {{"name", name},
+          {"backend", {{"kind", backend}}},
+          {"devices", {{"count", 1}}},
+          {"roles", {{"actor", actor}, {"rollout", rollout}}},
+          {"handoff",
+           {{"roles", {{"actor", "actor"}, {"rollout", "rollout"}}}, {"controller", "actor"}, {"gpu_memory", 10 << 20},
+            {"timeout_s", 30}}}};
+}
+
 // Waits until `pred` holds, polling; false on timeout.
 template <typename Pred>
 bool WaitFor(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {

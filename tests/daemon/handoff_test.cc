@@ -24,15 +24,6 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kMiB = 1 << 20;
 
-std::vector<json> JsonLines(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) out.push_back(json::parse(line));
-  }
-  return out;
-}
 
 json Probe(std::vector<std::string> tags, std::vector<std::string> extra = {}, int replicas = 1, int gpus = 1) {
   std::vector<std::string> args;

@@ -13,7 +13,7 @@
 
 #include "orchestrator/control/control_token.h"
 #include "tests/daemon/daemon_process.h"
-#include "tests/multihost/netns_cluster.h"
+#include "tests/multihost/netns_test.h"
 
 namespace tandem::multihost {
 namespace {
@@ -22,36 +22,11 @@ using json = nlohmann::json;
 using testing::DaemonProcess;
 using testing::WaitFor;
 
-std::vector<json> JsonLines(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
+using testing::JsonLines;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-class ControlChannelTest : public ::testing::Test {
+class ControlChannelTest : public NetnsTest {
  protected:
-  void SetUp() override {
-    if (!CanUseNetns()) {
-      if (std::getenv("TANDEM_SERVICES_REQUIRED") && std::string(std::getenv("TANDEM_SERVICES_REQUIRED")) == "1")
-        FAIL() << "multi-host tests need root and `ip netns` (TANDEM_SERVICES_REQUIRED=1)";
-      GTEST_SKIP() << "needs root, ip netns and redis-server";
-    }
-    dir_ = testing::MakeTempDir("tandem-mhctl");
-    cluster_ = std::make_unique<NetnsCluster>(dir_);
-  }
-  void TearDown() override {
-    if (HasFailure() && cluster_) std::cerr << cluster_->AllAgentLogs() << (daemon_ ? daemon_->log() : "");
-    daemon_.reset();
-    cluster_.reset();
-    if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);
-  }
+  ControlChannelTest() : NetnsTest("tandem-mhctl") {}
 
   // Runs a hello from inside `h`'s namespace against HOST:PORT; the answer line.
   std::string HelloFromNamespace(const Host& h, const std::string& host_port, const json& hello) {
@@ -65,12 +40,8 @@ class ControlChannelTest : public ::testing::Test {
     fs::remove(out);
     Sh("ip netns exec " + h.netns + " python3 " + script.string() + " " + host_port + " " +
        (dir_ / "forge.json").string() + " " + out.string());
-    return Slurp(out);
+    return testing::ReadFile(out);
   }
-
-  fs::path dir_;
-  std::unique_ptr<NetnsCluster> cluster_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(ControlChannelTest, HandoffJobOnAnAgentUsesTheDaemonsTcpAddress) {
@@ -85,21 +56,7 @@ TEST_F(ControlChannelTest, HandoffJobOnAnAgentUsesTheDaemonsTcpAddress) {
   std::getline(std::ifstream(dir_ / "state" / "control.addr"), tcp);
   ASSERT_EQ(tcp.rfind("tcp:" + h.root_ip + ":", 0), 0u) << tcp;
 
-  auto probe = [](std::vector<std::string> tags, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--cpu-capacity", "64MiB", "--start-released"};
-    for (const auto& t : tags) args.insert(args.end(), {"--tag", t});
-    args.insert(args.end(), extra.begin(), extra.end());
-    return json{{"worker", "probe"}, {"args", args}, {"replicas", 1}, {"gpus_per_replica", 1}};
-  };
-  json actor = probe({"params=2MiB:backup", "grads=2MiB", "optimizer=2MiB:backup", "activations=1MiB"},
-                     {"--controller", "--cycles", "2", "--phases", "rollout,train,sync"});
-  json rollout = probe({"weights=2MiB:backup", "kv_cache=2MiB", "cuda_graph=1MiB:backup"}, {});
-  rollout["colocate_with"] = "actor";
-  json spec = {{"name", "remote-handoff"}, {"backend", {{"kind", "redis"}}}, {"devices", {{"count", 1}}},
-               {"roles", {{"actor", actor}, {"rollout", rollout}}},
-               {"handoff", {{"roles", {{"actor", "actor"}, {"rollout", "rollout"}}}, {"controller", "actor"},
-                            {"gpu_memory", 10 << 20}, {"timeout_s", 30}}}};
-  const std::string id = daemon_->Submit(spec);
+  const std::string id = daemon_->Submit(testing::ProbeHandoffSpec("remote-handoff", "redis", 2));
   ASSERT_FALSE(id.empty());
 
   // A forged hello from the node's namespace for a task of this job: without

@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "tests/daemon/daemon_process.h"
-#include "tests/multihost/netns_cluster.h"
+#include "tests/multihost/netns_test.h"
 
 namespace tandem::multihost {
 namespace {
@@ -26,23 +26,9 @@ using json = nlohmann::json;
 using testing::DaemonProcess;
 using testing::WaitFor;
 
-class MultiHostTest : public ::testing::Test {
+class MultiHostTest : public NetnsTest {
  protected:
-  void SetUp() override {
-    if (!CanUseNetns()) {
-      if (std::getenv("TANDEM_SERVICES_REQUIRED") && std::string(std::getenv("TANDEM_SERVICES_REQUIRED")) == "1")
-        FAIL() << "multi-host tests need root and `ip netns` (TANDEM_SERVICES_REQUIRED=1)";
-      GTEST_SKIP() << "needs root, ip netns and redis-server";
-    }
-    dir_ = testing::MakeTempDir("tandem-mh");
-    cluster_ = std::make_unique<NetnsCluster>(dir_);
-  }
-  void TearDown() override {
-    if (HasFailure() && cluster_) std::cerr << cluster_->AllAgentLogs() << (daemon_ ? daemon_->log() : "");
-    daemon_.reset();
-    cluster_.reset();
-    if (!HasFailure() && !dir_.empty()) fs::remove_all(dir_);
-  }
+  MultiHostTest() : NetnsTest("tandem-mh") {}
 
   void Up(double lease_s, int hosts = 3, const std::vector<std::vector<std::string>>& agent_flags = {}) {
     auto st = cluster_->Up(hosts, lease_s, agent_flags);
@@ -96,10 +82,6 @@ class MultiHostTest : public ::testing::Test {
     return {{"name", name}, {"backend", {{"kind", "redis"}}}, {"roles", {{"svc", role}}}};
   }
   void Go() { std::ofstream(dir_ / "go") << "go"; }
-
-  fs::path dir_;
-  std::unique_ptr<NetnsCluster> cluster_;
-  std::unique_ptr<DaemonProcess> daemon_;
 };
 
 TEST_F(MultiHostTest, ColocatedJobRunsAcrossNodesAndLogsAreServed) {

@@ -23,28 +23,9 @@ bool PidAlive(pid_t pid) {
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
-class RedisFaultTest : public ExecutorTestBase, public ::testing::Test {
+class RedisFaultTest : public OneAgentRedisTest {
  protected:
-  void SetUp() override {
-    if (!RedisReachable()) {
-      if (ServicesRequired()) FAIL() << "redis is not reachable (scripts/services/redis.sh start)";
-      GTEST_SKIP() << "redis is not running; scripts/services/redis.sh start";
-    }
-    cluster_.prefix = UniquePrefix("fault");
-    auto st = cluster_.Up(1, kLeaseS, dir_.path().string());
-    ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << AgentLog();
-    std::string prefix = cluster_.prefix;
-    Init({"redis", [prefix](boost::asio::io_context& io, Executor::ExitCallback cb)
-                       -> StatusOr<std::unique_ptr<Executor>> {
-            TANDEM_ASSIGN_OR_RETURN(auto e, MakeRedisExecutor(io, std::move(cb), prefix), "executor");
-            return std::unique_ptr<Executor>(std::move(e));
-          }});
-    auto cfg = TestRedisConfig();
-    ASSERT_TRUE(cfg.ok());
-    cfg_ = *cfg;
-  }
-
-  std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
+  RedisFaultTest() : OneAgentRedisTest("fault", kLeaseS) {}
 
   // A field of the launch's task hash (its key is in the ref).
   std::string HashField(const TaskRef& ref, const std::string& field) {
@@ -73,9 +54,6 @@ class RedisFaultTest : public ExecutorTestBase, public ::testing::Test {
                          "/scripts/services/redis.sh";
     return std::system((script + " " + verb + " >/dev/null 2>&1").c_str());
   }
-
-  RedisCluster cluster_;
-  redis::RedisConfig cfg_;
 };
 
 TEST_F(RedisFaultTest, MalformedMessagesCrashNeitherAgentNorExecutor) {

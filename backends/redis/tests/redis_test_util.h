@@ -230,20 +230,20 @@ inline StatusOr<std::unique_ptr<redis::RedisExecutor>> MakeRedisExecutor(boost::
 
 // The shared suite's harness: two agents on this machine (started on first use,
 // stopped at exit), one prefix for the whole binary.
-// A fixture with one real agent ("node0", 2 s lease) under a fresh prefix,
+// A fixture with one real agent ("node0", `lease_s` lease) under a fresh prefix,
 // the redis executor over it, and a raw connection for writing into Redis
 // behind tandem's back. Skips (or fails with TANDEM_SERVICES_REQUIRED=1)
 // without the redis service.
 class OneAgentRedisTest : public ExecutorTestBase, public ::testing::Test {
  protected:
-  explicit OneAgentRedisTest(std::string what) : what_(std::move(what)) {}
+  explicit OneAgentRedisTest(std::string what, double lease_s = 2.0) : what_(std::move(what)), lease_s_(lease_s) {}
   void SetUp() override {
     if (!RedisReachable()) {
       if (ServicesRequired()) FAIL() << "redis is not reachable (scripts/services/redis.sh start)";
       GTEST_SKIP() << "redis is not running; scripts/services/redis.sh start";
     }
     cluster_.prefix = UniquePrefix(what_);
-    auto st = cluster_.Up(1, 2.0, dir_.path().string());
+    auto st = cluster_.Up(1, lease_s_, dir_.path().string());
     ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << AgentLog();
     std::string prefix = cluster_.prefix;
     Init({"redis", [prefix](boost::asio::io_context& io, Executor::ExitCallback cb)
@@ -253,6 +253,7 @@ class OneAgentRedisTest : public ExecutorTestBase, public ::testing::Test {
           }});
     auto cfg = TestRedisConfig();
     ASSERT_TRUE(cfg.ok());
+    cfg_ = *cfg;
     auto c = redis::RedisConn::Connect(*cfg);
     ASSERT_TRUE(c.ok());
     conn_ = std::move(c).value();
@@ -261,7 +262,9 @@ class OneAgentRedisTest : public ExecutorTestBase, public ::testing::Test {
   std::string AgentLog() { return ReadWholeFile(dir_.path() / (cluster_.prefix + "-agent0.log")); }
 
   std::string what_;
+  double lease_s_;
   RedisCluster cluster_;
+  redis::RedisConfig cfg_;
   std::unique_ptr<redis::RedisConn> conn_;
 };
 
