@@ -14,7 +14,6 @@
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
-BIN=${TANDEM_BIN_DIR:?}
 CASE=${1:?usage: daemon_test.sh restart|ctld-restart}
 
 job=$(sbatch --parsable --job-name=tandem-test-daemon --output=/dev/null --ntasks=2 \
@@ -22,16 +21,8 @@ job=$(sbatch --parsable --job-name=tandem-test-daemon --output=/dev/null --ntask
 CLEANUPS+=("scancel $job")
 wait_for 30 "allocation $job running" bash -c "squeue -h -j $job -o %T | grep -q RUNNING"
 
-state=$SCRATCH/state
-start_daemon() {
-  # The service tests' Redis settings (TANDEM_REDIS_URL) would turn on the redis backend.
-  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job "$job" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
-  DPID=$!
-  CLEANUPS+=("kill -9 $DPID 2>/dev/null")
-  wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
-}
-T() { "$BIN/tandem" --socket "$state/tandemd.sock" "$@"; }
-job_state() { T status "$1" --json | jq -r .state; }
+# shellcheck source=tandemd.sh
+. "$TANDEM_SOURCE_DIR/backends/slurm/tests/tandemd.sh"
 steps_of_job() { squeue -h --steps -j "$job" -o %j | grep -vc '^batch$' || true; }
 fail() { echo "FAIL: $*" >&2; echo "--- tandemd log" >&2; tail -40 "$SCRATCH/tandemd.log" >&2 || true; exit 1; }
 
@@ -57,7 +48,7 @@ cat >"$SCRATCH/job.json" <<'JSON'
 }
 JSON
 
-start_daemon
+start_daemon --slurm-job "$job"
 id=$(T submit "$SCRATCH/job.json" | tail -1)
 [[ -n "$id" ]] || fail "submit printed no job id"
 wait_for 30 "two steps of the job running" bash -c "[[ \$(squeue -h --steps -j $job -o %j | grep -vc '^batch$') -ge 2 ]]"
@@ -69,7 +60,7 @@ case $CASE in
     wait "$DPID" 2>/dev/null || true
     [[ $(steps_of_job) -ge 2 ]] || fail "steps died with tandemd ($(steps_of_job) left)"
     pass "steps survive kill -9 of tandemd"
-    start_daemon
+    start_daemon --slurm-job "$job"
     ;;
   ctld-restart)
     # slurmctld saves its state every few seconds: a step created after the
@@ -86,8 +77,7 @@ case $CASE in
   *) fail "unknown case $CASE" ;;
 esac
 
-wait_for 60 "job $id to end" bash -c \
-  "[[ \$('$BIN/tandem' --socket '$state/tandemd.sock' status $id --json | jq -r .state) =~ ^(succeeded|failed|cancelled)$ ]]"
+wait_end "$id" 60
 [[ $(job_state "$id") == succeeded ]] || fail "job $id ended $(job_state "$id"): $(T status "$id" --json)"
 actor=$(T logs "$id" --task actor.0)
 rollout=$(T logs "$id" --task rollout.0)

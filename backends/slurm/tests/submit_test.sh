@@ -36,30 +36,19 @@
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
-BIN=${TANDEM_BIN_DIR:?}
 CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window [lib|cli|auto]}
 API=${2:-auto}
 unset SLURM_JOB_ID
+# shellcheck source=tandemd.sh
+. "$TANDEM_SOURCE_DIR/backends/slurm/tests/tandemd.sh"
 
-state=$SCRATCH/state
-start_daemon() {
-  # The service tests' Redis settings (TANDEM_REDIS_URL) would turn on the redis backend.
-  env -u TANDEM_REDIS_URL "$BIN/tandemd" --state-dir "$state" --slurm-job submit --slurm-api "$API" --log-level debug >>"$SCRATCH/tandemd.log" 2>&1 &
-  DPID=$!
-  CLEANUPS+=("kill -9 $DPID 2>/dev/null")
-  wait_for 20 "tandemd socket" test -S "$state/tandemd.sock"
+start_submit_daemon() {
+  start_daemon --slurm-job submit --slurm-api "$API"
   [[ $API == auto ]] || grep -q "submit mode: one batch job per tandem job api=$API" "$SCRATCH/tandemd.log" ||
     fail "tandemd does not say it uses api=$API"
 }
-T() { "$BIN/tandem" --socket "$state/tandemd.sock" "$@"; }
-job_state() { T status "$1" --json | jq -r .state; }
 batch_of() { squeue -h --states=all --name="$1" -o %i | head -1; }
 live_batch() { squeue -h --name="$1" -o %i | head -1; }
-fail() { echo "FAIL: $*" >&2; echo "--- tandemd log" >&2; tail -40 "$SCRATCH/tandemd.log" >&2 || true; exit 1; }
-wait_end() {
-  wait_for "${2:-60}" "job $1 to end" bash -c \
-    "[[ \$('$BIN/tandem' --socket '$state/tandemd.sock' status $1 --json | jq -r .state) =~ ^(succeeded|failed|cancelled)$ ]]"
-}
 
 # spec SLEEP [EXTRA_BACKEND_JSON]
 spec() {
@@ -113,7 +102,7 @@ submit_running() {
   wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
 }
 
-start_daemon
+start_submit_daemon
 case $CASE in
   run)
     # Another job holds GPUs 0,1: the batch job gets 2,3, and the job's
@@ -195,7 +184,7 @@ case $CASE in
     wait "$DPID" 2>/dev/null || true
     [[ -n $(live_batch "$id") ]] || fail "batch job died with tandemd"
     pass "batch job $batch survives kill -9 of tandemd"
-    start_daemon
+    start_submit_daemon
     wait_end "$id" 60
     [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
     grep -q "reattached task=$id.actor.0 batch job=$batch" "$SCRATCH/tandemd.log" || fail "no re-attach by id logged"
@@ -232,7 +221,7 @@ case $CASE in
   crash-window)
     kill -9 "$DPID"
     wait "$DPID" 2>/dev/null || true
-    TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_daemon
+    TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_submit_daemon
     spec 8
     id=$(T submit "$SCRATCH/job.json" | tail -1)
     wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
@@ -240,7 +229,7 @@ case $CASE in
     batch=$(batch_of "$id")
     CLEANUPS+=("scancel $batch")
     grep -q "killing tandemd after starting step=$id.actor.0" "$SCRATCH/tandemd.log" || fail "fault point not reached"
-    start_daemon
+    start_submit_daemon
     wait_end "$id" 60
     [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
     grep -q "adopted step=$id.actor.0.* task=$id.actor.0 batch job=$batch" "$SCRATCH/tandemd.log" ||
