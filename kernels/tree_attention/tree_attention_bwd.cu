@@ -6,7 +6,7 @@
 //                                 transposed plan and the group's query heads:
 //                                 dV = P^T dout, dK = scale * dS^T Q.
 // Same tiles as the forward (tree_attention_tiles.cuh); no atomics.
-#include "kernels/tree_attention/tree_attention_tiles.cuh"
+#include "kernels/tree_attention/tree_attention_bwd_tiles.cuh"
 
 namespace tandem::kernels::detail {
 
@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
   const int kt = blockIdx.x, hk = blockIdx.y, G = a.Hq / a.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = kt * kTile;
-  const int krow0 = k0 + warp * 16 + lane / 4, krow1 = krow0 + 8;
-  const int kend0 = krow0 < a.T ? a.kend[krow0] : 0, kend1 = krow1 < a.T ? a.kend[krow1] : 0;
+  const KeyRows krows(a, k0, warp, lane);
   const float sl2 = a.scale * kLog2e;
   const int tile_kend_min = a.tile_kend_min[kt];
 
@@ -114,24 +113,14 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
   int h = hk * G;
   TileCursor cur(a.k_ptr, a.q_ranges, kt);
   auto load_item = [&](int hh, int tile, int st) {
-    LoadTileAsync<D>(qs + st * kE, a.q, tile * kTile, a.T, a.Hq, hh);
-    LoadTileAsync<D>(dos + st * kE, a.dout, tile * kTile, a.T, a.Hq, hh);
-    if (threadIdx.x < kTile) {
-      const int q = tile * kTile + threadIdx.x;
-      lse_s[st * kTile + threadIdx.x] = q < a.T ? a.lse_in[static_cast<int64_t>(hh) * a.T + q] * kLog2e : 0.f;
-      delta_s[st * kTile + threadIdx.x] = q < a.T ? a.delta[static_cast<int64_t>(hh) * a.T + q] : 0.f;
-    }
+    LoadQueryItem<D>(a, hh, tile, qs + st * kE, dos + st * kE, lse_s + st * kTile, delta_s + st * kTile);
   };
   LoadTileAsync<D>(ks, a.k, k0, a.T, a.Hkv, hk);
   LoadTileAsync<D>(vs, a.v, k0, a.T, a.Hkv, hk);
   if (cur.tile >= 0) load_item(h, cur.tile, 0);
   CpAsyncCommit();
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
-    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
-  }
+  ZeroKeyGrads<D>(dk, dv);
   int stage = 0;
   const int first_tile = cur.tile;
   while (cur.tile >= 0) {
@@ -141,25 +130,11 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
     CpAsyncCommit();
     CpAsyncWait<1>();
     __syncthreads();
-    float s[8][4], dp[8][4];
-    GemmRowsRowsT<D>(s, ks + warp * 16 * Smem<D>::kLd, qs + stage * kE, lane);
-    GemmRowsRowsT<D>(dp, vs + warp * 16 * Smem<D>::kLd, dos + stage * kE, lane);
     const int q0 = cur.tile * kTile;
     const bool full = k0 + kTile <= q0 && k0 + kTile <= a.T && tile_kend_min >= q0 + kTile;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-        const int q = q0 + c;
-        float p = exp2f(fmaf(s[nt][e], sl2, -lse_s[stage * kTile + c]));
-        if (!full) p = (e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1)) ? p : 0.f;
-        s[nt][e] = p;
-        dp[nt][e] = p * (dp[nt][e] - delta_s[stage * kTile + c]);  // dS^T
-      }
-    }
-    GemmRegsRows<D>(dv, s, dos + stage * kE, lane);
-    GemmRegsRows<D>(dk, dp, qs + stage * kE, lane);
+    float ds[8][4];
+    KeyTileGrads<D>(dk, dv, ds, ks + warp * 16 * Smem<D>::kLd, vs + warp * 16 * Smem<D>::kLd, qs + stage * kE,
+                    dos + stage * kE, lse_s + stage * kTile, delta_s + stage * kTile, q0, full, krows, sl2, lane);
     __syncthreads();
     if (cur.Next() < 0 && next >= 0) {
       cur = TileCursor(a.k_ptr, a.q_ranges, kt);
@@ -169,20 +144,7 @@ __global__ void __launch_bounds__(kThreads) DkvTC(TreeAttnArgs a) {
     }
     stage ^= 1;
   }
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int col = i * 8 + (lane % 4) * 2;
-    if (krow0 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow0) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][0] * a.scale, dk[i][1] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][0], dv[i][1]);
-    }
-    if (krow1 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow1) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][2] * a.scale, dk[i][3] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][2], dv[i][3]);
-    }
-  }
+  StoreKeyGrads<D>(a, dk, dv, krows, hk, lane);
 }
 
 template <int D>

@@ -20,7 +20,7 @@
 //    rather than the process hanging.
 #include <algorithm>
 
-#include "kernels/tree_attention/tree_attention_tiles.cuh"
+#include "kernels/tree_attention/tree_attention_bwd_tiles.cuh"
 
 namespace tandem::kernels::detail {
 
@@ -30,6 +30,17 @@ namespace {
 using namespace tc;
 
 constexpr int kLdS = kTile + 8;  // dS^T tile row stride (bf16), padded like the others
+
+// A warp's 16 rows of dS^T (registers, C layout) to smem at `d` (row stride
+// kLdS), in bf16: the precision the dQ MMA takes anyway.
+__device__ __forceinline__ void StoreDsT(__nv_bfloat16* d, const float (&ds)[8][4], int lane) {
+  __nv_bfloat16* d0 = d + (lane / 4) * kLdS + (lane % 4) * 2;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    *reinterpret_cast<uint32_t*>(d0 + nt * 8) = PackBf16(ds[nt][0], ds[nt][1]);
+    *reinterpret_cast<uint32_t*>(d0 + 8 * kLdS + nt * 8) = PackBf16(ds[nt][2], ds[nt][3]);
+  }
+}
 
 __device__ __forceinline__ int LdAcquire(const int* p) {
   int v;
@@ -53,32 +64,21 @@ __global__ void __launch_bounds__(kThreads) BwdFusedTC(TreeAttnArgs a, float* dq
   const int hk = blockIdx.y, G = a.Hq / a.Hkv;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = kt * kTile;
-  const int krow0 = k0 + warp * 16 + lane / 4, krow1 = krow0 + 8;
-  const int kend0 = krow0 < a.T ? a.kend[krow0] : 0, kend1 = krow1 < a.T ? a.kend[krow1] : 0;
+  const KeyRows krows(a, k0, warp, lane);
   const float sl2 = a.scale * kLog2e;
   const int tile_kend_min = a.tile_kend_min[kt];
 
   int h = hk * G;
   TileCursor cur(a.k_ptr, a.q_ranges, kt);
   auto load_item = [&](int hh, int tile, int st) {
-    LoadTileAsync<D>(qs + st * kE, a.q, tile * kTile, a.T, a.Hq, hh);
-    LoadTileAsync<D>(dos + st * kE, a.dout, tile * kTile, a.T, a.Hq, hh);
-    if (threadIdx.x < kTile) {
-      const int q = tile * kTile + threadIdx.x;
-      lse_s[st * kTile + threadIdx.x] = q < a.T ? a.lse_in[static_cast<int64_t>(hh) * a.T + q] * kLog2e : 0.f;
-      delta_s[st * kTile + threadIdx.x] = q < a.T ? a.delta[static_cast<int64_t>(hh) * a.T + q] : 0.f;
-    }
+    LoadQueryItem<D>(a, hh, tile, qs + st * kE, dos + st * kE, lse_s + st * kTile, delta_s + st * kTile);
   };
   LoadTileAsync<D>(ks, a.k, k0, a.T, a.Hkv, hk);
   LoadTileAsync<D>(vs, a.v, k0, a.T, a.Hkv, hk);
   if (cur.tile >= 0) load_item(h, cur.tile, 0);
   CpAsyncCommit();
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
-    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
-  }
+  ZeroKeyGrads<D>(dk, dv);
   int stage = 0;
   const int first_tile = cur.tile;
   while (cur.tile >= 0) {
@@ -90,31 +90,11 @@ __global__ void __launch_bounds__(kThreads) BwdFusedTC(TreeAttnArgs a, float* dq
     __syncthreads();
     const int q0 = cur.tile * kTile;
     {
-      float s[8][4], dp[8][4];
-      GemmRowsRowsT<D>(s, ks + warp * 16 * kLd, qs + stage * kE, lane);
-      GemmRowsRowsT<D>(dp, vs + warp * 16 * kLd, dos + stage * kE, lane);
       const bool full = k0 + kTile <= q0 && k0 + kTile <= a.T && tile_kend_min >= q0 + kTile;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-          const int q = q0 + c;
-          float p = exp2f(fmaf(s[nt][e], sl2, -lse_s[stage * kTile + c]));
-          if (!full) p = (e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1)) ? p : 0.f;
-          s[nt][e] = p;
-          dp[nt][e] = p * (dp[nt][e] - delta_s[stage * kTile + c]);  // dS^T
-        }
-      }
-      GemmRegsRows<D>(dv, s, dos + stage * kE, lane);
-      GemmRegsRows<D>(dk, dp, qs + stage * kE, lane);
-      // dS^T rows of this warp to smem (bf16, the precision the MMA takes anyway).
-      __nv_bfloat16* d0 = dst + (warp * 16 + lane / 4) * kLdS + (lane % 4) * 2;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        *reinterpret_cast<uint32_t*>(d0 + nt * 8) = PackBf16(dp[nt][0], dp[nt][1]);
-        *reinterpret_cast<uint32_t*>(d0 + 8 * kLdS + nt * 8) = PackBf16(dp[nt][2], dp[nt][3]);
-      }
+      float ds[8][4];
+      KeyTileGrads<D>(dk, dv, ds, ks + warp * 16 * kLd, vs + warp * 16 * kLd, qs + stage * kE, dos + stage * kE,
+                      lse_s + stage * kTile, delta_s + stage * kTile, q0, full, krows, sl2, lane);
+      StoreDsT(dst + warp * 16 * kLdS, ds, lane);
     }
     __syncthreads();
     // dQ rows [q0 + 16 warp, +16) += dS (16 x 64) K (64 x D), 32 columns at a
@@ -194,20 +174,7 @@ __global__ void __launch_bounds__(kThreads) BwdFusedTC(TreeAttnArgs a, float* dq
     }
     stage ^= 1;
   }
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int col = i * 8 + (lane % 4) * 2;
-    if (krow0 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow0) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][0] * a.scale, dk[i][1] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][0], dv[i][1]);
-    }
-    if (krow1 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow1) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][2] * a.scale, dk[i][3] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][2], dv[i][3]);
-    }
-  }
+  StoreKeyGrads<D>(a, dk, dv, krows, hk, lane);
 }
 
 // kTensorCoreFusedBwdWide: the one-pass backward with 128 keys per block (two
@@ -251,8 +218,7 @@ __global__ void __launch_bounds__(kWideThreads) BwdFusedWideTC(TreeAttnArgs a, f
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k0 = kt0 * kTile;
   const int ktw = kt0 + warp / 4;  // this warp's plan key tile
-  const int krow0 = k0 + warp * 16 + lane / 4, krow1 = krow0 + 8;
-  const int kend0 = krow0 < a.T ? a.kend[krow0] : 0, kend1 = krow1 < a.T ? a.kend[krow1] : 0;
+  const KeyRows krows(a, k0, warp, lane);
   const float sl2 = a.scale * kLog2e;
   const int tile_kend_min = ktw < a.num_tiles ? a.tile_kend_min[ktw] : 0;
 
@@ -274,11 +240,7 @@ __global__ void __launch_bounds__(kWideThreads) BwdFusedWideTC(TreeAttnArgs a, f
   if (cur.tile >= 0) load_item(h, cur.tile, 0);
   CpAsyncCommit();
   float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
-    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
-  }
+  ZeroKeyGrads<D>(dk, dv);
   int stage = 0;
   const int first_tile = cur.tile;
   while (cur.tile >= 0) {
@@ -290,31 +252,12 @@ __global__ void __launch_bounds__(kWideThreads) BwdFusedWideTC(TreeAttnArgs a, f
     __syncthreads();
     const int q0 = cur.tile * kTile;
     const bool in0 = cur.a.tile == cur.tile, in1 = cur.b.tile == cur.tile;  // block-uniform
-    __nv_bfloat16* d0 = dst + (warp * 16 + lane / 4) * kLdS + (lane % 4) * 2;
     if (warp < 4 ? in0 : in1) {
-      float s[8][4], dp[8][4];
-      GemmRowsRowsT<D>(s, ks + warp * 16 * kLd, qs + stage * kE, lane);
-      GemmRowsRowsT<D>(dp, vs + warp * 16 * kLd, dos + stage * kE, lane);
       const bool full = (ktw + 1) * kTile <= q0 && (ktw + 1) * kTile <= a.T && tile_kend_min >= q0 + kTile;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = nt * 8 + (lane % 4) * 2 + (e & 1);
-          const int q = q0 + c;
-          float p = exp2f(fmaf(s[nt][e], sl2, -lse_s[stage * kTile + c]));
-          if (!full) p = (e < 2 ? (krow0 <= q && q < kend0) : (krow1 <= q && q < kend1)) ? p : 0.f;
-          s[nt][e] = p;
-          dp[nt][e] = p * (dp[nt][e] - delta_s[stage * kTile + c]);  // dS^T
-        }
-      }
-      GemmRegsRows<D>(dv, s, dos + stage * kE, lane);
-      GemmRegsRows<D>(dk, dp, qs + stage * kE, lane);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        *reinterpret_cast<uint32_t*>(d0 + nt * 8) = PackBf16(dp[nt][0], dp[nt][1]);
-        *reinterpret_cast<uint32_t*>(d0 + 8 * kLdS + nt * 8) = PackBf16(dp[nt][2], dp[nt][3]);
-      }
+      float ds[8][4];
+      KeyTileGrads<D>(dk, dv, ds, ks + warp * 16 * kLd, vs + warp * 16 * kLd, qs + stage * kE, dos + stage * kE,
+                      lse_s + stage * kTile, delta_s + stage * kTile, q0, full, krows, sl2, lane);
+      StoreDsT(dst + warp * 16 * kLdS, ds, lane);
     }
     __syncthreads();
     // dQ (64 x D) += dS (64 x 128 keys) K (128 x D); skip a key half not in the list.
@@ -357,20 +300,7 @@ __global__ void __launch_bounds__(kWideThreads) BwdFusedWideTC(TreeAttnArgs a, f
     }
     stage ^= 1;
   }
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int col = i * 8 + (lane % 4) * 2;
-    if (krow0 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow0) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][0] * a.scale, dk[i][1] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][0], dv[i][1]);
-    }
-    if (krow1 < a.T) {
-      const int64_t o = (static_cast<int64_t>(krow1) * a.Hkv + hk) * D + col;
-      *reinterpret_cast<__nv_bfloat162*>(a.dk + o) = __floats2bfloat162_rn(dk[i][2] * a.scale, dk[i][3] * a.scale);
-      *reinterpret_cast<__nv_bfloat162*>(a.dv + o) = __floats2bfloat162_rn(dv[i][2], dv[i][3]);
-    }
-  }
+  StoreKeyGrads<D>(a, dk, dv, krows, hk, lane);
 }
 
 // dq = bf16(scale * dq_acc), 4 elements per thread (n is a multiple of 64).
@@ -382,6 +312,14 @@ __global__ void ConvertDq(const float* __restrict__ acc, __nv_bfloat16* __restri
     o[0] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
     o[1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
   }
+}
+
+// dq = bf16(scale * ws) over its n floats.
+cudaError_t LaunchConvertDq(const TreeAttnArgs& a, const float* ws, int64_t n, cudaStream_t s) {
+  const int64_t n4 = n / 4;
+  const int blocks = static_cast<int>(std::min<int64_t>((n4 + 255) / 256, 132 * 16));
+  ConvertDq<<<blocks, 256, 0, s>>>(ws, a.dq, n4, a.scale);
+  return cudaGetLastError();
 }
 
 template <int D>
@@ -399,10 +337,7 @@ cudaError_t LaunchBackwardFusedWide(const TreeAttnArgs& a, float* ws, cudaStream
   }
   BwdFusedWideTC<D><<<dim3((a.num_tiles + 1) / 2, a.Hkv), kWideThreads, smem, s>>>(a, ws);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  const int64_t n4 = n / 4;
-  const int blocks = static_cast<int>(std::min<int64_t>((n4 + 255) / 256, 132 * 16));
-  ConvertDq<<<blocks, 256, 0, s>>>(ws, a.dq, n4, a.scale);
-  return cudaGetLastError();
+  return LaunchConvertDq(a, ws, n, s);
 }
 
 template <int D, bool kOrdered>
@@ -420,10 +355,7 @@ cudaError_t LaunchBackwardFused(const TreeAttnArgs& a, float* ws, cudaStream_t s
   kernel<<<dim3(a.num_tiles, a.Hkv), kThreads, smem, s>>>(a, ws, sems);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   if (kOrdered) return cudaSuccess;
-  const int64_t n4 = n / 4;
-  const int blocks = static_cast<int>(std::min<int64_t>((n4 + 255) / 256, 132 * 16));
-  ConvertDq<<<blocks, 256, 0, s>>>(ws, a.dq, n4, a.scale);
-  return cudaGetLastError();
+  return LaunchConvertDq(a, ws, n, s);
 }
 
 }  // namespace
