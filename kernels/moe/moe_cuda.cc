@@ -6,19 +6,12 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/common/cuda_status.h"
 #include "kernels/moe/moe_launch.h"
 
 namespace tandem::kernels {
 namespace {
 
-Status Cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-Status Blas(cublasStatus_t e, const char* what) {
-  if (e == CUBLAS_STATUS_SUCCESS) return Status::Ok();
-  return Internal(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(e)));
-}
 Status NotNull(std::initializer_list<const void*> ptrs, const char* what) {
   for (const void* p : ptrs) {
     if (p == nullptr) return InvalidArgument(std::string(what) + ": null tensor");

@@ -9,15 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/common/cuda_status.h"
 #include "kernels/tree_attention/tree_attention_launch.h"
 
 namespace tandem::kernels {
 namespace {
-
-Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::Ok();
-  return Internal(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -85,11 +81,11 @@ StatusOr<TreeAttentionPlanBuffer> TreeAttentionPlanBuffer::Upload(const TreeAtte
   host.reserve(total);
   for (const auto* p : parts) host.insert(host.end(), p->begin(), p->end());
   TreeAttentionPlanBuffer buf;
-  TANDEM_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&buf.mem_, std::max<size_t>(1, total) * sizeof(int32_t)), "cudaMalloc plan"));
-  TANDEM_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(buf.mem_, host.data(), total * sizeof(int32_t),
+  TANDEM_RETURN_IF_ERROR(Cuda(cudaMalloc(&buf.mem_, std::max<size_t>(1, total) * sizeof(int32_t)), "cudaMalloc plan"));
+  TANDEM_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(buf.mem_, host.data(), total * sizeof(int32_t),
                                                     cudaMemcpyHostToDevice, stream),
                                     "copy plan"));
-  TANDEM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "copy plan"));
+  TANDEM_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "copy plan"));
   const int32_t* d = static_cast<const int32_t*>(buf.mem_);
   const int32_t* ptrs[6];
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -126,7 +122,7 @@ Status TreeAttentionForwardCuda(const TreeAttentionDevicePlan& plan, const TreeA
                                 kernel == TreeAttentionKernel::kTensorCoreFusedBwdWide
                             ? detail::LaunchForwardTensorCoreWideLazy(a, stream)
                                                                          : detail::LaunchForwardTensorCoreOverlapV(a, stream);
-  return CudaStatus(e, "tree attention forward launch");
+  return Cuda(e, "tree attention forward launch");
 }
 
 Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const TreeAttentionShape& shape,
@@ -159,17 +155,17 @@ Status TreeAttentionBackwardCuda(const TreeAttentionDevicePlan& plan, const Tree
       return wide ? detail::LaunchBackwardTensorCoreFusedWide(a, ws, stream)
                   : detail::LaunchBackwardTensorCoreFused(a, ws, ordered, stream);
     };
-    if (dq_accum != nullptr) return CudaStatus(launch(dq_accum), "tree attention backward launch");
+    if (dq_accum != nullptr) return Cuda(launch(dq_accum), "tree attention backward launch");
     const size_t bytes = TreeAttentionBackwardWorkspaceFloats(shape) * sizeof(float);
     void* ws = nullptr;
-    TANDEM_RETURN_IF_ERROR(CudaStatus(cudaMallocAsync(&ws, bytes, stream), "tree attention backward: dq workspace"));
-    const Status launched = CudaStatus(launch(static_cast<float*>(ws)), "tree attention backward launch");
-    const Status freed = CudaStatus(cudaFreeAsync(ws, stream), "tree attention backward: free dq workspace");
+    TANDEM_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&ws, bytes, stream), "tree attention backward: dq workspace"));
+    const Status launched = Cuda(launch(static_cast<float*>(ws)), "tree attention backward launch");
+    const Status freed = Cuda(cudaFreeAsync(ws, stream), "tree attention backward: free dq workspace");
     return launched.ok() ? freed : launched;
   }
   const cudaError_t e = kernel == TreeAttentionKernel::kSimple ? detail::LaunchBackwardSimple(a, stream)
                                                                : detail::LaunchBackwardTensorCore(a, stream);
-  return CudaStatus(e, "tree attention backward launch");
+  return Cuda(e, "tree attention backward launch");
 }
 
 }  // namespace tandem::kernels
