@@ -126,6 +126,9 @@ StatusOr<std::unique_ptr<SlurmSubmitExecutor>> SlurmSubmitExecutor::Create(boost
     if (!slurm::HaveCommand(cmd))
       return FailedPrecondition(std::string("slurm submit mode: ") + cmd + " is not in PATH");
   if (!options.control) options.control = slurm::MakeCliBatchControl();
+  // Test-only: a short wait for a step still being created after a restart.
+  if (const char* w = std::getenv("TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS"); w && std::atoi(w) > 0)
+    options.step_create_wait = std::chrono::milliseconds(std::atoi(w));
   return std::unique_ptr<SlurmSubmitExecutor>(new SlurmSubmitExecutor(io, std::move(on_exit), std::move(options)));
 }
 
@@ -136,7 +139,15 @@ SlurmSubmitExecutor::SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallba
       options_(std::move(options)),
       workers_(std::make_unique<boost::asio::thread_pool>(2)),
       adopted_(std::make_unique<slurm::AdoptedSteps>(
-          io, *workers_, [this](const std::string& task, const TaskExit& x) { on_exit_(task, x); }, options_.poll)) {}
+          io, *workers_,
+          [this](const std::string& task, const std::string& batch_id, const TaskExit& x) {
+            OnStepExit(batch_id, task, x);
+          },
+          options_.poll)),
+      resolver_(std::make_unique<slurm::IntentResolver>(
+          io, *workers_,
+          [this](const std::string& task, const slurm::IntentResolver::Outcome& out) { OnIntentResolved(task, out); },
+          options_.step_create_wait, std::chrono::milliseconds(250), std::chrono::seconds(3))) {}
 
 SlurmSubmitExecutor::~SlurmSubmitExecutor() {
   // Stops supervising: batch jobs and steps keep running for the next daemon.
@@ -246,15 +257,14 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
 }
 
 // The batch job of a tandem job whose task refs carry no id (the daemon
-// died while it was being submitted): the record OnSubmitted wrote, else the
-// job named after the tandem job (blocks: squeue, at re-attach only).
-std::string SlurmSubmitExecutor::FindBatchOf(const std::string& tandem_job) {
+// died while it was being submitted), as far as it is known without asking
+// Slurm: this daemon's map, else the record OnSubmitted wrote.
+std::string SlurmSubmitExecutor::KnownBatchOf(const std::string& tandem_job) {
   if (auto it = batch_of_job_.find(tandem_job); it != batch_of_job_.end()) return it->second;
   if (auto info = options_.job_info(tandem_job); info.ok() && !info->run_dir.empty())
     if (auto rec = ReadJson(info->run_dir / "slurm-batch.json"); rec && rec->value("tandem_job", "") == tandem_job)
       return rec->value("job_id", "");
-  auto found = slurm::FindBatchByName(tandem_job);
-  return found.ok() ? *found : "";
+  return "";
 }
 
 void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
@@ -404,6 +414,11 @@ SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& 
 
 Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "signal");
+  if (auto p = pending_.find(ref.task_id); p != pending_.end()) {
+    if (sig == SIGKILL) return Kill(ref);
+    p->second.signal = sig;  // applied once re-attached
+    return Status::Ok();
+  }
   if (adopted_->Has(ref.task_id)) {
     adopted_->Signal(ref.task_id, sig);
     return Status::Ok();
@@ -432,6 +447,11 @@ Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
 
 Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "kill");
+  if (auto p = pending_.find(ref.task_id); p != pending_.end()) {
+    p->second.killed = true;  // applied once re-attached; an intent's srun client is stopped now
+    if (resolver_->Has(ref.task_id)) resolver_->Cancel(ref.task_id);
+    return Status::Ok();
+  }
   if (adopted_->Has(ref.task_id)) {
     adopted_->Kill(ref.task_id);
     return Status::Ok();
@@ -445,7 +465,7 @@ Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
 bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;
-  if (adopted_->Has(ref.task_id)) return true;
+  if (adopted_->Has(ref.task_id) || pending_.count(ref.task_id)) return true;
   if (auto sub = submitting_.find(r->tandem_job); sub != submitting_.end() && r->batch_id.empty())
     for (const auto& q : sub->second.queued)
       if (q.task_id == ref.task_id) return true;
@@ -459,7 +479,60 @@ bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
 
 Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
-  if (r.batch_id.empty() && !submitting_.count(r.tandem_job)) r.batch_id = FindBatchOf(r.tandem_job);
+  if (pending_.count(ref.task_id)) return Status::Ok();
+  if (!r.batch_id.empty() || submitting_.count(r.tandem_job)) return ReattachTo(ref, r.batch_id);
+  if (std::string known = KnownBatchOf(r.tandem_job); !known.empty()) return ReattachTo(ref, known);
+  // Only Slurm knows (squeue --name): ask on a worker; the task counts as
+  // alive meanwhile, and a Signal or Kill is applied once it is re-attached.
+  pending_[ref.task_id] = Pending{ref, "", r.exit_path};
+  FindBatchThenReattach(ref.task_id, 0);
+  return Status::Ok();
+}
+
+void SlurmSubmitExecutor::FindBatchThenReattach(const std::string& task_id, int attempt) {
+  auto it = pending_.find(task_id);
+  if (it == pending_.end() || stop_->load()) return;
+  const std::string tandem_job = it->second.ref.data.value("tandem_job", "");
+  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, task_id, tandem_job, attempt] {
+    if (stop->load()) return;
+    auto found = slurm::FindBatchByName(tandem_job);
+    boost::asio::post(io_, [this, weak, task_id, attempt, found = std::move(found)] {
+      if (!weak.lock()) return;
+      auto p = pending_.find(task_id);
+      if (p == pending_.end()) return;
+      if (!found.ok() && attempt < 30) {
+        // Not knowing is not "never submitted": a second batch job must not follow. Ask again.
+        log::Warn("slurm", "task={}: is its batch job submitted? {} (asking again)", task_id, found.status().ToString());
+        auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::seconds(1));
+        timer->async_wait([this, weak, timer, task_id, attempt](const boost::system::error_code& ec) {
+          if (!ec && weak.lock()) FindBatchThenReattach(task_id, attempt + 1);
+        });
+        return;
+      }
+      Pending pend = std::move(p->second);
+      pending_.erase(p);
+      if (!found.ok()) {
+        TaskExit x = Ended("slurm: could not learn whether the batch job of " + pend.ref.task_id +
+                           " was submitted: " + found.status().ToString());
+        x.status_known = false;
+        PostExit(task_id, x);
+        return;
+      }
+      if (Status st = ReattachTo(pend.ref, *found); !st.ok()) {
+        TaskExit x = Ended("slurm: could not re-attach: " + st.ToString());
+        x.status_known = false;
+        PostExit(task_id, x);
+        return;
+      }
+      if (pend.killed) (void)Kill(pend.ref);
+      else if (pend.signal) (void)Signal(pend.ref, pend.signal);
+    });
+  });
+}
+
+Status SlurmSubmitExecutor::ReattachTo(const TaskRef& ref, const std::string& batch_id) {
+  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
+  r.batch_id = batch_id;
   if (r.batch_id.empty()) {
     // Never submitted (the daemon died before sbatch answered): submit now.
     auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
@@ -483,29 +556,71 @@ Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
     return Status::Ok();
   }
   if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
-    // Killed between starting the step and writing .step.json: find it by name.
-    const std::string name = intent->value("step_name", "");
-    const int64_t since = intent->value("at_ms", int64_t{0});
-    if (!slurm::FindStepNow(b->id, name, std::chrono::seconds(3)).empty() ||
-        slurm::HasExitRecordSince(r.exit_path, since)) {
-      adopted_->Adopt(ref.task_id, b->id, name, r.exit_path, since);
-      return Status::Ok();
-    }
-    log::Info("slurm", "task={} step={} was never started (not in squeue, no exit record)", ref.task_id, name);
-  }
-  auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
-  if (!launch) {
-    PostExit(ref.task_id, [] {
-      TaskExit x = Ended("no launch record survived the daemon restart");
-      x.status_known = false;
-      return x;
-    }());
+    // Killed between spawning srun and writing .step.json: the step may run,
+    // be being created, or never have started. Found out on workers.
+    slurm::StepIntent in{b->id, intent->value("step_name", ""), intent->value("at_ms", int64_t{0})};
+    pending_[ref.task_id] = Pending{ref, b->id, r.exit_path};
+    resolver_->Resolve(ref.task_id, in, r.exit_path);
     return Status::Ok();
   }
-  TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
-  b->queued.push_back(req);  // never started: it starts when the batch job runs
-  log::Info("slurm", "reattached task={} batch job={} (not started yet)", ref.task_id, b->id);
+  QueueAgain(ref.task_id, b->id, r.exit_path);
   return Status::Ok();
+}
+
+void SlurmSubmitExecutor::OnIntentResolved(const std::string& task_id, const slurm::IntentResolver::Outcome& out) {
+  auto node = pending_.extract(task_id);
+  if (node.empty()) return;
+  const Pending& p = node.mapped();
+  const std::string& why = out.decision.why;
+  switch (out.decision.verdict) {
+    case slurm::IntentVerdict::kAdopt: {
+      fs::path stderr_path;
+      if (auto launch = ReadJson(Sibling(p.exit_path, ".launch.json")); launch && launch->is_object())
+        stderr_path = launch->value("stderr_path", "");
+      adopted_->Adopt(task_id, p.batch_id, out.intent.step_name, p.exit_path, stderr_path, out.intent.at_ms);
+      if (p.killed) adopted_->Kill(task_id);
+      else if (p.signal) adopted_->Signal(task_id, p.signal);
+      return;
+    }
+    case slurm::IntentVerdict::kEndedUnknown: {
+      TaskExit x = Ended("slurm: step " + out.intent.step_name + ": " + why);
+      x.exit_code = -1;
+      x.status_known = false;
+      PostExit(task_id, x);
+      return;
+    }
+    case slurm::IntentVerdict::kNeverStarted:
+      if (p.killed || p.signal) {
+        PostExit(task_id, Ended("slurm: signalled before its step started (" + why + ")", p.killed ? SIGKILL : p.signal));
+        return;
+      }
+      QueueAgain(task_id, p.batch_id, p.exit_path);
+      return;
+    case slurm::IntentVerdict::kWait:
+      return;  // not an outcome
+  }
+}
+
+// A task that never started: it starts when its batch job runs.
+void SlurmSubmitExecutor::QueueAgain(const std::string& task_id, const std::string& batch_id,
+                                     const fs::path& exit_path) {
+  auto launch = ReadJson(Sibling(exit_path, ".launch.json"));
+  auto req = launch ? RequestFromJson(*launch) : StatusOr<LaunchRequest>(NotFound("no launch record"));
+  if (!req.ok()) {
+    TaskExit x = Ended("no launch record survived the daemon restart: " + req.status().ToString());
+    x.status_known = false;
+    PostExit(task_id, x);
+    return;
+  }
+  auto it = batches_.find(batch_id);
+  if (it == batches_.end() || it->second->cancelled ||
+      (it->second->state.ended() && !it->second->state.state.empty())) {
+    PostExit(task_id, Ended("slurm: batch job " + batch_id + " ended before the task started" +
+                            (it == batches_.end() ? "" : ": " + it->second->state.ToString())));
+    return;
+  }
+  it->second->queued.push_back(*req);
+  log::Info("slurm", "reattached task={} batch job={} (not started yet)", task_id, batch_id);
 }
 
 void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {
