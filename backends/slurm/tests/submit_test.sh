@@ -126,7 +126,7 @@ slow_srun() {
 for a; do
   if [[ \$a == --job-name=*.actor.0.* ]]; then
     echo "start \$\$" >>"$SCRATCH/actor-srun.log"
-    if [[ $2 != once || ! -e "$SCRATCH/slept" ]]; then
+    if [[ "${2:-}" != once || ! -e "$SCRATCH/slept" ]]; then
       touch "$SCRATCH/slept"
       sleep $1 & s=\$!
       trap 'kill \$s; exit 143' TERM
