@@ -15,6 +15,7 @@
 #include "backends/slurm/sbatch_args.h"
 #include "backends/slurm/slurm_cli.h"
 #include "backends/slurm/step_placement.h"
+#include "backends/slurm/submit_records.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -22,73 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct SubmitRef {
-  std::string batch_id;
-  std::string tandem_job;
-  fs::path exit_path;
-};
-
-StatusOr<SubmitRef> ParseRef(const TaskRef& ref) {
-  const auto& d = ref.data;
-  auto bad = [&](const char* what) { return InvalidArgument("slurm task ref " + ref.task_id + ": " + what); };
-  if (ref.backend != "slurm") return bad("backend is not \"slurm\"");
-  if (!d.is_object() || d.value("mode", "") != "submit") return bad("not a submit-mode ref");
-  if (!d.contains("job_id") || !d["job_id"].is_string()) return bad("expected data.job_id");
-  if (!d.contains("tandem_job") || !d["tandem_job"].is_string()) return bad("expected data.tandem_job");
-  SubmitRef r{d["job_id"].get<std::string>(), d["tandem_job"].get<std::string>(), ""};
-  if (d.contains("exit_path") && d["exit_path"].is_string()) r.exit_path = d["exit_path"].get<std::string>();
-  return r;
-}
-
-json RequestToJson(const LaunchRequest& r) {
-  return {{"job_id", r.job_id}, {"task_id", r.task_id}, {"argv", r.argv}, {"env", r.env},
-          {"cwd", r.cwd.string()}, {"stdout_path", r.stdout_path.string()},
-          {"stderr_path", r.stderr_path.string()}, {"exit_path", r.exit_path.string()}};
-}
-
-StatusOr<LaunchRequest> RequestFromJson(const json& j) {
-  try {
-    LaunchRequest r;
-    r.job_id = j.at("job_id").get<std::string>();
-    r.task_id = j.at("task_id").get<std::string>();
-    r.argv = j.at("argv").get<std::vector<std::string>>();
-    r.env = j.at("env").get<std::vector<std::string>>();
-    r.cwd = j.at("cwd").get<std::string>();
-    r.stdout_path = j.at("stdout_path").get<std::string>();
-    r.stderr_path = j.at("stderr_path").get<std::string>();
-    r.exit_path = j.at("exit_path").get<std::string>();
-    return r;
-  } catch (const json::exception& e) {
-    return InvalidArgument(std::string("launch record: ") + e.what());
-  }
-}
-
-fs::path Sibling(const fs::path& p, const std::string& suffix) {
-  return p.empty() ? p : fs::path(p.string() + suffix);
-}
-
-// Written whole or not at all (rename), so a reader never sees half a file.
-void WriteJson(const fs::path& path, const json& j) {
-  if (path.empty()) return;
-  const fs::path tmp = Sibling(path, ".tmp");
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << '\n';
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) log::Warn("slurm", "write {}: {}", path.string(), ec.message());
-}
-
-std::optional<json> ReadJson(const fs::path& path) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  auto j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
-}
+using namespace submit;  // NOLINT: the records of submit_records.h
 
 // Logical ids in CUDA_VISIBLE_DEVICES mapped onto the allocation's GPUs.
 void MapDevices(LaunchRequest& r, const std::vector<int>& gpus) {
@@ -105,15 +40,6 @@ void MapDevices(LaunchRequest& r, const std::vector<int>& gpus) {
     e = key + out;
     return;
   }
-}
-
-TaskExit Ended(std::string detail, int sig = 0) {
-  TaskExit x;
-  x.exit_code = sig ? -1 : 1;
-  x.signal = sig;
-  x.detail = std::move(detail);
-  x.ended_at = std::chrono::system_clock::now();
-  return x;
 }
 
 }  // namespace
@@ -256,17 +182,6 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
   if (sub.ended) JobEnded(tandem_job);
 }
 
-// The batch job of a tandem job whose task refs carry no id (the daemon
-// died while it was being submitted), as far as it is known without asking
-// Slurm: this daemon's map, else the record OnSubmitted wrote.
-std::string SlurmSubmitExecutor::KnownBatchOf(const std::string& tandem_job) {
-  if (auto it = batch_of_job_.find(tandem_job); it != batch_of_job_.end()) return it->second;
-  if (auto info = options_.job_info(tandem_job); info.ok() && !info->run_dir.empty())
-    if (auto rec = ReadJson(info->run_dir / "slurm-batch.json"); rec && rec->value("tandem_job", "") == tandem_job)
-      return rec->value("job_id", "");
-  return "";
-}
-
 void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   LaunchRequest r = req;
   if (b.alloc.nodes.size() > 1) {
@@ -295,7 +210,12 @@ void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   const std::string step_name = SlurmExecutor::NewStepName(req.task_id);
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();
-  WriteJson(Sibling(req.exit_path, ".step-intent.json"), {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}});
+  std::vector<int> devices;  // the batch job's GPU ids the step runs on
+  for (const auto& e : r.env)
+    if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+      if (auto ids = slurm::ParseIndexList(e.substr(21)); ids.ok()) devices = *ids;
+  WriteJson(Sibling(req.exit_path, ".step-intent.json"),
+            {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}, {"devices", devices}});
   auto ref = b.steps->StartNamed(r, step_name);
   // Fault point for the crash-window test only (submit_test.sh crash-window).
   if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START"); crash && std::string(crash) == "1") {
@@ -372,6 +292,7 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
 
 void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit) {
   auto it = batches_.find(batch_id);
+  if (it != batches_.end()) it->second->steps->ReleaseGres(task_id);  // an adopted step's GPUs
   if (it == batches_.end() || exit.succeeded()) {
     on_exit_(task_id, exit);
     return;
@@ -475,152 +396,6 @@ bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   for (const auto& q : b->queued)
     if (q.task_id == ref.task_id) return true;
   return false;
-}
-
-Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
-  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
-  if (pending_.count(ref.task_id)) return Status::Ok();
-  if (!r.batch_id.empty() || submitting_.count(r.tandem_job)) return ReattachTo(ref, r.batch_id);
-  if (std::string known = KnownBatchOf(r.tandem_job); !known.empty()) return ReattachTo(ref, known);
-  // Only Slurm knows (squeue --name): ask on a worker; the task counts as
-  // alive meanwhile, and a Signal or Kill is applied once it is re-attached.
-  pending_[ref.task_id] = Pending{ref, "", r.exit_path};
-  FindBatchThenReattach(ref.task_id, 0);
-  return Status::Ok();
-}
-
-void SlurmSubmitExecutor::FindBatchThenReattach(const std::string& task_id, int attempt) {
-  auto it = pending_.find(task_id);
-  if (it == pending_.end() || stop_->load()) return;
-  const std::string tandem_job = it->second.ref.data.value("tandem_job", "");
-  boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, task_id, tandem_job, attempt] {
-    if (stop->load()) return;
-    auto found = slurm::FindBatchByName(tandem_job);
-    boost::asio::post(io_, [this, weak, task_id, attempt, found = std::move(found)] {
-      if (!weak.lock()) return;
-      auto p = pending_.find(task_id);
-      if (p == pending_.end()) return;
-      if (!found.ok() && attempt < 30) {
-        // Not knowing is not "never submitted": a second batch job must not follow. Ask again.
-        log::Warn("slurm", "task={}: is its batch job submitted? {} (asking again)", task_id, found.status().ToString());
-        auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::seconds(1));
-        timer->async_wait([this, weak, timer, task_id, attempt](const boost::system::error_code& ec) {
-          if (!ec && weak.lock()) FindBatchThenReattach(task_id, attempt + 1);
-        });
-        return;
-      }
-      Pending pend = std::move(p->second);
-      pending_.erase(p);
-      if (!found.ok()) {
-        TaskExit x = Ended("slurm: could not learn whether the batch job of " + pend.ref.task_id +
-                           " was submitted: " + found.status().ToString());
-        x.status_known = false;
-        PostExit(task_id, x);
-        return;
-      }
-      if (Status st = ReattachTo(pend.ref, *found); !st.ok()) {
-        TaskExit x = Ended("slurm: could not re-attach: " + st.ToString());
-        x.status_known = false;
-        PostExit(task_id, x);
-        return;
-      }
-      if (pend.killed) (void)Kill(pend.ref);
-      else if (pend.signal) (void)Signal(pend.ref, pend.signal);
-    });
-  });
-}
-
-Status SlurmSubmitExecutor::ReattachTo(const TaskRef& ref, const std::string& batch_id) {
-  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
-  r.batch_id = batch_id;
-  if (r.batch_id.empty()) {
-    // Never submitted (the daemon died before sbatch answered): submit now.
-    auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
-    if (!launch) {
-      PostExit(ref.task_id, Ended("no launch record survived the daemon restart"));
-      return Status::Ok();
-    }
-    TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
-    if (!submitting_.count(r.tandem_job)) TANDEM_RETURN_IF_ERROR(SubmitAsync(r.tandem_job), "reattach " + ref.task_id);
-    submitting_[r.tandem_job].queued.push_back(req);
-    log::Info("slurm", "reattached task={} (its batch job was never submitted: submitting)", ref.task_id);
-    return Status::Ok();
-  }
-  TANDEM_ASSIGN_OR_RETURN(Batch* b, Adopt(r.batch_id, r.tandem_job), "reattach " + ref.task_id);
-  if (b->launched.count(ref.task_id)) return Status::Ok();
-  if (auto step = ReadJson(Sibling(r.exit_path, ".step.json"))) {
-    TANDEM_ASSIGN_OR_RETURN(TaskRef inner, TaskRef::FromJson(*step), "reattach " + ref.task_id);
-    TANDEM_RETURN_IF_ERROR(b->steps->Reattach(inner), "reattach " + ref.task_id);
-    b->launched[ref.task_id] = inner;
-    log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
-    return Status::Ok();
-  }
-  if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
-    // Killed between spawning srun and writing .step.json: the step may run,
-    // be being created, or never have started. Found out on workers.
-    slurm::StepIntent in{b->id, intent->value("step_name", ""), intent->value("at_ms", int64_t{0})};
-    pending_[ref.task_id] = Pending{ref, b->id, r.exit_path};
-    resolver_->Resolve(ref.task_id, in, r.exit_path);
-    return Status::Ok();
-  }
-  QueueAgain(ref.task_id, b->id, r.exit_path);
-  return Status::Ok();
-}
-
-void SlurmSubmitExecutor::OnIntentResolved(const std::string& task_id, const slurm::IntentResolver::Outcome& out) {
-  auto node = pending_.extract(task_id);
-  if (node.empty()) return;
-  const Pending& p = node.mapped();
-  const std::string& why = out.decision.why;
-  switch (out.decision.verdict) {
-    case slurm::IntentVerdict::kAdopt: {
-      fs::path stderr_path;
-      if (auto launch = ReadJson(Sibling(p.exit_path, ".launch.json")); launch && launch->is_object())
-        stderr_path = launch->value("stderr_path", "");
-      adopted_->Adopt(task_id, p.batch_id, out.intent.step_name, p.exit_path, stderr_path, out.intent.at_ms);
-      if (p.killed) adopted_->Kill(task_id);
-      else if (p.signal) adopted_->Signal(task_id, p.signal);
-      return;
-    }
-    case slurm::IntentVerdict::kEndedUnknown: {
-      TaskExit x = Ended("slurm: step " + out.intent.step_name + ": " + why);
-      x.exit_code = -1;
-      x.status_known = false;
-      PostExit(task_id, x);
-      return;
-    }
-    case slurm::IntentVerdict::kNeverStarted:
-      if (p.killed || p.signal) {
-        PostExit(task_id, Ended("slurm: signalled before its step started (" + why + ")", p.killed ? SIGKILL : p.signal));
-        return;
-      }
-      QueueAgain(task_id, p.batch_id, p.exit_path);
-      return;
-    case slurm::IntentVerdict::kWait:
-      return;  // not an outcome
-  }
-}
-
-// A task that never started: it starts when its batch job runs.
-void SlurmSubmitExecutor::QueueAgain(const std::string& task_id, const std::string& batch_id,
-                                     const fs::path& exit_path) {
-  auto launch = ReadJson(Sibling(exit_path, ".launch.json"));
-  auto req = launch ? RequestFromJson(*launch) : StatusOr<LaunchRequest>(NotFound("no launch record"));
-  if (!req.ok()) {
-    TaskExit x = Ended("no launch record survived the daemon restart: " + req.status().ToString());
-    x.status_known = false;
-    PostExit(task_id, x);
-    return;
-  }
-  auto it = batches_.find(batch_id);
-  if (it == batches_.end() || it->second->cancelled ||
-      (it->second->state.ended() && !it->second->state.state.empty())) {
-    PostExit(task_id, Ended("slurm: batch job " + batch_id + " ended before the task started" +
-                            (it == batches_.end() ? "" : ": " + it->second->state.ToString())));
-    return;
-  }
-  it->second->queued.push_back(*req);
-  log::Info("slurm", "reattached task={} batch job={} (not started yet)", task_id, batch_id);
 }
 
 void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {
