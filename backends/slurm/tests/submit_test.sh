@@ -304,6 +304,7 @@ case $CASE in
       "$SCRATCH/tandemd.log" || fail "no wait for the living srun client logged"
     ! grep -q "task=$id.actor.0 step=.*: adopt (" "$SCRATCH/tandemd.log" ||
       fail "the step was resolved before the API answered: nothing shows the API answers during re-attach"
+    grep -q "recovered jobs=1 reattached_tasks=2" "$SCRATCH/tandemd.log" || fail "not both tasks re-attached"
     [[ $(job_state "$id") == running ]] || fail "job $id not running while re-attaching: $(T status "$id" --json)"
     pass "tandemd answers its API while it waits for the srun client still creating the step"
     wait_for 20 "the actor's step adopted" grep -q "adopted step=$id.actor.0.* task=$id.actor.0 batch job=$batch" \
