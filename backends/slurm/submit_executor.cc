@@ -172,6 +172,12 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
     return;
   }
   log::Info("slurm", "batch submitted job={} tandem_job={} api={}", *id, tandem_job, options_.control->name());
+  // Fault point for the lost-submit test only (submit_test.sh lost-submit):
+  // the daemon dies before it records the batch job anywhere.
+  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT"); crash && std::string(crash) == "1") {
+    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT: killing tandemd before recording batch job={}", *id);
+    ::kill(::getpid(), SIGKILL);
+  }
   if (!sub.run_dir.empty()) WriteJson(sub.run_dir / "slurm-batch.json", {{"job_id", *id}, {"tandem_job", tandem_job}});
   auto b = Adopt(*id, tandem_job);
   if (!b.ok()) {

@@ -46,6 +46,7 @@ void SlurmSubmitExecutor::FindBatchThenReattach(const std::string& task_id, int 
   boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, task_id, tandem_job, attempt] {
     if (stop->load()) return;
     auto found = slurm::FindBatchByName(tandem_job);
+    if (!found.ok() && found.status().code() == StatusCode::kNotFound) found = std::string();  // never submitted
     boost::asio::post(io_, [this, weak, task_id, attempt, found = std::move(found)] {
       if (!weak.lock()) return;
       auto p = pending_.find(task_id);

@@ -30,7 +30,12 @@
 #                .step.json: the restarted daemon finds the step by the name
 #                in its intent record and adopts it; the task ran once, the
 #                job succeeds, one batch job, nothing left.
-#   slow-step    the same crash, but the step is slow to be created (an srun
+#   lost-submit  tandemd killed (test-only fault point) right after Slurm
+#                accepted the batch job, before it recorded the id anywhere:
+#                the restarted daemon finds the batch job by name (squeue on
+#                a worker), re-attaches both tasks to it, no second batch job,
+#                the job succeeds.
+#   slow-step    the same crash as crash-window, but the step is slow to be created (an srun
 #                wrapper in tandemd's PATH sleeps 5 s before it runs the real
 #                srun): the restarted daemon answers its API at once while it
 #                waits for the living srun client, then adopts the step (srun
@@ -48,7 +53,7 @@
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window|slow-step|slow-step-timeout [lib|cli|auto]}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window|lost-submit|slow-step|slow-step-timeout [lib|cli|auto]}
 API=${2:-auto}
 unset SLURM_JOB_ID
 # shellcheck source=tandemd.sh
@@ -292,6 +297,27 @@ case $CASE in
     check_outputs "$id" "$batch"
     [[ $(T logs "$id" --task actor.0 | grep -c "actor CVD=") == 1 ]] || fail "actor ran more than once"
     pass "actor ran exactly once"
+    [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
+    nothing_left "$batch"
+    ;;
+  lost-submit)
+    kill -9 "$DPID"
+    wait "$DPID" 2>/dev/null || true
+    TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT=1 start_submit_daemon
+    spec 2
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 30 "tandemd to kill itself after the submit" bash -c "! kill -0 $DPID 2>/dev/null"
+    wait "$DPID" 2>/dev/null || true
+    grep -q "killing tandemd before recording batch job=" "$SCRATCH/tandemd.log" || fail "fault point not reached"
+    batch=$(batch_of "$id")
+    [[ -n $batch ]] || fail "no batch job named $id"
+    CLEANUPS+=("scancel $batch")
+    start_submit_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "reattached task=$id.actor.0 batch job=$batch (not started yet)" "$SCRATCH/tandemd.log" ||
+      fail "the task was not re-attached to batch job $batch found by name"
+    check_outputs "$id" "$batch"
     [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
     nothing_left "$batch"
     ;;
