@@ -4,25 +4,16 @@
 #include <signal.h>
 
 #include <fstream>
-#include <thread>
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
 #include "backends/local/exit_record.h"
+#include "backends/slurm/end_reason.h"
 #include "backends/slurm/step_control.h"
 #include "common/log.h"
 
 namespace tandem::backends::slurm {
-
-std::string FindStepNow(const std::string& job_id, const std::string& step_name, std::chrono::milliseconds wait) {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  for (;;) {
-    std::string step = FindStep(job_id, step_name);
-    if (!step.empty() || std::chrono::steady_clock::now() > deadline) return step;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-}
 
 bool HasExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms) {
   std::ifstream in(exit_path);
@@ -31,7 +22,7 @@ bool HasExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms
   return j.is_object() && j.value("ended_at_ms", int64_t{0}) >= since_ms;
 }
 
-AdoptedSteps::AdoptedSteps(boost::asio::io_context& io, boost::asio::thread_pool& workers, Executor::ExitCallback on_exit,
+AdoptedSteps::AdoptedSteps(boost::asio::io_context& io, boost::asio::thread_pool& workers, ExitCallback on_exit,
                            std::chrono::milliseconds poll)
     : io_(io), workers_(workers), on_exit_(std::move(on_exit)), poll_(poll) {}
 
@@ -41,8 +32,9 @@ AdoptedSteps::~AdoptedSteps() {
 }
 
 void AdoptedSteps::Adopt(const std::string& task_id, const std::string& job_id, const std::string& step_name,
-                         const std::filesystem::path& exit_path, int64_t since_ms) {
-  Step s{job_id, step_name, exit_path, since_ms, false, std::make_unique<boost::asio::steady_timer>(io_)};
+                         const std::filesystem::path& exit_path, const std::filesystem::path& stderr_path,
+                         int64_t since_ms) {
+  Step s{job_id, step_name, exit_path, stderr_path, since_ms, false, std::make_unique<boost::asio::steady_timer>(io_)};
   steps_[task_id] = std::move(s);
   log::Info("slurm", "adopted step={} task={} batch job={} (found by name; no srun client to re-attach)", step_name,
             task_id, job_id);
@@ -54,11 +46,16 @@ void AdoptedSteps::Check(const std::string& task_id) {
   if (it == steps_.end() || stop_->load()) return;
   const Step& s = it->second;
   boost::asio::post(workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, task_id, job = s.job_id,
-                               name = s.step_name, exit_path = s.exit_path, since = s.since_ms] {
+                               name = s.step_name, exit_path = s.exit_path, stderr_path = s.stderr_path,
+                               since = s.since_ms] {
     if (stop->load()) return;
-    const bool running = !FindStep(job, name).empty();
+    // A squeue that does not answer says nothing: look again later.
+    auto step = LookupStep(job, name);
+    const bool running = !step.ok() || !step->empty();
     std::optional<TaskExit> exit;
+    std::string banner;
     if (!running) {
+      banner = BannerInFiles({stderr_path, exit_path.empty() ? exit_path : std::filesystem::path(exit_path.string() + ".srun.log")});
       // The record tandem-exec wrote in the step, if it is this run's.
       if (HasExitRecordSince(exit_path, since)) {
         std::ifstream in(exit_path);
@@ -66,7 +63,7 @@ void AdoptedSteps::Check(const std::string& task_id) {
         exit = local::ReadExitRecord(exit_path, j.is_object() ? j.value("marker", "") : "");
       }
     }
-    boost::asio::post(io_, [this, weak, task_id, running, exit = std::move(exit)]() mutable {
+    boost::asio::post(io_, [this, weak, task_id, running, exit = std::move(exit), banner]() mutable {
       if (!weak.lock()) return;
       auto found = steps_.find(task_id);
       if (found == steps_.end()) return;
@@ -81,14 +78,20 @@ void AdoptedSteps::Check(const std::string& task_id) {
       if (exit) {
         x = *exit;
       } else {
-        x.exit_code = found->second.killed ? -1 : 1;
+        // Ended by Slurm or from outside (scancel, node failure), or its
+        // record was lost: how it ended is not known, unless we killed it.
+        x.exit_code = -1;
         x.signal = found->second.killed ? SIGKILL : 0;
         x.status_known = found->second.killed;
-        x.detail = "slurm: step " + found->second.step_name + " ended with no exit record";
+        x.detail = "step " + found->second.step_name + " ended with no exit record" +
+                   (found->second.killed ? "" : " (exit status unknown)");
         x.ended_at = std::chrono::system_clock::now();
       }
+      if (!x.succeeded() && !banner.empty()) x.detail = "slurm: " + banner + "; " + x.detail;
+      else if (!exit) x.detail = "slurm: " + x.detail;
+      const std::string batch_id = found->second.job_id;
       steps_.erase(found);
-      on_exit_(task_id, x);
+      on_exit_(task_id, batch_id, x);
     });
   });
 }

@@ -68,8 +68,9 @@ StatusOr<std::string> FindBatchByName(const std::string& name) {
                           RunCommand({"squeue", "--noheader", "--states=all", "--name=" + name,
                                       "--user=" + std::to_string(::getuid()), "--sort=-i", "--format=%i"}),
                           "squeue --name=" + name);
+  if (!r.ok()) return Unavailable("squeue --name=" + name + ": " + Trim(r.err));
   std::string id = Trim(r.out.substr(0, r.out.find('\n')));
-  if (!r.ok() || id.empty()) return NotFound("no slurm job named " + name);
+  if (id.empty()) return NotFound("no slurm job named " + name);
   return id;
 }
 

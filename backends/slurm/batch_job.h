@@ -36,7 +36,8 @@ StatusOr<BatchState> QueryBatch(const std::string& job_id);
 Status CancelBatch(const std::string& job_id);
 
 // The id of this user's latest job named `name` that Slurm still knows
-// (squeue --states=all); NotFound when none.
+// (squeue --states=all); NotFound when none, Unavailable when squeue fails
+// (which proves nothing about whether it exists).
 StatusOr<std::string> FindBatchByName(const std::string& name);
 
 }  // namespace tandem::backends::slurm

@@ -161,6 +161,12 @@ std::vector<std::string> SlurmExecutor::SrunCommand(const LaunchRequest& req,
 
 std::string SlurmExecutor::NewStepName(const std::string& task_id) { return task_id + "." + RandomHex8(); }
 
+void SlurmExecutor::HoldGres(const std::string& holder, std::set<int> devices) {
+  if (!devices.empty()) held_gres_[holder] = std::move(devices);
+}
+
+void SlurmExecutor::ReleaseGres(const std::string& holder) { held_gres_.erase(holder); }
+
 StatusOr<TaskRef> SlurmExecutor::Start(const LaunchRequest& req) { return StartNamed(req, NewStepName(req.task_id)); }
 
 StatusOr<TaskRef> SlurmExecutor::StartNamed(const LaunchRequest& req, const std::string& step_name) {
@@ -174,6 +180,9 @@ StatusOr<TaskRef> SlurmExecutor::StartNamed(const LaunchRequest& req, const std:
   for (const auto& [id, t] : tracked_)
     for (int d : devices)
       if (t.gres_devices.count(d)) owner = false;
+  for (const auto& [holder, held] : held_gres_)
+    for (int d : devices)
+      if (held.count(d)) owner = false;
 
   LaunchRequest srun;
   srun.job_id = req.job_id;

@@ -87,6 +87,12 @@ class SlurmExecutor final : public Executor {
   // before the step exists: adopted_step.h). Start uses NewStepName.
   StatusOr<TaskRef> StartNamed(const LaunchRequest& request, const std::string& step_name);
   static std::string NewStepName(const std::string& task_id);
+  // GPUs held by a step this executor does not supervise (one adopted by
+  // name after a restart, or still being created by an orphaned srun):
+  // later steps on them are colocated (--overlap --gres=none) rather than
+  // request their GRES again, until ReleaseGres(holder).
+  void HoldGres(const std::string& holder, std::set<int> devices);
+  void ReleaseGres(const std::string& holder);
   Status Signal(const TaskRef& ref, int sig) override;
   Status Kill(const TaskRef& ref) override;
   Status Reattach(const TaskRef& ref) override;
@@ -116,6 +122,7 @@ class SlurmExecutor final : public Executor {
   SlurmExecutorOptions options_;
   std::unique_ptr<LocalExecutor> local_;
   std::map<std::string, Tracked> tracked_;  // by task id
+  std::map<std::string, std::set<int>> held_gres_;  // HoldGres, by holder
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // posts back to io check it
   std::unique_ptr<boost::asio::thread_pool> workers_;      // squeue/scancel, off the io thread

@@ -16,15 +16,25 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 }  // namespace
 
 std::string FindStep(const std::string& job_id, const std::string& step_name) {
-  auto r = RunCommand({"squeue", "--noheader", "--steps", "--jobs=" + job_id, "--format=%i|%j"});
-  if (!r.ok() || !r->ok()) return "";
-  std::stringstream ss(r->out);
+  auto step = LookupStep(job_id, step_name);
+  return step.ok() ? *step : "";
+}
+
+StatusOr<std::string> LookupStep(const std::string& job_id, const std::string& step_name) {
+  TANDEM_ASSIGN_OR_RETURN(auto r, RunCommand({"squeue", "--noheader", "--steps", "--jobs=" + job_id, "--format=%i|%j"}),
+                          "squeue --steps --jobs=" + job_id);
+  if (!r.ok()) {
+    // A job Slurm has purged has no steps.
+    if (r.err.find("Invalid job id") != std::string::npos) return std::string();
+    return Unavailable("squeue --steps --jobs=" + job_id + ": " + r.err);
+  }
+  std::stringstream ss(r.out);
   std::string line;
   while (std::getline(ss, line)) {
     size_t bar = line.find('|');
     if (bar != std::string::npos && line.substr(bar + 1) == step_name) return line.substr(0, bar);
   }
-  return "";
+  return std::string();
 }
 
 Status SignalStep(const StepHandle& h, int sig, std::chrono::milliseconds wait) {

@@ -22,6 +22,12 @@ namespace tandem::backends::slurm {
 // none (or squeue could not answer).
 std::string FindStep(const std::string& job_id, const std::string& step_name);
 
+// The same, telling "no such step" ("", also when Slurm no longer knows the
+// job) from "squeue did not answer" (an error): a caller that concludes
+// from an absent step (the step never started) must not conclude it from a
+// failed squeue.
+StatusOr<std::string> LookupStep(const std::string& job_id, const std::string& step_name);
+
 struct StepHandle {
   std::string job_id;
   std::string step_name;

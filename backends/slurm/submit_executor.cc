@@ -15,6 +15,7 @@
 #include "backends/slurm/sbatch_args.h"
 #include "backends/slurm/slurm_cli.h"
 #include "backends/slurm/step_placement.h"
+#include "backends/slurm/submit_records.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -22,73 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct SubmitRef {
-  std::string batch_id;
-  std::string tandem_job;
-  fs::path exit_path;
-};
-
-StatusOr<SubmitRef> ParseRef(const TaskRef& ref) {
-  const auto& d = ref.data;
-  auto bad = [&](const char* what) { return InvalidArgument("slurm task ref " + ref.task_id + ": " + what); };
-  if (ref.backend != "slurm") return bad("backend is not \"slurm\"");
-  if (!d.is_object() || d.value("mode", "") != "submit") return bad("not a submit-mode ref");
-  if (!d.contains("job_id") || !d["job_id"].is_string()) return bad("expected data.job_id");
-  if (!d.contains("tandem_job") || !d["tandem_job"].is_string()) return bad("expected data.tandem_job");
-  SubmitRef r{d["job_id"].get<std::string>(), d["tandem_job"].get<std::string>(), ""};
-  if (d.contains("exit_path") && d["exit_path"].is_string()) r.exit_path = d["exit_path"].get<std::string>();
-  return r;
-}
-
-json RequestToJson(const LaunchRequest& r) {
-  return {{"job_id", r.job_id}, {"task_id", r.task_id}, {"argv", r.argv}, {"env", r.env},
-          {"cwd", r.cwd.string()}, {"stdout_path", r.stdout_path.string()},
-          {"stderr_path", r.stderr_path.string()}, {"exit_path", r.exit_path.string()}};
-}
-
-StatusOr<LaunchRequest> RequestFromJson(const json& j) {
-  try {
-    LaunchRequest r;
-    r.job_id = j.at("job_id").get<std::string>();
-    r.task_id = j.at("task_id").get<std::string>();
-    r.argv = j.at("argv").get<std::vector<std::string>>();
-    r.env = j.at("env").get<std::vector<std::string>>();
-    r.cwd = j.at("cwd").get<std::string>();
-    r.stdout_path = j.at("stdout_path").get<std::string>();
-    r.stderr_path = j.at("stderr_path").get<std::string>();
-    r.exit_path = j.at("exit_path").get<std::string>();
-    return r;
-  } catch (const json::exception& e) {
-    return InvalidArgument(std::string("launch record: ") + e.what());
-  }
-}
-
-fs::path Sibling(const fs::path& p, const std::string& suffix) {
-  return p.empty() ? p : fs::path(p.string() + suffix);
-}
-
-// Written whole or not at all (rename), so a reader never sees half a file.
-void WriteJson(const fs::path& path, const json& j) {
-  if (path.empty()) return;
-  const fs::path tmp = Sibling(path, ".tmp");
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << '\n';
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) log::Warn("slurm", "write {}: {}", path.string(), ec.message());
-}
-
-std::optional<json> ReadJson(const fs::path& path) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  auto j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
-}
+using namespace submit;  // NOLINT: the records of submit_records.h
 
 // Logical ids in CUDA_VISIBLE_DEVICES mapped onto the allocation's GPUs.
 void MapDevices(LaunchRequest& r, const std::vector<int>& gpus) {
@@ -107,15 +42,6 @@ void MapDevices(LaunchRequest& r, const std::vector<int>& gpus) {
   }
 }
 
-TaskExit Ended(std::string detail, int sig = 0) {
-  TaskExit x;
-  x.exit_code = sig ? -1 : 1;
-  x.signal = sig;
-  x.detail = std::move(detail);
-  x.ended_at = std::chrono::system_clock::now();
-  return x;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<SlurmSubmitExecutor>> SlurmSubmitExecutor::Create(boost::asio::io_context& io,
@@ -126,6 +52,9 @@ StatusOr<std::unique_ptr<SlurmSubmitExecutor>> SlurmSubmitExecutor::Create(boost
     if (!slurm::HaveCommand(cmd))
       return FailedPrecondition(std::string("slurm submit mode: ") + cmd + " is not in PATH");
   if (!options.control) options.control = slurm::MakeCliBatchControl();
+  // Test-only: a short wait for a step still being created after a restart.
+  if (const char* w = std::getenv("TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS"); w && std::atoi(w) > 0)
+    options.step_create_wait = std::chrono::milliseconds(std::atoi(w));
   return std::unique_ptr<SlurmSubmitExecutor>(new SlurmSubmitExecutor(io, std::move(on_exit), std::move(options)));
 }
 
@@ -136,7 +65,15 @@ SlurmSubmitExecutor::SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallba
       options_(std::move(options)),
       workers_(std::make_unique<boost::asio::thread_pool>(2)),
       adopted_(std::make_unique<slurm::AdoptedSteps>(
-          io, *workers_, [this](const std::string& task, const TaskExit& x) { on_exit_(task, x); }, options_.poll)) {}
+          io, *workers_,
+          [this](const std::string& task, const std::string& batch_id, const TaskExit& x) {
+            OnStepExit(batch_id, task, x);
+          },
+          options_.poll)),
+      resolver_(std::make_unique<slurm::IntentResolver>(
+          io, *workers_,
+          [this](const std::string& task, const slurm::IntentResolver::Outcome& out) { OnIntentResolved(task, out); },
+          options_.step_create_wait, std::chrono::milliseconds(250), std::chrono::seconds(3))) {}
 
 SlurmSubmitExecutor::~SlurmSubmitExecutor() {
   // Stops supervising: batch jobs and steps keep running for the next daemon.
@@ -235,6 +172,12 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
     return;
   }
   log::Info("slurm", "batch submitted job={} tandem_job={} api={}", *id, tandem_job, options_.control->name());
+  // Fault point for the lost-submit test only (submit_test.sh lost-submit):
+  // the daemon dies before it records the batch job anywhere.
+  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT"); crash && std::string(crash) == "1") {
+    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT: killing tandemd before recording batch job={}", *id);
+    ::kill(::getpid(), SIGKILL);
+  }
   if (!sub.run_dir.empty()) WriteJson(sub.run_dir / "slurm-batch.json", {{"job_id", *id}, {"tandem_job", tandem_job}});
   auto b = Adopt(*id, tandem_job);
   if (!b.ok()) {
@@ -243,18 +186,6 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
   }
   for (auto& r : sub.queued) (*b)->queued.push_back(std::move(r));
   if (sub.ended) JobEnded(tandem_job);
-}
-
-// The batch job of a tandem job whose task refs carry no id (the daemon
-// died while it was being submitted): the record OnSubmitted wrote, else the
-// job named after the tandem job (blocks: squeue, at re-attach only).
-std::string SlurmSubmitExecutor::FindBatchOf(const std::string& tandem_job) {
-  if (auto it = batch_of_job_.find(tandem_job); it != batch_of_job_.end()) return it->second;
-  if (auto info = options_.job_info(tandem_job); info.ok() && !info->run_dir.empty())
-    if (auto rec = ReadJson(info->run_dir / "slurm-batch.json"); rec && rec->value("tandem_job", "") == tandem_job)
-      return rec->value("job_id", "");
-  auto found = slurm::FindBatchByName(tandem_job);
-  return found.ok() ? *found : "";
 }
 
 void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
@@ -285,7 +216,12 @@ void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   const std::string step_name = SlurmExecutor::NewStepName(req.task_id);
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();
-  WriteJson(Sibling(req.exit_path, ".step-intent.json"), {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}});
+  std::vector<int> devices;  // the batch job's GPU ids the step runs on
+  for (const auto& e : r.env)
+    if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
+      if (auto ids = slurm::ParseIndexList(e.substr(21)); ids.ok()) devices = *ids;
+  WriteJson(Sibling(req.exit_path, ".step-intent.json"),
+            {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}, {"devices", devices}});
   auto ref = b.steps->StartNamed(r, step_name);
   // Fault point for the crash-window test only (submit_test.sh crash-window).
   if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START"); crash && std::string(crash) == "1") {
@@ -362,6 +298,7 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
 
 void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit) {
   auto it = batches_.find(batch_id);
+  if (it != batches_.end()) it->second->steps->ReleaseGres(task_id);  // an adopted step's GPUs
   if (it == batches_.end() || exit.succeeded()) {
     on_exit_(task_id, exit);
     return;
@@ -404,6 +341,11 @@ SlurmSubmitExecutor::Batch* SlurmSubmitExecutor::BatchOfTask(const std::string& 
 
 Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "signal");
+  if (auto p = pending_.find(ref.task_id); p != pending_.end()) {
+    if (sig == SIGKILL) return Kill(ref);
+    p->second.signal = sig;  // applied once re-attached
+    return Status::Ok();
+  }
   if (adopted_->Has(ref.task_id)) {
     adopted_->Signal(ref.task_id, sig);
     return Status::Ok();
@@ -432,6 +374,11 @@ Status SlurmSubmitExecutor::Signal(const TaskRef& ref, int sig) {
 
 Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "kill");
+  if (auto p = pending_.find(ref.task_id); p != pending_.end()) {
+    p->second.killed = true;  // applied once re-attached; an intent's srun client is stopped now
+    if (resolver_->Has(ref.task_id)) resolver_->Cancel(ref.task_id);
+    return Status::Ok();
+  }
   if (adopted_->Has(ref.task_id)) {
     adopted_->Kill(ref.task_id);
     return Status::Ok();
@@ -445,7 +392,7 @@ Status SlurmSubmitExecutor::Kill(const TaskRef& ref) {
 bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   auto r = ParseRef(ref);
   if (!r.ok()) return false;
-  if (adopted_->Has(ref.task_id)) return true;
+  if (adopted_->Has(ref.task_id) || pending_.count(ref.task_id)) return true;
   if (auto sub = submitting_.find(r->tandem_job); sub != submitting_.end() && r->batch_id.empty())
     for (const auto& q : sub->second.queued)
       if (q.task_id == ref.task_id) return true;
@@ -455,57 +402,6 @@ bool SlurmSubmitExecutor::Alive(const TaskRef& ref) {
   for (const auto& q : b->queued)
     if (q.task_id == ref.task_id) return true;
   return false;
-}
-
-Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
-  TANDEM_ASSIGN_OR_RETURN(SubmitRef r, ParseRef(ref), "reattach");
-  if (r.batch_id.empty() && !submitting_.count(r.tandem_job)) r.batch_id = FindBatchOf(r.tandem_job);
-  if (r.batch_id.empty()) {
-    // Never submitted (the daemon died before sbatch answered): submit now.
-    auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
-    if (!launch) {
-      PostExit(ref.task_id, Ended("no launch record survived the daemon restart"));
-      return Status::Ok();
-    }
-    TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
-    if (!submitting_.count(r.tandem_job)) TANDEM_RETURN_IF_ERROR(SubmitAsync(r.tandem_job), "reattach " + ref.task_id);
-    submitting_[r.tandem_job].queued.push_back(req);
-    log::Info("slurm", "reattached task={} (its batch job was never submitted: submitting)", ref.task_id);
-    return Status::Ok();
-  }
-  TANDEM_ASSIGN_OR_RETURN(Batch* b, Adopt(r.batch_id, r.tandem_job), "reattach " + ref.task_id);
-  if (b->launched.count(ref.task_id)) return Status::Ok();
-  if (auto step = ReadJson(Sibling(r.exit_path, ".step.json"))) {
-    TANDEM_ASSIGN_OR_RETURN(TaskRef inner, TaskRef::FromJson(*step), "reattach " + ref.task_id);
-    TANDEM_RETURN_IF_ERROR(b->steps->Reattach(inner), "reattach " + ref.task_id);
-    b->launched[ref.task_id] = inner;
-    log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
-    return Status::Ok();
-  }
-  if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
-    // Killed between starting the step and writing .step.json: find it by name.
-    const std::string name = intent->value("step_name", "");
-    const int64_t since = intent->value("at_ms", int64_t{0});
-    if (!slurm::FindStepNow(b->id, name, std::chrono::seconds(3)).empty() ||
-        slurm::HasExitRecordSince(r.exit_path, since)) {
-      adopted_->Adopt(ref.task_id, b->id, name, r.exit_path, since);
-      return Status::Ok();
-    }
-    log::Info("slurm", "task={} step={} was never started (not in squeue, no exit record)", ref.task_id, name);
-  }
-  auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
-  if (!launch) {
-    PostExit(ref.task_id, [] {
-      TaskExit x = Ended("no launch record survived the daemon restart");
-      x.status_known = false;
-      return x;
-    }());
-    return Status::Ok();
-  }
-  TANDEM_ASSIGN_OR_RETURN(LaunchRequest req, RequestFromJson(*launch), "reattach " + ref.task_id);
-  b->queued.push_back(req);  // never started: it starts when the batch job runs
-  log::Info("slurm", "reattached task={} batch job={} (not started yet)", ref.task_id, b->id);
-  return Status::Ok();
 }
 
 void SlurmSubmitExecutor::JobEnded(const std::string& job_id) {

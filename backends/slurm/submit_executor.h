@@ -30,9 +30,13 @@
 // request to <exit_path>.launch.json and, once the step is started, the
 // allocation-mode ref to <exit_path>.step.json (the run dir). Reattach adopts
 // the batch job by id (an empty id: from <run_dir>/slurm-batch.json, else
-// `squeue --name=<tandem job>`, else it was never submitted and is submitted
-// now) and either re-attaches the step or, if it never started, queues the
-// task again.
+// `squeue --name=<tandem job>` on a worker, else it was never submitted and
+// is submitted now) and either re-attaches the step or, if it never started,
+// queues the task again. A task with an intent record but no .step.json is
+// resolved on workers (step_intent.h): adopted by name, started again only
+// once no srun client of it lives and no step of it exists, or ended with
+// status unknown. Reattach itself never blocks the io thread on Slurm: every
+// squeue runs on a worker, and a task being resolved counts as alive.
 #pragma once
 
 #include <atomic>
@@ -57,6 +61,7 @@
 #include "backends/slurm/batch_control.h"
 #include "backends/slurm/batch_job.h"
 #include "backends/slurm/slurm_executor.h"
+#include "backends/slurm/step_intent.h"
 
 namespace tandem::backends {
 
@@ -76,6 +81,11 @@ struct SlurmSubmitOptions {
   std::chrono::milliseconds kill_timeout{15000};
   // Submit/query/cancel of batch jobs (batch_control.h); null: the CLI.
   std::shared_ptr<slurm::BatchJobControl> control;
+  // After a restart, how long a living srun client of a step recorded only
+  // by its intent may take to create the step before it is stopped and the
+  // task started again (step_intent.h). Tests lower it with
+  // TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS.
+  std::chrono::milliseconds step_create_wait{60000};
 };
 
 class SlurmSubmitExecutor final : public Executor {
@@ -122,8 +132,13 @@ class SlurmSubmitExecutor final : public Executor {
   SlurmSubmitExecutor(boost::asio::io_context& io, ExitCallback on_exit, SlurmSubmitOptions options);
   Status SubmitAsync(const std::string& tandem_job);
   void OnSubmitted(const std::string& tandem_job, StatusOr<std::string> id);
-  std::string FindBatchOf(const std::string& tandem_job);
+  std::string KnownBatchOf(const std::string& tandem_job);
+  void FindBatchThenReattach(const std::string& task_id, int attempt);
   StatusOr<Batch*> Adopt(const std::string& batch_id, const std::string& tandem_job);
+  // Reattach once the task's batch job id is known ("" : never submitted).
+  Status ReattachTo(const TaskRef& ref, const std::string& batch_id);
+  void OnIntentResolved(const std::string& task_id, const slurm::IntentResolver::Outcome& outcome);
+  void QueueAgain(const std::string& task_id, const std::string& batch_id, const std::filesystem::path& exit_path);
   void Poll(const std::string& batch_id);
   void OnState(const std::string& batch_id, StatusOr<slurm::BatchState> state, slurm::Allocation alloc);
   void Launch(Batch& b, const LaunchRequest& req);
@@ -141,6 +156,15 @@ class SlurmSubmitExecutor final : public Executor {
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   std::unique_ptr<boost::asio::thread_pool> workers_;
   std::unique_ptr<slurm::AdoptedSteps> adopted_;  // steps found by name after a restart
+  std::unique_ptr<slurm::IntentResolver> resolver_;  // intents without .step.json after a restart
+  struct Pending {  // a task whose re-attach waits for a worker (squeue --name, an intent)
+    TaskRef ref;
+    std::string batch_id;
+    std::filesystem::path exit_path;
+    bool killed = false;
+    int signal = 0;
+  };
+  std::map<std::string, Pending> pending_;  // by task id
 };
 
 }  // namespace tandem::backends

@@ -30,13 +30,30 @@
 #                .step.json: the restarted daemon finds the step by the name
 #                in its intent record and adopts it; the task ran once, the
 #                job succeeds, one batch job, nothing left.
+#   lost-submit  tandemd killed (test-only fault point) right after Slurm
+#                accepted the batch job, before it recorded the id anywhere:
+#                the restarted daemon finds the batch job by name (squeue on
+#                a worker), re-attaches both tasks to it, no second batch job,
+#                the job succeeds.
+#   slow-step    the same crash as crash-window, but the step is slow to be created (an srun
+#                wrapper in tandemd's PATH sleeps 5 s before it runs the real
+#                srun): the restarted daemon answers its API at once while it
+#                waits for the living srun client, then adopts the step (srun
+#                ran once for the actor). The adopted step is then cancelled
+#                with scancel: the job fails with Slurm's banner in the task's
+#                detail, no hang.
+#   slow-step-timeout  the wrapper sleeps 300 s on its first actor call, and
+#                the daemon waits at most 2 s (test knob
+#                TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS) for the step: it stops
+#                that srun client (gone before the task starts again), starts
+#                the actor again, the actor ran exactly once, the job succeeds.
 #
 # Usage: submit_test.sh CASE [API]. API (tandemd --slurm-api): lib, cli or
 # auto (default). Skips (77) without the cluster.
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window [lib|cli|auto]}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window|lost-submit|slow-step|slow-step-timeout [lib|cli|auto]}
 API=${2:-auto}
 unset SLURM_JOB_ID
 # shellcheck source=tandemd.sh
@@ -47,6 +64,8 @@ start_submit_daemon() {
   [[ $API == auto ]] || grep -q "submit mode: one batch job per tandem job api=$API" "$SCRATCH/tandemd.log" ||
     fail "tandemd does not say it uses api=$API"
 }
+# Whether process $1 lives (a zombie does not: its parent may never reap it).
+alive() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
 batch_of() { squeue -h --states=all --name="$1" -o %i | head -1; }
 live_batch() { squeue -h --name="$1" -o %i | head -1; }
 
@@ -100,6 +119,46 @@ submit_running() {
   batch=$(batch_of "$id")
   CLEANUPS+=("scancel $batch")
   wait_for 30 "two steps of $id" bash -c "[[ \$(squeue -h --steps -j $batch -o %j 2>/dev/null | grep -vc '^batch$') -ge 2 ]]"
+}
+
+# An srun in front of the real one, in tandemd's PATH: for the actor's step
+# it logs "start PID", sleeps $1 s (only on its first actor call when $2 is
+# "once"), logs "exec PID" and runs the real srun.
+slow_srun() {
+  mkdir -p "$SCRATCH/bin"
+  cat >"$SCRATCH/bin/srun" <<SH
+#!/bin/bash
+for a; do
+  if [[ \$a == --job-name=*.actor.0.* ]]; then
+    echo "start \$\$" >>"$SCRATCH/actor-srun.log"
+    if [[ "${2:-}" != once || ! -e "$SCRATCH/slept" ]]; then
+      touch "$SCRATCH/slept"
+      sleep $1 & s=\$!
+      trap 'kill \$s; exit 143' TERM
+      wait \$s
+    fi
+    echo "exec \$\$" >>"$SCRATCH/actor-srun.log"
+  fi
+done
+exec $(command -v srun) "\$@"
+SH
+  chmod +x "$SCRATCH/bin/srun"
+  export PATH="$SCRATCH/bin:$PATH"
+}
+
+# Kills the running daemon, starts one that kills itself right after
+# spawning the first step's srun, submits $SCRATCH/job.json (sets id and
+# batch) and waits until that daemon is dead.
+crash_after_step_start() {
+  kill -9 "$DPID"
+  wait "$DPID" 2>/dev/null || true
+  TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_submit_daemon
+  id=$(T submit "$SCRATCH/job.json" | tail -1)
+  wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
+  wait "$DPID" 2>/dev/null || true
+  batch=$(batch_of "$id")
+  CLEANUPS+=("scancel $batch")
+  grep -q "killing tandemd after starting step=$id.actor.0" "$SCRATCH/tandemd.log" || fail "fault point not reached"
 }
 
 start_submit_daemon
@@ -239,6 +298,73 @@ case $CASE in
     [[ $(T logs "$id" --task actor.0 | grep -c "actor CVD=") == 1 ]] || fail "actor ran more than once"
     pass "actor ran exactly once"
     [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
+    nothing_left "$batch"
+    ;;
+  lost-submit)
+    kill -9 "$DPID"
+    wait "$DPID" 2>/dev/null || true
+    TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT=1 start_submit_daemon
+    spec 2
+    id=$(T submit "$SCRATCH/job.json" | tail -1)
+    wait_for 30 "tandemd to kill itself after the submit" bash -c "! kill -0 $DPID 2>/dev/null"
+    wait "$DPID" 2>/dev/null || true
+    grep -q "killing tandemd before recording batch job=" "$SCRATCH/tandemd.log" || fail "fault point not reached"
+    batch=$(batch_of "$id")
+    [[ -n $batch ]] || fail "no batch job named $id"
+    CLEANUPS+=("scancel $batch")
+    start_submit_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "reattached task=$id.actor.0 batch job=$batch (not started yet)" "$SCRATCH/tandemd.log" ||
+      fail "the task was not re-attached to batch job $batch found by name"
+    check_outputs "$id" "$batch"
+    [[ $(squeue -h --states=all --name="$id" -o %i | sort -u | wc -l) == 1 ]] || fail "a second batch job was submitted"
+    nothing_left "$batch"
+    ;;
+  slow-step)
+    slow_srun 5
+    spec 8
+    crash_after_step_start  # sets id and batch
+    start_submit_daemon     # returns once tandemd answers its API
+    grep -q "task=$id.actor.0 step=$id.actor.0.*: srun client pids=.* alive, step not created yet: waiting" \
+      "$SCRATCH/tandemd.log" || fail "no wait for the living srun client logged"
+    ! grep -q "task=$id.actor.0 step=.*: adopt (" "$SCRATCH/tandemd.log" ||
+      fail "the step was resolved before the API answered: nothing shows the API answers during re-attach"
+    grep -q "recovered jobs=1 reattached_tasks=2" "$SCRATCH/tandemd.log" || fail "not both tasks re-attached"
+    [[ $(job_state "$id") == running ]] || fail "job $id not running while re-attaching: $(T status "$id" --json)"
+    pass "tandemd answers its API while it waits for the srun client still creating the step"
+    wait_for 20 "the actor's step adopted" grep -q "adopted step=$id.actor.0.* task=$id.actor.0 batch job=$batch" \
+      "$SCRATCH/tandemd.log"
+    [[ $(grep -c "^exec " "$SCRATCH/actor-srun.log") == 1 ]] || fail "srun ran for the actor more than once: $(cat "$SCRATCH/actor-srun.log")"
+    pass "the step created after the restart was adopted, srun ran once for the actor"
+    step=$(squeue -h --steps -j "$batch" -o '%i %j' | awk -v n="$id.actor.0." 'index($2, n) == 1 {print $1}')
+    [[ -n $step ]] || fail "the actor's step is not in squeue"
+    scancel "$step"
+    wait_end "$id" 40
+    st=$(T status "$id" --json)
+    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
+    [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's banner missing from the detail: $st"
+    pass "the adopted step cancelled by scancel: the job failed with Slurm's reason ($(jq -r .detail <<<"$st" | head -c 200))"
+    ;;
+  slow-step-timeout)
+    slow_srun 300 once
+    export TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS=2000
+    spec 2
+    crash_after_step_start  # sets id and batch
+    first=$(awk '/^start /{print $2; exit}' "$SCRATCH/actor-srun.log")
+    alive "$first" || fail "the first srun wrapper is not running"
+    start_submit_daemon
+    wait_end "$id" 60
+    [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
+    grep -q "task=$id.actor.0 step=.*: no step after 2000 ms: stopping its srun client" "$SCRATCH/tandemd.log" ||
+      fail "stopping the srun client not logged"
+    grep -q "task=$id.actor.0 step=.*: never-started (its srun client ended before creating the step)" \
+      "$SCRATCH/tandemd.log" || fail "never-started verdict not logged"
+    ! alive "$first" || fail "the first srun client $first still lives"
+    pass "the srun client stuck creating the step was stopped, then the task started again"
+    [[ $(grep -c "^exec " "$SCRATCH/actor-srun.log") == 1 ]] || fail "srun ran for the actor more than once: $(cat "$SCRATCH/actor-srun.log")"
+    [[ $(T logs "$id" --task actor.0 | grep -c "actor CVD=") == 1 ]] || fail "actor ran more than once"
+    pass "actor ran exactly once"
     nothing_left "$batch"
     ;;
   *) fail "unknown case $CASE" ;;
