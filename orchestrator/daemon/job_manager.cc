@@ -233,9 +233,11 @@ void JobManager::Schedule() {
     schedule_again_ = false;
     // Backend -> the job at the head of its line that waits for capacity.
     std::map<std::string, std::string> blocked_by;
+    std::set<std::string> down;  // backends that said Unavailable in this pass: not asked again
     for (auto& job : table_.jobs) {
       if (IsTerminal(job.state) || job.cancel_requested || stopping_.count(job.id)) continue;
       const bool started = job.state == JobState::kRunning;
+      if (started && down.count(job.backend)) continue;
       if (auto head = blocked_by.find(job.backend); !started && head != blocked_by.end()) {
         SetJobDetail(job, std::string(kQueuedPrefix) + head->second + ", which waits for capacity");
         continue;
@@ -257,6 +259,10 @@ void JobManager::Schedule() {
         launched = true;
       }
       if (outcome == Launch::kFailed || IsTerminal(job.state) || stopping_.count(job.id)) continue;
+      if (outcome == Launch::kBackendDown) {
+        down.insert(job.backend);
+        outcome = Launch::kWaiting;
+      }
       if (outcome == Launch::kWaiting) blocked_by.emplace(job.backend, job.id);
       const bool stale = job.detail.rfind(kWaitingPrefix, 0) == 0 || job.detail.rfind(kQueuedPrefix, 0) == 0;
       if (job.state == JobState::kPending && launched)
@@ -357,7 +363,7 @@ JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
     ports_.Release(task.id);
     if (backends::IsRetryableStart(started.status())) {  // nothing started: wait for capacity
       MarkWaiting(job, task, started.status().message());
-      return Launch::kWaiting;
+      return started.status().code() == StatusCode::kUnavailable ? Launch::kBackendDown : Launch::kWaiting;
     }
     Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
             {"detail", started.status().message()}});

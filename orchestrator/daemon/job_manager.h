@@ -164,7 +164,10 @@ class JobManager {
   void CommitThen(nlohmann::json record, std::function<void(Status)> on_durable);
   void Schedule();                      // grant devices to pending jobs, launch pending tasks
   bool GrantDevices(Job& job);
-  enum class Launch { kStarted, kWaiting, kFailed };  // kFailed: the job is being stopped
+  // kWaiting: no capacity now (ResourceExhausted); kBackendDown: no node or
+  // service reachable (Unavailable), so no other launch on that backend is
+  // tried in this pass either; kFailed: the job is being stopped.
+  enum class Launch { kStarted, kWaiting, kBackendDown, kFailed };
   Launch LaunchTask(Job& job, Task& task);
   // Start said "retry later" (`why`): record what the task waits for, arm the retry timer.
   void MarkWaiting(Job& job, Task& task, const std::string& why);
