@@ -66,6 +66,12 @@ struct TaskExit {
   nlohmann::json ToJson() const;
 };
 
+// Whether an error of Executor::Start means "nothing was started, retry
+// later" (the task waits for capacity) rather than a launch failure.
+inline bool IsRetryableStart(const Status& st) {
+  return st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kUnavailable;
+}
+
 class Executor {
  public:
   // Called exactly once per started or re-attached task, on the io_context.
@@ -80,7 +86,17 @@ class Executor {
   // exited) and exactly one ExitCallback for it will follow. A command that
   // cannot be executed (not found, not executable) is not an error here: the
   // task exits with code 127 and a detail saying why. Errors are returned
-  // only when nothing could be started (no resources, backend down).
+  // only when nothing could be started, and their code says what the daemon
+  // does next (IsRetryableStart below):
+  //   - ResourceExhausted (no capacity now: no node has the GPUs free, no
+  //     file descriptors, processes or disk space) and Unavailable (no node
+  //     or backend service reachable now) mean "nothing was started, retry
+  //     later": the daemon keeps the task pending, with the message as its
+  //     detail, and calls Start again when capacity may have changed (a task
+  //     ended, or the periodic retry). Return them only for conditions that
+  //     can clear by themselves.
+  //   - every other code is a launch failure: the task fails, and the job
+  //     with it.
   virtual StatusOr<TaskRef> Start(const LaunchRequest& request) = 0;
 
   // Sends `sig` to the task and all its descendants. Ok if it already ended.

@@ -160,7 +160,11 @@ StatusOr<TaskRef> RedisExecutor::Start(const LaunchRequest& request) {
                              .status(), "start " + request.task_id);
   nlohmann::json msg = {{"op", "start"}, {"task_id", launch}, {"request", RequestToJson(request)}};
   if (!choice.slots.empty()) msg["devices"] = choice.slots;  // the node's GPU slots; the agent maps them
-  TANDEM_RETURN_IF_ERROR(SendCommand(node, msg), "start " + request.task_id);
+  if (Status sent = SendCommand(node, msg); !sent.ok())
+    // The command may be in the stream with only the reply lost: a retry under
+    // a new launch could run the task twice, so this is no "retry later".
+    return Internal("start " + request.task_id + ": queueing the start command for node " + node + ": " +
+                    sent.ToString());
   Track(launch, {request.task_id, node, request.job_id, logical}, choice);
   log::Info("redis", "task assigned task={} launch={} node={} slots={}", request.task_id, launch, node,
             nlohmann::json(choice.slots).dump());

@@ -79,7 +79,10 @@ class RedisExecutor final : public Executor {
   ~RedisExecutor() override;
 
   std::string_view kind() const override { return "redis"; }
-  // Unavailable when no node holds a live lease (nothing is queued then).
+  // Unavailable when no node holds a live lease, ResourceExhausted (naming
+  // each node's free/advertised GPUs) when none has room for the task's
+  // devices; nothing is queued or written then, and the daemon retries
+  // later (IsRetryableStart, executor.h; docs/redis.md "Waiting for capacity").
   StatusOr<TaskRef> Start(const LaunchRequest& request) override;
   Status Signal(const TaskRef& ref, int sig) override;
   Status Kill(const TaskRef& ref) override;

@@ -44,6 +44,10 @@ void ArchivePreviousRun(const fs::path& run_dir) {
     if (fs::exists(run_dir / name)) fs::rename(run_dir / name, dest / name, ec);
 }
 
+// Job details while a task waits for capacity (Schedule), cleared once it launched.
+constexpr const char* kWaitingPrefix = "waiting for capacity";
+constexpr const char* kQueuedPrefix = "queued behind job ";
+
 fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
   return fs::path(job.run_dir) / "tasks" / (task.name + ext);
 }
@@ -220,28 +224,89 @@ bool JobManager::GrantDevices(Job& job) {
 
 void JobManager::Schedule() {
   if (shutting_down_) return;
-  for (auto& job : table_.jobs) {
-    if (IsTerminal(job.state) || job.cancel_requested || stopping_.count(job.id)) continue;
-    if (!GrantDevices(job)) {
-      const std::string why = "waiting for " + std::to_string(job.logical_devices.size()) +
-                              " devices (" + std::to_string(opts_.gpus.size() - busy_gpus_.size()) + " free)";
-      if (job.detail != why) Commit({{"type", "job_state"}, {"job", job.id}, {"state", "pending"}, {"detail", why}});
-      continue;
-    }
-    for (auto& task : job.tasks)
-      if (task.state == TaskState::kPending) LaunchTask(job, task);
-    if (job.state == JobState::kPending && !IsTerminal(job.state))
-      Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"}, {"detail", ""}});
+  if (scheduling_) {  // a launch failure stopped a job, which ended and asked again
+    schedule_again_ = true;
+    return;
   }
+  scheduling_ = true;
+  do {
+    schedule_again_ = false;
+    // Backend -> the job at the head of its line that waits for capacity.
+    std::map<std::string, std::string> blocked_by;
+    std::set<std::string> down;  // backends that said Unavailable in this pass: not asked again
+    for (auto& job : table_.jobs) {
+      if (IsTerminal(job.state) || job.cancel_requested || stopping_.count(job.id)) continue;
+      const bool started = job.state == JobState::kRunning;
+      if (started && down.count(job.backend)) continue;
+      if (auto head = blocked_by.find(job.backend); !started && head != blocked_by.end()) {
+        SetJobDetail(job, std::string(kQueuedPrefix) + head->second + ", which waits for capacity");
+        continue;
+      }
+      if (!GrantDevices(job)) {
+        const std::string why = "waiting for " + std::to_string(job.logical_devices.size()) +
+                                " devices (" + std::to_string(opts_.gpus.size() - busy_gpus_.size()) + " free)";
+        if (job.detail != why) Commit({{"type", "job_state"}, {"job", job.id}, {"state", "pending"}, {"detail", why}});
+        continue;
+      }
+      Launch outcome = Launch::kStarted;
+      bool launched = false;
+      for (auto& task : job.tasks) {
+        // A restarting task without its backoff timer waits for capacity.
+        const bool relaunch = task.state == TaskState::kRestarting && !timers_.count(job.id + "/" + task.name);
+        if (task.state != TaskState::kPending && !relaunch) continue;
+        outcome = LaunchTask(job, task);
+        if (outcome != Launch::kStarted) break;  // in order: a job stops at its first waiting task
+        launched = true;
+      }
+      if (outcome == Launch::kFailed || IsTerminal(job.state) || stopping_.count(job.id)) continue;
+      if (outcome == Launch::kBackendDown) {
+        down.insert(job.backend);
+        outcome = Launch::kWaiting;
+      }
+      if (outcome == Launch::kWaiting) blocked_by.emplace(job.backend, job.id);
+      const bool stale = job.detail.rfind(kWaitingPrefix, 0) == 0 || job.detail.rfind(kQueuedPrefix, 0) == 0;
+      if (job.state == JobState::kPending && launched)
+        Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"},
+                {"detail", outcome == Launch::kWaiting ? job.detail : ""}});
+      else if (job.state == JobState::kPending && outcome == Launch::kStarted)
+        Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"}, {"detail", ""}});
+      else if (outcome == Launch::kStarted && stale)
+        SetJobDetail(job, "");
+    }
+  } while (schedule_again_ && !shutting_down_);
+  scheduling_ = false;
 }
 
-void JobManager::LaunchTask(Job& job, Task& task) {
+void JobManager::SetJobDetail(Job& job, const std::string& detail) {
+  if (job.detail == detail) return;
+  Commit({{"type", "job_state"}, {"job", job.id}, {"state", ToString(job.state)}, {"detail", detail}});
+}
+
+void JobManager::MarkWaiting(Job& job, Task& task, const std::string& why) {
+  const std::string detail = std::string(kWaitingPrefix) + ": task " + task.name + ": " + why;
+  if (job.detail != detail) log::Info("jobs", "task waiting for capacity task={} reason=\"{}\"", task.id, why);
+  const std::string task_detail = std::string(kWaitingPrefix) + ": " + why;
+  if (task.state == TaskState::kPending && task.detail != task_detail)  // a restarting one keeps its exit's detail
+    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "pending"},
+            {"detail", task_detail}});
+  SetJobDetail(job, detail);
+  if (capacity_timer_) return;
+  capacity_timer_ = std::make_unique<boost::asio::steady_timer>(io_, opts_.capacity_retry);
+  capacity_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    capacity_timer_.reset();  // re-armed by whatever still waits
+    Schedule();
+  });
+}
+
+JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
   const spec::JobSpec& sp = SpecOf(job);
   const spec::RoleSpec* role = sp.FindRole(task.role);
   if (!role) {
     Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
             {"detail", "spec no longer parses for role " + task.role}});
-    return StopJob(job, "task " + task.name + " could not be launched");
+    StopJob(job, "task " + task.name + " could not be launched");
+    return Launch::kFailed;
   }
   std::vector<int> ports;
   if (role->ports > 0) {
@@ -249,7 +314,8 @@ void JobManager::LaunchTask(Job& job, Task& task) {
     if (!leased.ok()) {
       Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
               {"detail", leased.status().message()}});
-      return StopJob(job, "task " + task.name + ": no ports");
+      StopJob(job, "task " + task.name + ": no ports");
+      return Launch::kFailed;
     }
     ports = *leased;
   }
@@ -295,9 +361,14 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   auto started = ex ? ex->Start(req) : StatusOr<backends::TaskRef>(FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon"));
   if (!started.ok()) {
     ports_.Release(task.id);
+    if (backends::IsRetryableStart(started.status())) {  // nothing started: wait for capacity
+      MarkWaiting(job, task, started.status().message());
+      return started.status().code() == StatusCode::kUnavailable ? Launch::kBackendDown : Launch::kWaiting;
+    }
     Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
             {"detail", started.status().message()}});
-    return StopJob(job, "task " + task.name + " could not be launched");
+    StopJob(job, "task " + task.name + " could not be launched");
+    return Launch::kFailed;
   }
   metrics_.task_launches->Get().Inc();
   if (task.launches == 0)
@@ -305,6 +376,7 @@ void JobManager::LaunchTask(Job& job, Task& task) {
   Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "running"},
           {"detail", ""}, {"ref", started->ToJson()}, {"ports", ports},
           {"launches", task.launches + 1}});
+  return Launch::kStarted;
 }
 
 backends::Executor* JobManager::ExecutorOf(const Job& job) {
@@ -334,6 +406,11 @@ Job* JobManager::JobOfTask(std::string_view task_id, Task** task) {
 }
 
 void JobManager::OnTaskExit(const std::string& task_id, const backends::TaskExit& exit) {
+  HandleTaskExit(task_id, exit);
+  if (capacity_timer_ && !shutting_down_) Schedule();  // the task's capacity is free now
+}
+
+void JobManager::HandleTaskExit(const std::string& task_id, const backends::TaskExit& exit) {
   if (shutting_down_) return;
   ports_.Release(task_id);
   Task* task = nullptr;
@@ -406,10 +483,7 @@ void JobManager::StartRestartTimer(Job& job, Task& task, std::chrono::millisecon
   timer->async_wait([this, job_id, name](const boost::system::error_code& ec) {
     if (ec) return;
     timers_.erase(job_id + "/" + name);
-    Job* j = table_.Find(job_id);
-    if (!j || IsTerminal(j->state) || j->cancel_requested || stopping_.count(job_id)) return;
-    Task* t = j->FindTask(name);
-    if (t && t->state == TaskState::kRestarting) LaunchTask(*j, *t);
+    Schedule();  // launches the task (no timer now), in its job's turn; it may wait for capacity
   });
   timers_[job.id + "/" + task.name] = std::move(timer);
 }
@@ -561,6 +635,7 @@ Status JobManager::Recover(const store::Recovered& rec) {
 Status JobManager::Shutdown() {
   shutting_down_ = true;
   timers_.clear();
+  capacity_timer_.reset();
   return log_.Flush();
 }
 

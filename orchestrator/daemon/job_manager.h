@@ -18,6 +18,19 @@
 //            -- cancel --> (SIGTERM, grace, SIGKILL) cancelled
 // A job that needs more devices than are free waits in `pending` (FIFO,
 // smaller jobs may pass it); one that can never fit is refused at submit.
+//
+// Waiting for capacity (docs/redis.md "Placement"): when an executor's Start
+// says "nothing was started, retry later" (backends::IsRetryableStart: no
+// node has the GPUs free, no live node), the task stays pending (or
+// restarting) and the job pending (running if it started already), with a
+// detail saying what it waits for. Schedule() tries again when a task of any
+// job ends and every `capacity_retry` while anything waits. Tasks of a job
+// launch in order, and a job stops at its first waiting task. Head of line:
+// while a job of a backend waits, later jobs of that backend that have not
+// started yet launch nothing (their detail names the job they queue
+// behind), so two waiting jobs never each hold half of what both need;
+// tasks of jobs that already started (restarts, the rest of a partly
+// launched job) are always tried, in submission order.
 #pragma once
 
 #include <chrono>
@@ -68,6 +81,9 @@ struct JobManagerOptions {
   // of the job's batch allocation): their jobs are not placed on `gpus`;
   // physical ids are the logical ones, mapped by the backend.
   std::set<std::string> own_device_backends;
+  // While a task waits for capacity (a retryable Start), how often Start is
+  // tried again even if no task ended (a node may have registered).
+  std::chrono::milliseconds capacity_retry{1000};
   // Called when a job ended (every task ended): a backend that holds
   // resources per job releases them (Slurm submit mode cancels the job's
   // batch allocation). Optional.
@@ -143,11 +159,19 @@ class JobManager {
   Status Shutdown();
 
  private:
+  void HandleTaskExit(const std::string& task_id, const backends::TaskExit& exit);
   void Commit(nlohmann::json record);
   void CommitThen(nlohmann::json record, std::function<void(Status)> on_durable);
   void Schedule();                      // grant devices to pending jobs, launch pending tasks
   bool GrantDevices(Job& job);
-  void LaunchTask(Job& job, Task& task);
+  // kWaiting: no capacity now (ResourceExhausted); kBackendDown: no node or
+  // service reachable (Unavailable), so no other launch on that backend is
+  // tried in this pass either; kFailed: the job is being stopped.
+  enum class Launch { kStarted, kWaiting, kBackendDown, kFailed };
+  Launch LaunchTask(Job& job, Task& task);
+  // Start said "retry later" (`why`): record what the task waits for, arm the retry timer.
+  void MarkWaiting(Job& job, Task& task, const std::string& why);
+  void SetJobDetail(Job& job, const std::string& detail);  // commits only a change
   void StopJob(Job& job, std::string reason);  // SIGTERM every running task, then the grace timer
   void MaybeFinishJob(Job& job);
   void StartRestartTimer(Job& job, Task& task, std::chrono::milliseconds delay);
@@ -165,6 +189,8 @@ class JobManager {
   JobTable table_;
   std::set<int> busy_gpus_;
   std::map<std::string, std::unique_ptr<boost::asio::steady_timer>> timers_;  // by task or job id
+  std::unique_ptr<boost::asio::steady_timer> capacity_timer_;  // set while a task waits for capacity
+  bool scheduling_ = false, schedule_again_ = false;          // Schedule() is not re-entered
   std::map<std::string, spec::JobSpec> specs_;  // parsed specs by job id
   std::set<std::string> stopping_;      // job ids being stopped (cancel or failure)
   std::map<uint64_t, EventCallback> subscribers_;

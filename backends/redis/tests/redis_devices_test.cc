@@ -72,6 +72,7 @@ TEST_F(RedisDevicesTest, EachNodeMapsTheJobsGpusOntoItsOwnIds) {
   auto none = exec_->Start(big);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted) << none.status().ToString();
+  EXPECT_TRUE(IsRetryableStart(none.status())) << "the daemon waits for GPUs to free up";
   // A replica's GPUs are free again once it ended.
   ASSERT_TRUE(exec_->Kill(a1).ok());
   ASSERT_TRUE(WaitExit(actor1.task_id));

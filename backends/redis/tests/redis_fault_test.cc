@@ -175,12 +175,33 @@ TEST_F(RedisFaultTest, AgentServesLogTails) {
   ASSERT_TRUE(WaitExit(r.task_id));
 }
 
-TEST_F(RedisFaultTest, StartWithoutLiveNodesIsUnavailable) {
+// No live node: Start says "retry later" (the daemon keeps the task waiting,
+// executor.h) and queues nothing; once an agent registers the same request starts.
+TEST_F(RedisFaultTest, StartWithoutLiveNodesIsRetryableAndQueuesNothing) {
   cluster_.agents[0]->Stop();
-  auto r = Request("nobody", {"true"});
+  auto r = Request("nobody", {"sh", "-c", "exit 4"});
   auto ref = exec_->Start(r);
   ASSERT_FALSE(ref.ok());
+  EXPECT_EQ(ref.status().code(), StatusCode::kUnavailable) << ref.status().ToString();
+  EXPECT_TRUE(IsRetryableStart(ref.status()));
   EXPECT_NE(ref.status().ToString().find("no node"), std::string::npos) << ref.status().ToString();
+  auto queued = conn_->Command({"XLEN", cluster_.prefix + ":agent:node0:cmds"});
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(queued->integer, 0) << "a start command was queued with no node to run it";
+  auto hashes = conn_->Command({"KEYS", cluster_.prefix + ":task:*"});
+  ASSERT_TRUE(hashes.ok());
+  EXPECT_TRUE(hashes->elements.empty()) << "a task hash was written for a launch that never happened";
+
+  ASSERT_TRUE(cluster_.agents[0]->Spawn());
+  ASSERT_TRUE(cluster_.WaitNodes(1).ok()) << AgentLog();
+  StatusOr<TaskRef> again = Unavailable("not tried");
+  ASSERT_TRUE(WaitUntil([&] {  // the executor's view of the nodes is at most lease_check old
+    again = exec_->Start(r);
+    return again.ok();
+  }, std::chrono::seconds(5))) << again.status().ToString();
+  auto x = WaitExit(r.task_id);
+  ASSERT_TRUE(x) << AgentLog();
+  EXPECT_EQ(x->exit_code, 4);
 }
 
 }  // namespace
