@@ -2,6 +2,7 @@
 // resume (probe_worker.h; schemas/control.schema.json).
 #include "workers/probe_worker.h"
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -62,7 +63,10 @@ class Probe {
     TANDEM_ASSIGN_OR_RETURN(size_t size, mem_->Size(tag));
     uint64_t gen = gen_[tag];
     std::vector<uint64_t> want;
-    std::vector<unsigned char> got(kChunk);
+    // One chunk at most, and no larger than the tag: a 4 KiB tag must not pay
+    // for zeroing a 4 MiB buffer on every resume (it did: most of a small
+    // probe's time per command, docs/benchmarks.md "Handoff control overhead").
+    std::vector<unsigned char> got(std::min(kChunk, size));
     uint64_t bad = 0;
     size_t first = 0;
     for (size_t off = 0; off < size; off += kChunk) {

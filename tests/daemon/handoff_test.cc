@@ -324,6 +324,74 @@ json ReadLine(int fd) {
   return json::parse(line, nullptr, false);
 }
 
+// A Python rollout worker that answers a command only once every rollout
+// rank has received its own command of that stage (a barrier through files
+// in argv[1]; argv[2] ranks): if the daemon waited for one worker's answer
+// before sending the next worker its command, the barrier could not close,
+// and after 5 s the worker answers anyway and leaves a "late" file.
+constexpr const char* kBarrierWorker = R"(
+import json, os, socket, sys, time
+d, n, rank = sys.argv[1], int(sys.argv[2]), os.environ["TANDEM_RANK"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["TANDEM_CONTROL"][len("unix:"):])
+f = s.makefile("r")
+sizes = {"weights": 2 << 20, "kv_cache": 4 << 20}
+held = {t: 0 for t in sizes}
+res = lambda: {"tags": dict(held), "device": {"index": 0, "used": sum(held.values()), "total": 64 << 20, "source": "pool"}}
+send = lambda m: s.sendall((json.dumps(m) + "\n").encode())
+send({"type": "hello", "protocol": 1, "job_id": os.environ["TANDEM_JOB_ID"], "task_id": os.environ["TANDEM_TASK_ID"],
+      "role": os.environ["TANDEM_ROLE"], "rank": int(rank), "devices": [0], "capabilities": [],
+      "tags": [{"name": t, "bytes": b, "backup": t == "weights"} for t, b in sizes.items()], "residency": res()})
+k = 0
+for line in f:
+    m = json.loads(line)
+    if m["type"] == "welcome": continue
+    if m["type"] != "shutdown":
+        k += 1
+        open(f"{d}/r{rank}.c{k}", "w").close()
+        deadline = time.time() + 5
+        while not all(os.path.exists(f"{d}/r{r}.c{k}") for r in range(n)):
+            if time.time() > deadline:
+                open(f"{d}/late.r{rank}.c{k}.{m['type']}", "w").close()
+                break
+            time.sleep(0.002)
+    for t in m.get("tags") or []:
+        if m["type"] == "release": held[t] = 0
+        if m["type"] == "resume": held[t] = sizes[t]
+    send({"type": "ack", "id": m["id"], "command": m["type"], "residency": res()})
+    if m["type"] == "shutdown": break
+)";
+
+// The commands of one stage reach every worker of the stage before any of
+// them has to answer (docs/benchmarks.md "Handoff control overhead": a
+// stage costs one parallel round trip, not one per worker).
+TEST_F(HandoffTest, StageCommandsReachEveryWorkerBeforeAnyAnswer) {
+  const fs::path barrier = dir_ / "barrier";
+  fs::create_directories(barrier);
+  json spec = ColocatedSpec("barrier", {});
+  spec["roles"]["rollout"] = {{"command", {"python3", "-c", kBarrierWorker, barrier.string(), "2"}},
+                              {"gpus_per_replica", 1}, {"replicas", 2}, {"colocate_with", "actor"}};
+  const std::string id = d_->Submit(spec);
+  ASSERT_TRUE(WaitConnected(id, 4)) << d_->log();
+  for (const json& phase : {json{{"phase", "rollout"}}, json{{"phase", "train"}}, json{{"phase", "sync"}, {"version", 1}},
+                            json{{"phase", "rollout"}}}) {
+    auto [st, body] = Phase(id, phase);
+    ASSERT_EQ(st, 200) << phase.dump() << ": " << body.dump() << d_->log();
+  }
+  size_t received = 0;
+  std::vector<std::string> late;
+  for (const auto& e : fs::directory_iterator(barrier)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("late.", 0) == 0) late.push_back(name);
+    else ++received;
+  }
+  EXPECT_GE(received, 2u * 6) << "each rollout got at least 6 commands over the four phases";
+  EXPECT_TRUE(late.empty()) << "a worker waited 5 s for a stage's command to reach the other rank: " << late.front();
+  auto c = d_->client().Request("POST", "/v1/jobs/" + id + "/cancel");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(d_->WaitJob(id), "cancelled");
+}
+
 TEST_F(HandoffTest, MalformedControlLinesAreAnsweredAndNeverFatal) {
   json spec = ColocatedSpec("malformed", {});
   spec["roles"]["sidecar"] = {{"command", {"sleep", "3600"}}};

@@ -4,6 +4,7 @@
 // middle of a release) and the Python example of docs/control-protocol.md,
 // run with Debian's python3.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +224,28 @@ TEST(Probe, RunsCyclesLocallyWithoutADaemonAndRejectsBadTags) {
   EXPECT_EQ(p.Wait(), 0);
   Proc bad{Spawn({Bin("tandem-worker"), "probe", "--tag", "weights=4XB"}, {})};
   EXPECT_EQ(bad.Wait(), 2);
+}
+
+// A resume that verifies a small tag costs memory (and time) of the tag's
+// size, not of the 4 MiB verification chunk: the handoff control overhead of
+// a worker with small tags (docs/benchmarks.md "Handoff control overhead").
+// The peak RSS of 20 release/resume/verify cycles of a 4 KiB tag stays
+// within 1 MiB of a run that only fills it (zeroing a 4 MiB buffer per
+// verify added 4 MiB).
+TEST(Probe, VerifyingASmallTagDoesNotTouchAChunkSizedBuffer) {
+  auto peak_kib = [](const std::string& cycles) -> long {
+    pid_t pid = Spawn({Bin("tandem-worker"), "probe", "--tag", "weights=4KiB:backup", "--backend", "cpu", "--cycles", cycles},
+                      {{"TANDEM_CONTROL", ""}});
+    int status = 0;
+    rusage ru{};
+    if (::wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    return ru.ru_maxrss;
+  };
+  const long fill_only = peak_kib("0");
+  const long cycled = peak_kib("20");
+  ASSERT_GT(fill_only, 0);
+  ASSERT_GT(cycled, 0);
+  EXPECT_LT(cycled - fill_only, 1024) << "peak RSS " << fill_only << " KiB filling, " << cycled << " KiB after 20 verified resumes";
 }
 
 // The Python program in docs/control-protocol.md, extracted and run as is.
