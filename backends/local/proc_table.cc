@@ -29,15 +29,38 @@ bool ReadFile(const char* path, std::string& out) {
   return true;
 }
 
-bool EnvironHas(const std::string& environ, std::string_view entry) {
+// Whether a NUL-separated list (/proc/<pid>/environ or cmdline) holds `entry`.
+bool ListHas(const std::string& list, std::string_view entry) {
   size_t pos = 0;
-  while (pos < environ.size()) {
-    size_t end = environ.find('\0', pos);
-    if (end == std::string::npos) end = environ.size();
-    if (std::string_view(environ).substr(pos, end - pos) == entry) return true;
+  while (pos < list.size()) {
+    size_t end = list.find('\0', pos);
+    if (end == std::string::npos) end = list.size();
+    if (std::string_view(list).substr(pos, end - pos) == entry) return true;
     pos = end + 1;
   }
   return false;
+}
+
+// Live processes whose /proc/<pid>/<file> (a NUL-separated list) holds `entry`.
+std::vector<ProcStat> FindProcessesHolding(const char* file, const std::string& entry) {
+  std::vector<ProcStat> found;
+  DIR* dir = ::opendir("/proc");
+  if (!dir) return found;
+  const pid_t self = ::getpid();
+  std::string list;
+  char path[64];
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid == self) continue;
+    std::snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);
+    if (!ReadFile(path, list) || !ListHas(list, entry)) continue;
+    auto st = ReadProcStat(static_cast<pid_t>(pid));
+    if (st && !st->dead()) found.push_back(*st);
+  }
+  ::closedir(dir);
+  return found;
 }
 
 }  // namespace
@@ -84,24 +107,9 @@ StatusOr<std::string> ReadBootId() {
 }
 
 std::vector<ProcStat> FindProcessesWithEnv(const std::string& env_entry) {
-  std::vector<ProcStat> found;
-  DIR* dir = ::opendir("/proc");
-  if (!dir) return found;
-  const pid_t self = ::getpid();
-  std::string environ;
-  char path[64];
-  while (dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid == self) continue;
-    std::snprintf(path, sizeof path, "/proc/%ld/environ", pid);
-    if (!ReadFile(path, environ) || !EnvironHas(environ, env_entry)) continue;
-    auto st = ReadProcStat(static_cast<pid_t>(pid));
-    if (st && !st->dead()) found.push_back(*st);
-  }
-  ::closedir(dir);
-  return found;
+  return FindProcessesHolding("environ", env_entry);
 }
+
+std::vector<ProcStat> FindProcessesWithArg(const std::string& arg) { return FindProcessesHolding("cmdline", arg); }
 
 }  // namespace tandem::backends::local

@@ -37,4 +37,8 @@ StatusOr<std::string> ReadBootId();
 // (another user, already gone) are skipped. Costs one read per process.
 std::vector<ProcStat> FindProcessesWithEnv(const std::string& env_entry);
 
+// The same for a command-line argument: every live process one of whose
+// arguments is exactly `arg`.
+std::vector<ProcStat> FindProcessesWithArg(const std::string& arg);
+
 }  // namespace tandem::backends::local

@@ -235,14 +235,14 @@ TEST_F(HandoffTest, WorkerThatNeverAnswersTimesOutAndFailsTheJob) {
   for (const auto& t : job["tasks"]) EXPECT_NE(t["state"], "running");
 }
 
-// A Python worker whose release hangs while a flag file exists (the test
-// kills it there, mid-release); without the flag it answers like a probe.
-constexpr const char* kHangingWorker = R"(
+// The start of the Python workers below: connects to the control socket,
+// says hello with two tags (2 and 4 MiB, weights backed up) and defines
+// commands(), the commands after the welcome, and answer(m), which applies m
+// to the held tags and acks it.
+constexpr const char* kPyWorker = R"(
 import json, os, socket, sys, time
-flag = sys.argv[1]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(os.environ["TANDEM_CONTROL"][len("unix:"):])
-f = s.makefile("r")
 sizes = {"weights": 2 << 20, "kv_cache": 4 << 20}
 held = {t: 0 for t in sizes}
 res = lambda: {"tags": dict(held), "device": {"index": 0, "used": sum(held.values()), "total": 64 << 20, "source": "pool"}}
@@ -250,16 +250,26 @@ send = lambda m: s.sendall((json.dumps(m) + "\n").encode())
 send({"type": "hello", "protocol": 1, "job_id": os.environ["TANDEM_JOB_ID"], "task_id": os.environ["TANDEM_TASK_ID"],
       "role": os.environ["TANDEM_ROLE"], "rank": int(os.environ["TANDEM_RANK"]), "devices": [0], "capabilities": [],
       "tags": [{"name": t, "bytes": b, "backup": t == "weights"} for t, b in sizes.items()], "residency": res()})
-for line in f:
-    m = json.loads(line)
-    if m["type"] == "welcome": continue
-    if m["type"] == "release" and os.path.exists(flag) and os.environ["TANDEM_RANK"] == "0":
-        open(flag + ".pid", "w").write(str(os.getpid()))
-        time.sleep(3600)
+def commands():
+    for line in s.makefile("r"):
+        m = json.loads(line)
+        if m["type"] != "welcome": yield m
+def answer(m):
     for t in m.get("tags") or []:
         if m["type"] == "release": held[t] = 0
         if m["type"] == "resume": held[t] = sizes[t]
     send({"type": "ack", "id": m["id"], "command": m["type"], "residency": res()})
+)";
+
+// A Python worker whose release hangs while a flag file exists (the test
+// kills it there, mid-release); without the flag it answers like a probe.
+const std::string kHangingWorker = std::string(kPyWorker) + R"(
+flag = sys.argv[1]
+for m in commands():
+    if m["type"] == "release" and os.path.exists(flag) and os.environ["TANDEM_RANK"] == "0":
+        open(flag + ".pid", "w").write(str(os.getpid()))
+        time.sleep(3600)
+    answer(m)
     if m["type"] == "shutdown": break
 )";
 
@@ -329,23 +339,10 @@ json ReadLine(int fd) {
 // in argv[1]; argv[2] ranks): if the daemon waited for one worker's answer
 // before sending the next worker its command, the barrier could not close,
 // and after 5 s the worker answers anyway and leaves a "late" file.
-constexpr const char* kBarrierWorker = R"(
-import json, os, socket, sys, time
+const std::string kBarrierWorker = std::string(kPyWorker) + R"(
 d, n, rank = sys.argv[1], int(sys.argv[2]), os.environ["TANDEM_RANK"]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect(os.environ["TANDEM_CONTROL"][len("unix:"):])
-f = s.makefile("r")
-sizes = {"weights": 2 << 20, "kv_cache": 4 << 20}
-held = {t: 0 for t in sizes}
-res = lambda: {"tags": dict(held), "device": {"index": 0, "used": sum(held.values()), "total": 64 << 20, "source": "pool"}}
-send = lambda m: s.sendall((json.dumps(m) + "\n").encode())
-send({"type": "hello", "protocol": 1, "job_id": os.environ["TANDEM_JOB_ID"], "task_id": os.environ["TANDEM_TASK_ID"],
-      "role": os.environ["TANDEM_ROLE"], "rank": int(rank), "devices": [0], "capabilities": [],
-      "tags": [{"name": t, "bytes": b, "backup": t == "weights"} for t, b in sizes.items()], "residency": res()})
 k = 0
-for line in f:
-    m = json.loads(line)
-    if m["type"] == "welcome": continue
+for m in commands():
     if m["type"] != "shutdown":
         k += 1
         open(f"{d}/r{rank}.c{k}", "w").close()
@@ -355,10 +352,7 @@ for line in f:
                 open(f"{d}/late.r{rank}.c{k}.{m['type']}", "w").close()
                 break
             time.sleep(0.002)
-    for t in m.get("tags") or []:
-        if m["type"] == "release": held[t] = 0
-        if m["type"] == "resume": held[t] = sizes[t]
-    send({"type": "ack", "id": m["id"], "command": m["type"], "residency": res()})
+    answer(m)
     if m["type"] == "shutdown": break
 )";
 
