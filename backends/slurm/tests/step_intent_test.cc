@@ -118,10 +118,12 @@ TEST(SrunClient, FoundByTheStepNameInItsCommandLineAndStopped) {
     pid_t pgid;
     ~Reap() { ::kill(-pgid, SIGKILL); }
   } reap{pid};
+  // Until sh has forked its sleep and that child has exec'd: in between, the
+  // forked child still carries sh's command line (and so the step's name).
   std::vector<local::ProcStat> found;
-  for (int i = 0; i < 100 && found.empty(); ++i) {
+  for (int i = 0; i < 100 && found.size() != 1; ++i) {
     found = FindSrunClients(name);
-    if (found.empty()) std::this_thread::sleep_for(milliseconds(20));
+    if (found.size() != 1) std::this_thread::sleep_for(milliseconds(20));
   }
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].pid, pid);
