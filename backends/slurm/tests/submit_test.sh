@@ -278,16 +278,8 @@ case $CASE in
     nothing_left "$batch"
     ;;
   crash-window)
-    kill -9 "$DPID"
-    wait "$DPID" 2>/dev/null || true
-    TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_submit_daemon
     spec 8
-    id=$(T submit "$SCRATCH/job.json" | tail -1)
-    wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
-    wait "$DPID" 2>/dev/null || true
-    batch=$(batch_of "$id")
-    CLEANUPS+=("scancel $batch")
-    grep -q "killing tandemd after starting step=$id.actor.0" "$SCRATCH/tandemd.log" || fail "fault point not reached"
+    crash_after_step_start  # sets id and batch
     start_submit_daemon
     wait_end "$id" 60
     [[ $(job_state "$id") == succeeded ]] || fail "job $id: $(T status "$id" --json)"
