@@ -81,4 +81,11 @@ std::vector<std::string> BuildTaskEnvironment(const TaskEnvInput& in) {
   return out;  // std::map iterates in key order: sorted, unique
 }
 
+std::string EnvValue(const std::vector<std::string>& env, std::string_view key) {
+  for (const auto& e : env)
+    if (e.size() > key.size() && e[key.size()] == '=' && e.compare(0, key.size(), key) == 0)
+      return e.substr(key.size() + 1);
+  return "";
+}
+
 }  // namespace tandem::backends

@@ -66,4 +66,7 @@ std::vector<std::string> BuildTaskEnvironment(const TaskEnvInput& in);
 // The current process's environment as a map (first entry wins on duplicates).
 EnvMap ProcessEnvironment();
 
+// The value of `key` in a "KEY=VALUE" list such as LaunchRequest::env ("" when absent).
+std::string EnvValue(const std::vector<std::string>& env, std::string_view key);
+
 }  // namespace tandem::backends

@@ -10,17 +10,12 @@
 
 #include <boost/asio/post.hpp>
 
+#include "backends/task_env.h"
 #include "common/hex.h"
 #include "common/log.h"
 
 namespace tandem::backends::redis {
 namespace {
-
-std::string EnvValue(const std::vector<std::string>& env, const std::string& key) {
-  for (const auto& kv : env)
-    if (kv.rfind(key + "=", 0) == 0) return kv.substr(key.size() + 1);
-  return "";
-}
 
 std::string NewLaunchId(const std::string& task_id) {
   unsigned char raw[8];

@@ -5,6 +5,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "backends/slurm/hostlist.h"
 #include "backends/slurm/slurm_cli.h"
 #include "backends/slurm/step_control.h"
+#include "backends/task_env.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -65,13 +67,6 @@ std::string SrunFilename(const std::filesystem::path& p) {
     if (c == '%') out += '%';
   }
   return out;
-}
-
-std::string EnvValue(const std::vector<std::string>& env, const std::string& key) {
-  const std::string prefix = key + "=";
-  for (const auto& e : env)
-    if (e.compare(0, prefix.size(), prefix) == 0) return e.substr(prefix.size());
-  return "";
 }
 
 bool HasEnv(const std::vector<std::string>& env, const std::string& key) {
@@ -176,13 +171,12 @@ StatusOr<TaskRef> SlurmExecutor::StartNamed(const LaunchRequest& req, const std:
 
   // GRES ownership: the first live step on these GPUs requests them.
   std::set<int> devices = DeviceSet(EnvValue(req.env, "CUDA_VISIBLE_DEVICES"));
+  auto overlaps = [&devices](const std::set<int>& held) {
+    return std::any_of(devices.begin(), devices.end(), [&held](int d) { return held.count(d) > 0; });
+  };
   bool owner = !devices.empty();
-  for (const auto& [id, t] : tracked_)
-    for (int d : devices)
-      if (t.gres_devices.count(d)) owner = false;
-  for (const auto& [holder, held] : held_gres_)
-    for (int d : devices)
-      if (held.count(d)) owner = false;
+  for (const auto& [id, t] : tracked_) owner = owner && !overlaps(t.gres_devices);
+  for (const auto& [holder, held] : held_gres_) owner = owner && !overlaps(held);
 
   LaunchRequest srun;
   srun.job_id = req.job_id;

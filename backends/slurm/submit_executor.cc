@@ -16,6 +16,7 @@
 #include "backends/slurm/slurm_cli.h"
 #include "backends/slurm/step_placement.h"
 #include "backends/slurm/submit_records.h"
+#include "backends/task_env.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -217,9 +218,7 @@ void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<int> devices;  // the batch job's GPU ids the step runs on
-  for (const auto& e : r.env)
-    if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)
-      if (auto ids = slurm::ParseIndexList(e.substr(21)); ids.ok()) devices = *ids;
+  if (auto ids = slurm::ParseIndexList(EnvValue(r.env, "CUDA_VISIBLE_DEVICES")); ids.ok()) devices = *ids;
   WriteJson(Sibling(req.exit_path, ".step-intent.json"),
             {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}, {"devices", devices}});
   auto ref = b.steps->StartNamed(r, step_name);

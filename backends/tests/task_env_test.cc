@@ -135,5 +135,13 @@ TEST(BuildTaskEnvironment, DefaultBaseIsTheProcessEnvironment) {
   ::unsetenv("TZ");
 }
 
+TEST(EnvValue, ExactKeyOnly) {
+  const std::vector<std::string> env = {"CUDA_VISIBLE_DEVICES_X=9", "CUDA_VISIBLE_DEVICES=2,3", "EMPTY="};
+  EXPECT_EQ(EnvValue(env, "CUDA_VISIBLE_DEVICES"), "2,3");
+  EXPECT_EQ(EnvValue(env, "CUDA_VISIBLE"), "");
+  EXPECT_EQ(EnvValue(env, "EMPTY"), "");
+  EXPECT_EQ(EnvValue(env, "MISSING"), "");
+}
+
 }  // namespace
 }  // namespace tandem::backends

@@ -50,45 +50,10 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One request/answer of a ~200-byte JSON line between two processes.
-double BareRoundTripUs(int reps) {
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 0;
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(sv[0]);
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(sv[1], buf, sizeof buf);
-      if (n <= 0) ::_exit(0);
-      if (::write(sv[1], buf, static_cast<size_t>(n)) != n) ::_exit(1);
-    }
-  }
-  ::close(sv[1]);
-  const std::string line =
-      json{{"type", "release"}, {"id", 4294967297}, {"tags", {"weights", "kv_cache"}}, {"phase", "TRAIN"},
-           {"residency", {{"tags", {{"weights", 4096}, {"kv_cache", 4096}}}}}}.dump() + "\n";
-  std::vector<double> us;
-  char buf[4096];
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    if (::write(sv[0], line.data(), line.size()) != static_cast<ssize_t>(line.size())) break;
-    size_t got = 0;
-    while (got < line.size()) {
-      ssize_t n = ::read(sv[0], buf, sizeof buf);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
-  ::close(sv[0]);
-  ::waitpid(child, nullptr, 0);
-  return Median(us);
-}
-
 // The floor of one stage at this machine: the same JSON line written to each
 // of `n` echo processes in one go, then every answer read (poll over all n
-// sockets), as the daemon does with a stage's commands. Median over `reps`.
+// sockets), as the daemon does with a stage's commands; n = 1 is the bare
+// round trip. Median over `reps` (0 when a round fails).
 double ParallelRoundTripUs(int n, int reps) {
   std::vector<int> fds;
   std::vector<pid_t> kids;
@@ -117,10 +82,10 @@ double ParallelRoundTripUs(int n, int reps) {
   std::vector<pollfd> pfds(fds.size());
   std::vector<size_t> got(fds.size());
   char buf[4096];
-  for (int r = 0; r < reps && static_cast<int>(fds.size()) == n; ++r) {
-    const auto t0 = Clock::now();
+  // One round of the stage; false when a write, poll or read fails.
+  auto round = [&] {
     for (int fd : fds) {
-      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 0;
+      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return false;
     }
     std::fill(got.begin(), got.end(), 0);
     size_t done = 0;
@@ -129,19 +94,27 @@ double ParallelRoundTripUs(int n, int reps) {
       for (size_t i = 0; i < fds.size(); ++i) {
         if (got[i] < line.size()) pfds[k++] = {fds[i], POLLIN, 0};
       }
-      if (::poll(pfds.data(), k, 5000) <= 0) return 0;
+      if (::poll(pfds.data(), k, 5000) <= 0) return false;
       for (size_t j = 0; j < k; ++j) {
         if (!(pfds[j].revents & POLLIN)) continue;
         const size_t i = static_cast<size_t>(std::find(fds.begin(), fds.end(), pfds[j].fd) - fds.begin());
         const ssize_t m = ::read(fds[i], buf, sizeof buf);
-        if (m <= 0) return 0;
+        if (m <= 0) return false;
         got[i] += static_cast<size_t>(m);
         if (got[i] >= line.size()) ++done;
       }
     }
+    return true;
+  };
+  for (int r = 0; r < reps && static_cast<int>(fds.size()) == n; ++r) {
+    const auto t0 = Clock::now();
+    if (!round()) {
+      us.clear();
+      break;
+    }
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  for (int fd : fds) ::close(fd);
+  for (int fd : fds) ::close(fd);  // the echo processes read EOF and exit
   for (pid_t k : kids) ::waitpid(k, nullptr, 0);
   return Median(us);
 }
@@ -303,7 +276,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--cycles")) cycles = std::atoi(argv[i + 1]);
   }
   tandem::log::Init("warn");
-  const double rtt = BareRoundTripUs(2000);
+  const double rtt = ParallelRoundTripUs(1, 2000);  // the bare round trip
   std::cout << fmt::format("bare round trip (unix socket, one JSON line, to another process): {:.1f} us\n", rtt);
   // The floor of a stage of k workers: one round trip to each of k echo
   // processes in parallel (cached per k).

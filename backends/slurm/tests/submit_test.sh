@@ -69,6 +69,15 @@ alive() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev
 batch_of() { squeue -h --states=all --name="$1" -o %i | head -1; }
 live_batch() { squeue -h --name="$1" -o %i | head -1; }
 
+# After an scancel behind tandem's back: job ID fails with Slurm's CANCELLED
+# in its detail. Sets st (the job's status JSON).
+fails_cancelled_by_slurm() {
+  wait_end "$1" 40
+  st=$(T status "$1" --json)
+  [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $1: $st"
+  [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's CANCELLED missing from the detail: $st"
+}
+
 # spec SLEEP [EXTRA_BACKEND_JSON]
 spec() {
   cat >"$SCRATCH/job.json" <<JSON
@@ -213,10 +222,7 @@ case $CASE in
     spec 300
     submit_running  # sets id and batch
     scancel "$batch"
-    wait_end "$id" 40
-    st=$(T status "$id" --json)
-    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
-    [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's reason missing: $st"
+    fails_cancelled_by_slurm "$id"  # sets st
     pass "batch job cancelled outside tandem: job failed with Slurm's reason ($(jq -r .detail <<<"$st"))"
     ;;
   reservation)
@@ -332,10 +338,7 @@ case $CASE in
     step=$(squeue -h --steps -j "$batch" -o '%i %j' | awk -v n="$id.actor.0." 'index($2, n) == 1 {print $1}')
     [[ -n $step ]] || fail "the actor's step is not in squeue"
     scancel "$step"
-    wait_end "$id" 40
-    st=$(T status "$id" --json)
-    [[ $(jq -r .state <<<"$st") == failed ]] || fail "job $id: $st"
-    [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's banner missing from the detail: $st"
+    fails_cancelled_by_slurm "$id"  # sets st
     pass "the adopted step cancelled by scancel: the job failed with Slurm's reason ($(jq -r .detail <<<"$st" | head -c 200))"
     ;;
   slow-step-timeout)
