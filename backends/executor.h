@@ -1,5 +1,5 @@
 // The executor interface: how the daemon launches and supervises tasks
-// (DESIGN.md "Components"; STYLE.md, the Slurm and flux-core anchors).
+// (docs/architecture.md; one front end per backend kind, as in Slurm).
 //
 // One interface, one implementation per folder: local/ (posix_spawn on this
 // machine), slurm/ (job steps), redis/ (node agents). The daemon talks only to

@@ -1,4 +1,4 @@
-// Port leases (DESIGN.md "Placement, devices, ports, environment"): tasks get
+// Port leases (docs/jobspec.md "Environment", TANDEM_PORTS): tasks get
 // ports from this registry, so replicas never collide with each other or with
 // the kernel's ephemeral ports.
 //

@@ -1,5 +1,5 @@
-// The environment of a task (DESIGN.md "Placement, devices, ports,
-// environment"): one function, applied by every backend path (local, Slurm
+// The environment of a task (docs/jobspec.md "Environment"
+// and "Colocation and placement"): one function, applied by every backend path (local, Slurm
 // step, Redis node agent, forked colocated roles), so a task sees the same
 // environment wherever it runs.
 //

@@ -1,5 +1,5 @@
 // Human logs: one line per event, `[subsystem] message key=value`, with a level
-// (STYLE.md "Logs"). Machine-readable logs (handoff, residency, journal) are
+// (docs/architecture.md). Machine-readable logs (handoff, residency, journal) are
 // JSON lines with schemas in schemas/, written elsewhere.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Errors as values (DESIGN.md "Errors"; STYLE.md, the NCCL anchor).
+// Errors as values, each frame adding where it passed (as NCCL does).
 //
 // A Status is ok or carries a code and a message. Each frame that passes an
 // error up may add where it passed (`WithContext`), so a failure reads as a

@@ -1,4 +1,4 @@
-// tandem-exec: the exec shim of the local backend (DESIGN.md "Components",
+// tandem-exec: the exec shim of the local backend (docs/architecture.md,
 // backends/local/local_executor.h). Depends on libc only; linked statically
 // where possible so it starts fast.
 //

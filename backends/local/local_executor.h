@@ -1,4 +1,4 @@
-// The local backend (DESIGN.md "Components", backends/local; issue #2 part 5):
+// The local backend (docs/architecture.md, backends/local; issue #2 part 5):
 // runs tasks on this machine behind the Executor interface (executor.h).
 //
 // Launch. Start() posix_spawns the exec shim `tandem-exec` (exec_shim.cc) as

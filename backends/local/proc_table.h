@@ -1,4 +1,4 @@
-// What the local backend reads from /proc (DESIGN.md "Components", local
+// What the local backend reads from /proc (docs/architecture.md, local
 // backend): a process's identity (pid + start time + boot id, so a recycled
 // pid is never mistaken for a task) and the processes that carry a task's
 // marker in their environment (how escaped descendants are found).

@@ -1,5 +1,5 @@
 // Placement of tasks onto redis nodes and their GPUs (docs/redis.md
-// "Placement"; DESIGN.md "Placement, devices, ports, environment").
+// "Placement"; docs/jobspec.md "Colocation and placement").
 //
 // A job's devices are named in its logical namespace (TANDEM_DEVICES). Each
 // node advertises its own GPUs at registration (the agent's --gpus); the

@@ -1,5 +1,5 @@
-// What Slurm gave an allocation (issue #5, allocation mode; DESIGN.md
-// "Placement, devices, ports, environment"): its job id, nodes and GPUs.
+// What Slurm gave an allocation (issue #5, allocation mode;
+// docs/slurm.md): its job id, nodes and GPUs.
 //
 // Inside an allocation (SLURM_JOB_ID set) tandem's device namespace is the
 // allocation's GPUs: logical device i of a job is the i-th GPU Slurm gave the

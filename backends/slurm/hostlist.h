@@ -1,5 +1,5 @@
 // Slurm hostlist expressions and multi-node placement (issue #5 item 6;
-// DESIGN.md "Placement, devices, ports, environment").
+// docs/jobspec.md "Colocation and placement").
 //
 // Slurm names node sets compactly: "gpu[01-04,07]", "a1,b[2-3]",
 // "rack[1-2]-n[01-02]" (several bracket groups multiply out, left to right).

@@ -1,5 +1,5 @@
-// The Slurm backend in allocation mode (issue #5 items 1, 3, 4; DESIGN.md
-// "Components", backends/slurm): runs each task as one job step (`srun`) of
+// The Slurm backend in allocation mode (issue #5 items 1, 3, 4;
+// docs/slurm.md, backends/slurm): runs each task as one job step (`srun`) of
 // an existing allocation, behind the Executor interface (executor.h).
 //
 // Launch. Start() runs, through a LocalExecutor of its own (so the srun client

@@ -1,6 +1,6 @@
 // Spreading a job's tasks over the nodes of a multi-node batch job (issue #5
-// item 3; docs/slurm.md "Submit mode", "Multi-node"; DESIGN.md "Placement,
-// devices, ports, environment").
+// item 3; docs/slurm.md "Submit mode", "Multi-node"; docs/jobspec.md
+// "Colocation and placement").
 //
 // A job's devices are logical, 0..N-1. Over an allocation of K nodes with G
 // GPUs each, node k holds logical devices [k*G, (k+1)*G) in the order of the

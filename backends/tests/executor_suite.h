@@ -1,5 +1,5 @@
-// The shared executor test suite (backends/executor.h; STYLE.md, the Ray
-// anchor): every Executor implementation runs these tests against real
+// The shared executor test suite (backends/executor.h; one suite per
+// interface, as Ray does): every Executor implementation runs these tests against real
 // processes. The only per-backend part is the ExecutorHarness, which creates
 // the executor. A backend instantiates the suite once:
 //

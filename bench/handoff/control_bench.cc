@@ -1,5 +1,5 @@
 // bench/handoff/control_bench: the control overhead of the GPU handoff
-// (issue #3 part 9; ../shared/BENCHMARKS.md "handoff control overhead").
+// (issue #3 part 9; docs/benchmarks.md "handoff control overhead").
 //
 // An embedded daemon (the same code as tandemd) runs a colocated job of N
 // real `tandem-worker probe` processes whose tags are 4 KiB (they move no

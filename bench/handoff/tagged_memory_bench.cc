@@ -1,5 +1,5 @@
 // Offload / restore benchmark of tagged device memory on CUDA (issue #3 part
-// 9; ../shared/BENCHMARKS.md row "offload / restore"). For each size N GiB,
+// 9; docs/benchmarks.md, "offload / restore"). For each size N GiB,
 // in one process and one after the other:
 //   raw      cudaMemcpyAsync of N bytes device->host then host->device, one
 //            stream, pinned host buffer (cudaMallocHost): the baseline;

@@ -1,5 +1,5 @@
 // bench/launch: how fast tandemd turns a submitted job into running tasks
-// (../shared/BENCHMARKS.md, "task launch"; results in docs/benchmarks.md).
+// (docs/benchmarks.md, "Task launch").
 //
 // For N in {1, 10, 100, 1000} trivial tasks (`true`), in one process and one
 // run:

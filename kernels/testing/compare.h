@@ -1,4 +1,4 @@
-// Tolerances as code for kernel tests (STYLE.md: |out - ref| <= atol + rtol*|ref|,
+// Tolerances as code for kernel tests (|out - ref| <= atol + rtol*|ref|,
 // rtol per dtype), fresh random inputs, poisoning. Header-only, used by the
 // CPU and GPU tests of every kernel in kernels/.
 #pragma once

@@ -1,5 +1,5 @@
 // Packed forest: the compact description of a trie-packed batch (issue #4,
-// "Tree attention"; DESIGN.md "Workers and kernels").
+// "Tree attention"; docs/architecture.md "Native workers").
 //
 // Tokens of several tries (plain sequences are tries without branches) are
 // stored once, in depth-first preorder. A segment is a run of consecutive

@@ -1,5 +1,5 @@
-// The daemon's end of the control protocol's transport (DESIGN.md "Control
-// protocol"; schemas/control.schema.json; docs/control-protocol.md): a unix
+// The daemon's end of the control protocol's transport (docs/control-
+// protocol.md; schemas/control.schema.json; docs/control-protocol.md): a unix
 // socket (0600) that workers reach through TANDEM_CONTROL and, when asked
 // (ListenTcp, `tandemd --control-listen`), a TCP listener for workers on
 // other nodes; newline-delimited JSON lines of at most 1 MiB, and the

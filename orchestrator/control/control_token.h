@@ -1,5 +1,5 @@
 // Control tokens: how a worker proves, in its hello, that it is the launch
-// of the task it names (DESIGN.md "Control protocol"; docs/control-protocol.md
+// of the task it names (docs/control-protocol.md
 // "Authentication"). A unix control socket is protected by its mode (0600);
 // a TCP one is not, so every launch gets a token:
 //

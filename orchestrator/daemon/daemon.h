@@ -1,5 +1,5 @@
 // tandemd assembled: state dir lock, durable log, executor, job manager,
-// HTTP server (DESIGN.md "Components"). `tandemd` and `tandem daemon` run one
+// HTTP server (docs/architecture.md). `tandemd` and `tandem daemon` run one
 // until SIGTERM/SIGINT; `tandem run` embeds one on a private state dir.
 //
 // State dir layout:

@@ -1,4 +1,4 @@
-// One colocation group's handoff executor (DESIGN.md "Handoff engine";
+// One colocation group's handoff executor (docs/handoff.md;
 // orchestrator/handoff/transition.h states the contract this implements).
 //
 // It holds the group's GroupState and feeds it every event in the order

@@ -1,5 +1,5 @@
-// The handoff service: the daemon's side of issue #3 (DESIGN.md "Control
-// protocol", "Handoff engine", "Residency ledger and logs").
+// The handoff service: the daemon's side of issue #3 (docs/control-
+// protocol.md, docs/handoff.md: the engine, the ledger and logs).
 //
 // - Listens on the control socket (<state_dir>/control.sock, handed to local
 //   tasks as TANDEM_CONTROL=unix:...) and, with `--control-listen`, on TCP

@@ -1,5 +1,5 @@
 // Every tandemd setting in one table: flag, environment variable, default
-// (STYLE.md, the NCCL anchor). The same table feeds `tandemd --help`,
+// (one documented line per knob). The same table feeds `tandemd --help`,
 // `tandem daemon`, `tandem run` (which takes the daemon's flags) and
 // docs/daemon.md.
 #pragma once

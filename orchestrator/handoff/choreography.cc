@@ -1,4 +1,4 @@
-// DESIGN.md's default choreography and the group lookups (choreography.h).
+// docs/handoff.md's default choreography and the group lookups (choreography.h).
 #include "orchestrator/handoff/choreography.h"
 
 namespace tandem::handoff {

@@ -1,8 +1,8 @@
 // What a colocation group is made of and which tags each role releases and
-// resumes in each phase (DESIGN.md "Handoff engine"; the job spec's
+// resumes in each phase (docs/handoff.md "Choreography"; the job spec's
 // `handoff` section, schemas/jobspec.schema.json, docs/handoff.md).
 //
-// DefaultChoreography() is DESIGN.md's: rollout pauses and releases
+// DefaultChoreography() is docs/handoff.md's: rollout pauses and releases
 // kv_cache, cuda_graph, weights before the actor resumes; the actor releases
 // optimizer, grads, activations in SYNC before the rollout resumes weights;
 // exports are released after every reader loaded; CUDA graphs come back

@@ -1,5 +1,5 @@
 // The handoff engine's events as JSON, for the daemon's per-group journal
-// (DESIGN.md "Handoff engine": the executor journals every event before
+// (docs/handoff.md "In the daemon": the executor journals every event before
 // performing its actions, and a restarted daemon replays them through Apply),
 // and phase names as users and controllers write them.
 //

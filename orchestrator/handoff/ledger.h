@@ -1,4 +1,4 @@
-// The residency ledger (DESIGN.md "Residency ledger and logs"): for every
+// The residency ledger (docs/handoff.md "In the daemon"): for every
 // GPU of a colocation group its capacity, the bytes resident per (worker,
 // tag) as the workers report them, and the device's own used/total reading.
 //

@@ -1,5 +1,5 @@
 // Writers for <run_dir>/handoff.jsonl and <run_dir>/residency.jsonl
-// (DESIGN.md "Residency ledger and logs"; schemas/handoff.schema.json and
+// (docs/handoff.md "Logs"; schemas/handoff.schema.json and
 // schemas/residency.schema.json are the line formats; docs/handoff.md shows
 // an example of each).
 //

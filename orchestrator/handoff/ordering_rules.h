@@ -1,4 +1,4 @@
-// The ordering rules of a handoff (DESIGN.md "Handoff engine"), as data.
+// The ordering rules of a handoff (docs/handoff.md "Ordering rules"), as data.
 //
 // A transition into a phase runs in stages; every command of one stage is
 // sent at once and the next stage starts only when all of them were

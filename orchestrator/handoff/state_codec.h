@@ -1,5 +1,5 @@
-// A colocation group's whole engine state as JSON and back (DESIGN.md
-// "Handoff engine"), for the snapshot that compacts a group's journal
+// A colocation group's whole engine state as JSON and back (docs/
+// handoff.md), for the snapshot that compacts a group's journal
 // (orchestrator/daemon/handoff_group.h): recovery = snapshot + the events
 // journaled after it, so a long job's restart replays a bounded journal.
 //

@@ -1,5 +1,5 @@
-// The handoff engine's pure transition function (DESIGN.md "Handoff
-// engine"): Apply(state, event) -> (state, actions) for one colocation group.
+// The handoff engine's pure transition function (docs/handoff.md,
+// "In the daemon"): Apply(state, event) -> (state, actions) for one colocation group.
 //
 // A transition into a phase runs the stages of ordering_rules.h in their
 // rule-imposed order; the commands of a stage are computed when the stage

@@ -1,4 +1,4 @@
-// The vocabulary of the handoff engine (DESIGN.md "Handoff engine"): memory
+// The vocabulary of the handoff engine (docs/handoff.md): memory
 // tags, role kinds, phases, worker identities, and the events the engine
 // consumes and the actions it emits. The names are the wire names of
 // schemas/control.schema.json and of the handoff/residency log lines
@@ -16,7 +16,7 @@
 
 namespace tandem::handoff {
 
-// Memory tags (DESIGN.md "Control protocol"). Inference roles manage
+// Memory tags (docs/control-protocol.md). Inference roles manage
 // weights, kv_cache, cuda_graph; the actor params, grads, optimizer,
 // activations, ipc_exports.
 enum class Tag { kWeights, kKvCache, kCudaGraph, kParams, kGrads, kOptimizer, kActivations, kIpcExports };

@@ -1,5 +1,5 @@
-// Placement: which logical and physical devices each task gets (DESIGN.md
-// "Placement, devices, ports, environment"; the rules are in placement.h and
+// Placement: which logical and physical devices each task gets (docs/
+// jobspec.md "Colocation and placement"; the rules are in placement.h and
 // docs/jobspec.md "Colocation and placement"). Ports are leased by the
 // backends, not here.
 #include "orchestrator/placement/placement.h"

@@ -1,5 +1,5 @@
-// Placement: which devices each task gets (DESIGN.md "Placement, devices,
-// ports, environment").
+// Placement: which devices each task gets (docs/jobspec.md "Colocation
+// and placement").
 //
 // Roles form colocation groups: a role without colocate_with is a group's
 // owner; roles that colocate with it (directly or through a chain) share its

@@ -1,6 +1,6 @@
 // `tandem timeline`: one self-contained HTML page (inline CSS, JavaScript and
 // SVG; nothing fetched) that draws who held which GPU's memory over time
-// (DESIGN.md "Residency ledger and logs"; docs/cli.md "tandem timeline").
+// (docs/handoff.md "Reading the logs"; docs/cli.md "tandem timeline").
 //
 // The page embeds the run's log lines (TimelineData) and draws them with its
 // own JavaScript (timeline_page.cc): a lane per logical GPU with a row per

@@ -1,5 +1,5 @@
-// Colocation groups of a job (DESIGN.md "Placement, devices, ports,
-// environment"; docs/jobspec.md "Colocation and placement").
+// Colocation groups of a job (docs/jobspec.md "Colocation and
+// placement").
 //
 // A role without colocate_with owns a group; a role that colocates with
 // another (directly or through a chain) joins the group of the chain's

@@ -23,7 +23,7 @@ namespace {
 
 constexpr double kMaxTimeoutS = 86400;
 
-// The wire names of DESIGN.md "Control protocol" (orchestrator/handoff/types.h).
+// The wire names of docs/control-protocol.md (orchestrator/handoff/types.h).
 const std::initializer_list<std::string_view> kKinds{"actor", "rollout", "teacher"};
 const std::initializer_list<std::string_view> kTags{"weights",   "kv_cache", "cuda_graph",
                                                     "params",    "grads",    "optimizer",

@@ -57,7 +57,7 @@ struct RoleSpec {
 
 // The job's `handoff` section (issue #3; docs/handoff.md "In the job spec").
 // Which roles take part in GPU handoffs, as which kind, and how. Role kinds
-// and tags are the wire names of DESIGN.md "Control protocol":
+// and tags are the wire names of docs/control-protocol.md:
 // kinds "actor", "rollout", "teacher"; tags "weights", "kv_cache",
 // "cuda_graph", "params", "grads", "optimizer", "activations", "ipc_exports".
 struct HandoffPhaseSpec {

@@ -1,5 +1,5 @@
 // The worker side of the control protocol (schemas/control.schema.json;
-// DESIGN.md "Control protocol"; docs/control-protocol.md).
+// docs/control-protocol.md).
 //
 // A worker builds a ControlClient, registers one handler per command it
 // supports, connects (hello -> welcome), then serves: each command line from

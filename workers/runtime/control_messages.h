@@ -1,5 +1,5 @@
 // Control protocol messages, version 1 (schemas/control.schema.json;
-// DESIGN.md "Control protocol"; docs/control-protocol.md).
+// docs/control-protocol.md).
 //
 // Plain structs for what a worker says and hears, and their JSON encodings.
 // Parsing never throws: a bad line becomes a Status whose message names what

@@ -1,4 +1,4 @@
-// Tagged device memory (issue #3 part 4; DESIGN.md "Control protocol",
+// Tagged device memory (issue #3 part 4; docs/control-protocol.md,
 // memory tags).
 //
 // One pool per tag (weights, kv_cache, params, ...). Each pool reserves its

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Chunked LM-head loss benchmark on the GPU machine (issue #4; ../shared/BENCHMARKS.md).
+"""Chunked LM-head loss benchmark on the GPU machine (issue #4; docs/benchmarks.md).
 
 N=16k rows, H=4096, V=152k, bf16; per row one label (plus a fork: some rows
 carry two pairs), temperature 0.9, upstream grads for logprob and entropy.

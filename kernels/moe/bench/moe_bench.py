@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MoE benchmark on the GPU machine (issue #4; ../shared/BENCHMARKS.md).
+"""MoE benchmark on the GPU machine (issue #4; docs/benchmarks.md).
 
 E=128 experts, top-8, T=4096 tokens (32768 routed rows), H=2048 I=768 and
 H=7168 I=2048, bf16, routing from our router on random logits. Side by side

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tree attention benchmark on the GPU machine (issue #4; ../shared/BENCHMARKS.md).
+"""Tree attention benchmark on the GPU machine (issue #4; docs/benchmarks.md).
 
 For each (P, R, G): one trie (a prompt of P tokens, G responses of R tokens),
 d=128, 16 heads. Side by side in one run, timed with CUDA events (median):

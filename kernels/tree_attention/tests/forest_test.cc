@@ -132,7 +132,7 @@ TEST(ForestBuilder, RoundTripsAndReportsReductions) {
   }
   EXPECT_EQ(pk.forest.segments.size(), 1u + G + 1u);
 
-  // A pure group: the formulas from BENCHMARKS.md.
+  // A pure group: the formulas of docs/benchmarks.md.
   auto group = BuildPackedForest(testing::RandomGroup(rng, 512, 256, 8));
   ASSERT_TRUE(group.ok());
   const double T = 512 + 256;

@@ -1,4 +1,4 @@
-/* The handoff protocol as a Promela model (DESIGN.md "Handoff engine";
+/* The handoff protocol as a Promela model (docs/handoff.md;
  * docs/handoff.md "Model status"). One daemon and three workers (actor,
  * rollout, teacher) on one GPU, with lost commands and answers, duplicate
  * answers, timeouts (real and spurious) with retries of the same command id,

@@ -1,6 +1,6 @@
 // The handoff transition function as a table (transition.h): state x event
 // -> expected mode/phase, commands and transition ids; plus the whole
-// DESIGN.md choreography as a golden sequence, checked against the ordering
+// docs/handoff.md choreography as a golden sequence, checked against the ordering
 // rules on the simulated workers' real residency after every answer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
