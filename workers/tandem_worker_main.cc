@@ -1,19 +1,43 @@
-// tandem-worker: the native worker binary (DESIGN.md "Workers and kernels").
-// Subcommands: `probe` (probe_worker.h). The LibTorch roles (actor, rollout,
-// teacher) join later. Exceptions stop at this edge and become exit status 1
-// with a log line; bad flags exit 2 with CLI11's message.
+// tandem-worker: the native worker binary (docs/architecture.md "Native
+// workers"). Its subcommands are the rows of common/native_workers.h, the
+// table the spec parser checks a role's "worker" against: today `probe`
+// (probe_worker.h); the LibTorch roles (actor, rollout, teacher) join later.
+// `--list-workers` prints the subcommands this binary registered, one a
+// line (tests/cli/binaries_test.cc compares them with the table);
+// `--version` prints the project's version. Exceptions stop at this edge and
+// become exit status 1 with a log line; bad flags exit 2 with CLI11's
+// message.
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <iostream>
 
 #include "common/log.h"
+#include "common/native_workers.h"
+#include "common/version.h"
 #include "workers/probe_worker.h"
+
+namespace {
+
+// The table's row for `name`: a subcommand registered here must have one.
+std::string Summary(std::string_view name) {
+  for (const tandem::NativeWorker& w : tandem::NativeWorkers()) {
+    if (w.name == name) return std::string(w.summary);
+  }
+  return "(missing from common/native_workers.h)";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   tandem::log::Init();
-  CLI::App app{"tandem-worker: native workers for tandem (probe)"};
-  app.require_subcommand(1);
+  std::string names;
+  for (const std::string& n : tandem::NativeWorkerNames()) names += (names.empty() ? "" : ", ") + n;
+  CLI::App app{"tandem-worker: native workers for tandem (" + names + ")"};
+  app.set_version_flag("--version", tandem::VersionLine("tandem-worker"));
+  bool list_workers = false;
+  app.add_flag("--list-workers", list_workers, "Print this binary's workers, one a line, and exit");
+  app.require_subcommand(0, 1);
 
   tandem::worker::ProbeOptions o;
   std::vector<std::string> tags;
@@ -21,7 +45,7 @@ int main(int argc, char** argv) {
   std::string phases;
   std::string capacity;
   int phase_timeout_ms = 60'000, connect_timeout_ms = 10'000, reconnect_ms = 0;
-  auto* probe = app.add_subcommand("probe", "allocate tagged pools, fill them, obey the control protocol, verify after resume");
+  auto* probe = app.add_subcommand("probe", Summary("probe"));
   probe->add_option("--tag", tags, "NAME=SIZE[:backup|:discard], e.g. weights=64MiB:backup (repeatable)")->required();
   probe->add_option("--control", control, "unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL; none: run cycles locally)");
   probe->add_option("--backend", o.backend, "cpu, cuda or auto")->check(CLI::IsMember({"cpu", "cuda", "auto"}));
@@ -41,6 +65,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (list_workers) {
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      std::cout << sub->get_name() << "\n";
+    }
+    return 0;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << "tandem-worker: name a worker: " << names << " (tandem-worker --help)\n";
+    return 2;
   }
   try {
     tandem::control::Hello env = tandem::control::HelloFromEnvironment();

@@ -4,12 +4,14 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "common/log.h"
+#include "common/version.h"
 #include "orchestrator/daemon/daemon.h"
 
 int main(int argc, char** argv) {
   tandem::daemon::DaemonSettings settings;
   CLI::App app{"tandemd: the tandem daemon"};
   tandem::daemon::AddDaemonFlags(app, settings);
+  app.set_version_flag("--version", tandem::VersionLine("tandemd"));
   CLI11_PARSE(app, argc, argv);
   tandem::log::Init(settings.log_level);
   std::signal(SIGPIPE, SIG_IGN);

@@ -11,8 +11,10 @@
 
 #include <fmt/format.h>
 
+#include "common/native_workers.h"
 #include "orchestrator/spec/colocation.h"
 #include "orchestrator/spec/handoff_parser.h"
+#include "orchestrator/spec/parse_options.h"
 #include "orchestrator/spec/role_parser.h"
 #include "orchestrator/spec/spec_reader.h"
 
@@ -102,7 +104,7 @@ void CheckDeviceFit(const Colocation& col, const std::vector<RoleSpec>& roles,
                                  col.devices_needed, parts, spec.devices.size()));
 }
 
-ParseResult ParseDocument(const Json& doc) {
+ParseResult ParseDocument(const Json& doc, const ParseOptions& options) {
   ParseResult result;
   Reader r(&result.errors);
   if (!doc.is_object()) {
@@ -146,7 +148,7 @@ ParseResult ParseDocument(const Json& doc) {
         r.Error(path, std::string("expected ") + internal::kRoleNameRule.expected + " as the key");
         shapes_ok = false;
       }
-      internal::ParsedRole role = internal::ParseRole(value, name, path, r);
+      internal::ParsedRole role = internal::ParseRole(value, name, path, options.workers, r);
       shapes_ok = shapes_ok && role.shape_ok;
       spec.roles.push_back(std::move(role.role));
     }
@@ -209,11 +211,27 @@ Status ParseResult::ToStatus() const {
   return InvalidArgument(std::move(text));
 }
 
-ParseResult ParseJobSpec(const nlohmann::ordered_json& doc) { return ParseDocument(doc); }
+std::vector<std::string> ParseOptions::DefaultWorkers() { return NativeWorkerNames(); }
 
-ParseResult ParseJobSpec(const nlohmann::json& doc) { return ParseDocument(Json(doc)); }
+std::vector<std::string> ParseOptions::AllWorkerKinds() {
+  return {internal::kWorkerKinds.begin(), internal::kWorkerKinds.end()};
+}
 
-ParseResult ParseJobSpecText(std::string_view text) {
+ParseResult ParseJobSpec(const nlohmann::ordered_json& doc, const ParseOptions& options) {
+  return ParseDocument(doc, options);
+}
+
+ParseResult ParseJobSpec(const nlohmann::json& doc, const ParseOptions& options) {
+  return ParseDocument(Json(doc), options);
+}
+
+ParseResult ParseJobSpec(const nlohmann::ordered_json& doc) { return ParseJobSpec(doc, ParseOptions{}); }
+
+ParseResult ParseJobSpec(const nlohmann::json& doc) { return ParseJobSpec(doc, ParseOptions{}); }
+
+ParseResult ParseJobSpecText(std::string_view text) { return ParseJobSpecText(text, ParseOptions{}); }
+
+ParseResult ParseJobSpecText(std::string_view text, const ParseOptions& options) {
   Json doc;
   try {
     doc = Json::parse(text.begin(), text.end());
@@ -229,7 +247,7 @@ ParseResult ParseJobSpecText(std::string_view text) {
     result.errors.push_back({"", fmt::format("not valid JSON: {}", e.what())});
     return result;
   }
-  return ParseDocument(doc);
+  return ParseDocument(doc, options);
 }
 
 }  // namespace tandem::spec

@@ -2,6 +2,8 @@
 // and $defs/restart). See role_parser.h.
 #include "orchestrator/spec/role_parser.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace tandem::spec::internal {
@@ -49,9 +51,17 @@ RestartPolicy ParseRestart(const Json& v, const std::string& path, Reader& r) {
   return out;
 }
 
+// '"probe"' or '"actor", "probe"': the workers a build has, for messages.
+std::string QuotedList(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", n);
+  return out.empty() ? "none" : out;
+}
+
 }  // namespace
 
-ParsedRole ParseRole(const Json& v, const std::string& name, const std::string& path, Reader& r) {
+ParsedRole ParseRole(const Json& v, const std::string& name, const std::string& path,
+                     const std::vector<std::string>& workers, Reader& r) {
   ParsedRole out;
   out.role.name = name;
   if (!r.ExpectObject(v, path)) {
@@ -84,8 +94,15 @@ ParsedRole ParseRole(const Json& v, const std::string& name, const std::string& 
     }
   }
   if (has_worker) {
-    if (auto w = r.Enum(v["worker"], JoinKey(path, "worker"), {"actor", "rollout", "teacher", "probe"})) {
+    const std::string p = JoinKey(path, "worker");
+    if (auto w = r.Enum(v["worker"], p, {kWorkerKinds[0], kWorkerKinds[1], kWorkerKinds[2], kWorkerKinds[3]})) {
+      // Kept even when refused below, so the handoff checks still see its kind.
       role.worker = *w;
+      if (std::find(workers.begin(), workers.end(), *w) == workers.end()) {
+        r.Error(p, fmt::format("this build's tandem-worker has no \"{}\" worker; it has {} "
+                               "(tandem-worker --list-workers)",
+                               *w, QuotedList(workers)));
+      }
     }
   }
   if (v.contains("args")) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "orchestrator/spec/job_spec.h"
+#include "orchestrator/spec/parse_options.h"
 
 namespace tandem::spec {
 namespace {
@@ -27,14 +28,18 @@ std::string Spec(const std::string& section, const std::string& extra_roles = ""
     "handoff": )" + section + "}";
 }
 
+// The handoff checks of worker kinds this build may not have yet (actor,
+// rollout, teacher): parsed as for a build that has every kind.
+const ParseOptions kAllKinds{ParseOptions::AllWorkerKinds()};
+
 std::vector<std::string> Errors(const std::string& text) {
   std::vector<std::string> out;
-  for (const SpecError& e : ParseJobSpecText(text).errors) out.push_back(e.ToString());
+  for (const SpecError& e : ParseJobSpecText(text, kAllKinds).errors) out.push_back(e.ToString());
   return out;
 }
 
 HandoffSpec Parsed(const std::string& text) {
-  ParseResult r = ParseJobSpecText(text);
+  ParseResult r = ParseJobSpecText(text, kAllKinds);
   EXPECT_TRUE(r.spec) << r.ToStatus().message();
   return r.spec ? r.spec->handoff : HandoffSpec{};
 }
@@ -102,7 +107,8 @@ TEST(HandoffSection, KindOfTakesTheRolesMapFirstThenTheWorker) {
       "judge": {"worker": "teacher", "gpus_per_replica": 1, "colocate_with": "trainer"},
       "stats": {"worker": "probe"},
       "log": {"command": ["tail"]}},
-    "handoff": {"roles": {"trainer": "actor", "ref": "teacher", "judge": "teacher"}, "controller": "trainer"}})");
+    "handoff": {"roles": {"trainer": "actor", "ref": "teacher", "judge": "teacher"}, "controller": "trainer"}})",
+                                   kAllKinds);
   ASSERT_TRUE(r.spec) << r.ToStatus().message();
   const JobSpec& s = *r.spec;
   EXPECT_EQ(s.handoff.KindOf(*s.FindRole("trainer")), "actor") << "a command named in roles";

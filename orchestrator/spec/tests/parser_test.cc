@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "orchestrator/spec/job_spec.h"
+#include "orchestrator/spec/parse_options.h"
 
 namespace tandem::spec {
 namespace {
@@ -101,7 +102,8 @@ TEST(JobSpecParser, DefaultsAreFilledIn) {
   ParseResult r = ParseJobSpecText(R"({"name": "d", "roles": {
       "a": {"command": ["x"], "replicas": 3, "gpus_per_replica": 2, "restart": {"policy": "always", "backoff_s": 45}},
       "b": {"worker": "rollout", "args": ["--model", "tiny"], "gpus_per_replica": 1},
-      "c": {"command": ["y"]}}})");
+      "c": {"command": ["y"]}}})",
+                                   ParseOptions{ParseOptions::AllWorkerKinds()});
   ASSERT_TRUE(r.spec) << r.ToStatus().message();
   const JobSpec& s = *r.spec;
   EXPECT_EQ(s.backend.kind, BackendKind::kLocal);
@@ -210,6 +212,8 @@ INSTANTIATE_TEST_SUITE_P(
                   R"(roles.a.args: only allowed with "worker")"},
         ErrorCase{"unknown worker", SPEC(R"("a": {"worker": "critic"})"),
                   R"(roles.a.worker: expected one of "actor", "rollout", "teacher", "probe", got "critic")"},
+        ErrorCase{"worker this build lacks", SPEC(R"("a": {"worker": "rollout"})"),
+                  R"(roles.a.worker: this build's tandem-worker has no "rollout" worker; it has "probe")"},
         ErrorCase{"empty program", SPEC(R"("a": {"command": ["", "x"]})"),
                   "roles.a.command[0]: expected a non-empty string (the program)"},
         ErrorCase{"argv not strings", SPEC(R"("a": {"command": ["x", 3]})"),

@@ -1,0 +1,25 @@
+// The native workers of this build (native_workers.h).
+#include "common/native_workers.h"
+
+#include <array>
+
+namespace tandem {
+namespace {
+
+// One row per subcommand of tandem-worker (workers/tandem_worker_main.cc).
+// The LibTorch roles (actor, rollout, teacher) get their rows when they land.
+constexpr std::array<NativeWorker, 1> kNativeWorkers = {{
+    {"probe", "allocate tagged pools, fill them, obey the control protocol, verify after resume"},
+}};
+
+}  // namespace
+
+std::span<const NativeWorker> NativeWorkers() { return kNativeWorkers; }
+
+std::vector<std::string> NativeWorkerNames() {
+  std::vector<std::string> out;
+  for (const NativeWorker& w : kNativeWorkers) out.emplace_back(w.name);
+  return out;
+}
+
+}  // namespace tandem
