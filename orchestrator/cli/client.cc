@@ -44,7 +44,7 @@ StatusOr<Response> DoRequest(Socket& sock, const Endpoint& ep, const std::string
 
 template <typename Socket>
 StatusOr<int> DoStream(Socket& sock, const Endpoint& ep, const std::string& target,
-                       const std::function<void(std::string_view)>& on_data) {
+                       const std::function<void(std::string_view)>& on_data, const std::function<void(int)>& on_status) {
   http::request<http::empty_body> req(http::verb::get, target, 11);
   req.set(http::field::host, "localhost");
   if (!ep.token.empty()) req.set(http::field::authorization, "Bearer " + ep.token);
@@ -59,14 +59,18 @@ StatusOr<int> DoStream(Socket& sock, const Endpoint& ep, const std::string& targ
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   http::read_header(sock, buf, parser, ec);
   if (ec) return Unavailable("read response: " + ec.message());
+  if (on_status) on_status(static_cast<int>(parser.get().result_int()));
   char chunk[16 * 1024];
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof chunk;
-    http::read(sock, buf, parser, ec);
+    // read_some, not read: read() returns only once the chunk buffer is full
+    // or the response ended, which held a follower's lines back for minutes.
+    http::read_some(sock, buf, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) return Unavailable("stream ended: " + ec.message());
-    on_data(std::string_view(chunk, sizeof chunk - parser.get().body().size));
+    const size_t n = sizeof chunk - parser.get().body().size;
+    if (n > 0) on_data(std::string_view(chunk, n));
   }
   return static_cast<int>(parser.get().result_int());
 }
@@ -100,8 +104,9 @@ StatusOr<Response> Client::Request(const std::string& method, const std::string&
   });
 }
 
-StatusOr<int> Client::Stream(const std::string& target, const std::function<void(std::string_view)>& on_data) {
-  return WithSocket(ep_, [&](auto& sock) -> StatusOr<int> { return DoStream(sock, ep_, target, on_data); });
+StatusOr<int> Client::Stream(const std::string& target, const std::function<void(std::string_view)>& on_data,
+                             const std::function<void(int)>& on_status) {
+  return WithSocket(ep_, [&](auto& sock) -> StatusOr<int> { return DoStream(sock, ep_, target, on_data, on_status); });
 }
 
 std::string ErrorText(const Response& r) {

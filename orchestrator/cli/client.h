@@ -30,9 +30,12 @@ class Client {
   // One request, whole response. kUnavailable when the daemon cannot be reached.
   StatusOr<Response> Request(const std::string& method, const std::string& target,
                              const std::string& body = "");
-  // A streaming GET: `on_data` gets body bytes as they arrive; returns the
-  // status code when the server ends the response (or the error).
-  StatusOr<int> Stream(const std::string& target, const std::function<void(std::string_view)>& on_data);
+  // A streaming GET: `on_status` (when given) gets the status code once the
+  // headers are in; `on_data` gets body bytes as soon as each read returns
+  // them (a line the server sent is handed over without waiting for more);
+  // returns the status code when the server ends the response (or the error).
+  StatusOr<int> Stream(const std::string& target, const std::function<void(std::string_view)>& on_data,
+                       const std::function<void(int)>& on_status = nullptr);
 
  private:
   Endpoint ep_;

@@ -198,16 +198,51 @@ int CmdLogs(Client& c, const std::string& job, const std::string& task, bool fol
   std::string target = "/v1/jobs/" + job + "/logs?stream=" + (err ? "stderr" : "stdout");
   if (!task.empty()) target += "&task=" + task;
   if (follow) target += "&follow=1";
-  // An error answer is a small JSON body; collect it to print it nicely.
-  std::string head;
-  auto st = c.Stream(target, [&](std::string_view d) {
-    std::cout.write(d.data(), static_cast<std::streamsize>(d.size()));
-    std::cout.flush();
-    if (head.size() < 4096) head.append(d.substr(0, 4096 - head.size()));
-  });
+  // The output goes to stdout as it arrives (flushed, so a pipe sees each
+  // line while the task runs); an error answer is a small JSON body, kept to
+  // print for people.
+  int status = 0;
+  std::string error_body;
+  auto st = c.Stream(
+      target,
+      [&](std::string_view d) {
+        if (status != 200) {
+          if (error_body.size() < 64 * 1024) error_body.append(d.substr(0, 64 * 1024 - error_body.size()));
+          return;
+        }
+        std::cout.write(d.data(), static_cast<std::streamsize>(d.size()));
+        std::cout.flush();
+      },
+      [&](int code) { status = code; });
   if (!st.ok()) return Unreachable(st.status());
-  if (*st != 200) return kExitRefused;
-  return kExitOk;
+  if (*st == 200) return kExitOk;
+  const Response r{*st, error_body};
+  const json e = r.Json();
+  const std::string code = e.is_object() && e.contains("error") && e["error"].is_object() ? e["error"].value("code", "") : "";
+  if (code == "task_required" || code == "not_found") {
+    // Name the tasks the job has, from the job itself.
+    std::string names;
+    if (auto j = c.Request("GET", "/v1/jobs/" + job); j.ok() && j->status == 200) {
+      const json body = j->Json();
+      if (body.is_object() && body.contains("tasks") && body["tasks"].is_array()) {
+        for (const auto& t : body["tasks"]) {
+          if (t.is_object()) names += (names.empty() ? "" : ", ") + t.value("name", "");
+        }
+      }
+    }
+    if (code == "task_required") {
+      std::cerr << "tandem logs: job " << job << " has several tasks; name one with --task"
+                << (names.empty() ? "" : " (" + names + ")") << ", e.g. tandem logs " << job << " --task "
+                << (names.empty() ? "ROLE.RANK" : names.substr(0, names.find(','))) << "\n";
+      return kExitUsage;
+    }
+    if (!names.empty()) {
+      std::cerr << "tandem logs: job " << job << " has no task " << task << "; its tasks: " << names << "\n";
+      return kExitRefused;
+    }
+  }
+  std::cerr << "tandem: " << ErrorText(r) << "\n";
+  return kExitRefused;
 }
 
 // Reads server-sent events ("data: {...}" lines) from a stream.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/version.h"
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/daemon/daemon.h"
 
@@ -29,12 +30,27 @@ int RunDaemon(daemon::DaemonSettings settings) {
   return 0;
 }
 
+// `events`, `residency` and `timeline` take one JOB or RUN_DIR. A shell glob
+// such as runs/quickstart-* that matched several run dirs is refused with
+// what it matched, not CLI11's "arguments were not expected".
+bool OneTarget(const std::string& command, const std::vector<std::string>& targets, std::string& out) {
+  if (targets.size() == 1) {
+    out = targets[0];
+    return true;
+  }
+  std::cerr << "tandem " << command << ": expected one JOB or RUN_DIR, got " << targets.size() << ":";
+  for (const auto& t : targets) std::cerr << " " << t;
+  std::cerr << "\n(a glob that matched several run dirs? name one of them)\n";
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"tandem: run and inspect RL post-training jobs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionLine("tandem"));
   std::string socket, url, token_file;
   app.add_option("--socket", socket, "tandemd's unix socket (default: TANDEM_SOCKET, else <state-dir>/tandemd.sock)")
       ->envname("TANDEM_SOCKET");
@@ -43,6 +59,7 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options are accepted after the subcommand too
 
   std::string spec, job, task;
+  std::vector<std::string> targets;  // JOB|RUN_DIR of events, residency, timeline
   bool wait = false, as_json = false, follow = false, err_stream = false;
 
   auto* run = app.add_subcommand("run", "Run a job on an embedded daemon; exits with the job's outcome");
@@ -76,17 +93,17 @@ int main(int argc, char** argv) {
   logs->add_flag("--stderr", err_stream, "Print stderr instead of stdout");
 
   auto* events = app.add_subcommand("events", "Print a job's state changes, or with --handoff its handoff log");
-  events->add_option("JOB", job, "Job id or run directory")->required();
+  events->add_option("JOB", targets, "Job id or run directory")->required();
   auto* follow_flag = events->add_flag("--follow,-f", follow, "Keep printing until the job ends");
   bool handoff = false;
   events->add_flag("--handoff", handoff, "Print handoff.jsonl: one line per command")->excludes(follow_flag);
 
   auto* residency = app.add_subcommand("residency", "Per GPU: who holds what memory now, the peak, leaks");
-  residency->add_option("JOB", job, "Job id or run directory")->required();
+  residency->add_option("JOB", targets, "Job id or run directory")->required();
   residency->add_flag("--json", as_json, "Print the model as JSON");
 
   auto* timeline = app.add_subcommand("timeline", "Write an HTML page drawing who held which GPU's memory over time");
-  timeline->add_option("JOB", job, "Job id or run directory")->required();
+  timeline->add_option("JOB", targets, "Job id or run directory")->required();
   std::string timeline_out = "timeline.html";
   size_t max_bars = 0;
   timeline->add_option("-o,--output", timeline_out, "Output file (default timeline.html)");
@@ -106,6 +123,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : cli::kExitUsage;
   }
   log::Init("warn");
+  for (CLI::App* sub : {events, residency, timeline}) {
+    if (*sub && !OneTarget(sub->get_name(), targets, job)) return cli::kExitUsage;
+  }
 
   if (*validate) return cli::CmdValidate(spec);
   if (*run) return cli::CmdRun(spec, run_settings);

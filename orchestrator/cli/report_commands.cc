@@ -67,7 +67,7 @@ int CmdResidency(Client& c, const std::string& target, bool as_json) {
   if (rd.rc != kExitOk) return rd.rc;
   auto logs = Load(rd.path);
   if (!logs) return kExitFailed;
-  report::ResidencyModel m = report::BuildResidencyModel(*logs);
+  report::ResidencyModel m = report::BuildResidencyModel(*logs, report::SpecGpuMemory(rd.path));
   if (as_json) {
     std::cout << report::ResidencyJson(m).dump(2) << "\n";
   } else {

@@ -1,8 +1,10 @@
 // `tandem run SPEC`: an embedded daemon on a private state dir runs one job
 // and the command exits with the job's outcome (docs/cli.md). Ctrl-C cancels
 // the job cleanly (SIGTERM, grace, SIGKILL) and waits until nothing of it
-// runs. Run dirs default to ./runs/<job id>. While it runs, other `tandem`
-// commands can reach it with --socket <state dir>/tandemd.sock (printed).
+// runs. Run dirs are the spec's run_dir, else ./runs/<job id>, printed
+// relative to the current directory when below it. While it runs, other
+// `tandem` commands can reach it with --socket <state dir>/tandemd.sock
+// (printed).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -37,6 +39,14 @@ std::string RoleLine(const daemon::Job& job) {
     for (const auto& [state, n] : by_role[role]) line += " " + state + "=" + std::to_string(n);
   }
   return line;
+}
+// A run dir as the user would type it: relative to the current directory
+// when it lies below it ("runs/quickstart"), else as it is.
+std::string Shown(const std::string& dir) {
+  std::error_code ec;
+  const fs::path rel = fs::path(dir).lexically_relative(fs::current_path(ec));
+  if (ec || rel.empty() || *rel.begin() == "..") return dir;
+  return rel.string();
 }
 }  // namespace
 
@@ -74,7 +84,7 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     const json& b = ev.body;
     if (job_id.empty() && b.value("type", "") == "job_submitted") {
       job_id = b["job"].value("id", "");
-      std::cerr << "[run] job " << job_id << "  run dir " << b["job"].value("run_dir", "") << "\n";
+      std::cerr << "[run] job " << job_id << "  run dir " << Shown(b["job"].value("run_dir", "")) << "\n";
     }
     const bool mine = (b["job"].is_string() && b["job"] == job_id) ||
                       (b["job"].is_object() && b["job"].value("id", "") == job_id);
@@ -122,13 +132,14 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     for (const auto& t : job->tasks)
       std::cerr << "[run]   " << t.name << "  " << daemon::ToString(t.state)
                 << (t.detail.empty() ? "" : "  " + t.detail) << "\n";
-    std::cerr << "[run] logs: " << job->run_dir << "/tasks/\n";
+    const std::string run_dir = Shown(job->run_dir);
+    std::cerr << "[run] logs: " << run_dir << "/tasks/\n";
     // A job with GPU handoffs ends with who held what (tandem residency RUN_DIR).
     if (fs::exists(fs::path(job->run_dir) / "residency.jsonl")) {
-      if (auto logs = report::ReadRunLogs(job->run_dir); logs.ok()) {
-        std::cerr << "[run] residency (tandem residency " << job->run_dir << "; tandem timeline " << job->run_dir
-                  << " -o timeline.html):\n"
-                  << report::ResidencyText(report::BuildResidencyModel(*logs));
+      if (auto logs = report::ReadRunLogs(run_dir); logs.ok()) {
+        std::cerr << "[run] residency (tandem residency " << run_dir << "; tandem events " << run_dir
+                  << " --handoff; tandem timeline " << run_dir << " -o timeline.html):\n"
+                  << report::ResidencyText(report::BuildResidencyModel(*logs, report::SpecGpuMemory(run_dir)));
       }
     }
     std::cout << job->id << "\n";

@@ -2,9 +2,13 @@
 #include "orchestrator/report/residency_model.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <tuple>
+
+#include "orchestrator/spec/byte_size.h"
 
 namespace tandem::report {
 namespace {
@@ -17,7 +21,7 @@ struct GpuState {
   GpuResidency out;
 };
 
-// Tags in DESIGN.md's order (inference roles' first, then the actor's);
+// Tags in docs/handoff.md's order (inference roles' first, then the actor's);
 // unknown tags after them.
 int TagOrder(const std::string& tag) {
   static const char* const kTags[] = {"weights", "kv_cache", "cuda_graph", "params",
@@ -40,7 +44,30 @@ std::vector<Holding> Snapshot(const std::map<Key, Holding>& holding) {
 
 }  // namespace
 
-ResidencyModel BuildResidencyModel(const RunLogs& logs) {
+std::optional<uint64_t> SpecGpuMemory(const std::string& run_dir) {
+  std::ifstream in(std::filesystem::path(run_dir) / "job.json");
+  if (!in) return std::nullopt;
+  const nlohmann::json job = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!job.is_object()) return std::nullopt;
+  // job.json holds the spec as submitted: "spec" (parsed) beside "spec_text".
+  auto spec = job.find("spec");
+  if (spec == job.end() || !spec->is_object()) return std::nullopt;
+  auto handoff = spec->find("handoff");
+  if (handoff == spec->end() || !handoff->is_object()) return std::nullopt;
+  auto mem = handoff->find("gpu_memory");
+  if (mem == handoff->end()) return std::nullopt;
+  if (mem->is_number_unsigned()) {
+    const uint64_t v = mem->get<uint64_t>();
+    return v > 0 && v <= spec::kMaxByteSize ? std::optional<uint64_t>(v) : std::nullopt;
+  }
+  if (mem->is_string()) {
+    auto v = spec::ParseByteSize(mem->get_ref<const std::string&>());
+    if (v.ok()) return *v;
+  }
+  return std::nullopt;
+}
+
+ResidencyModel BuildResidencyModel(const RunLogs& logs, std::optional<uint64_t> gpu_memory) {
   ResidencyModel m;
   m.run_dir = logs.run_dir;
   m.lines = logs.residency.size();
@@ -83,11 +110,13 @@ ResidencyModel BuildResidencyModel(const RunLogs& logs) {
       g.out.gpu = d.gpu;
       g.out.reading = d;
       g.out.reading_ts = l.ts;
+      g.out.reading_worker = l.role + "/" + std::to_string(l.rank);
     }
   }
   for (auto& [id, g] : gpus) {
     g.out.holders = Snapshot(g.holding);
     g.out.ledger_bytes = g.sum;
+    g.out.capacity = gpu_memory;
     if (g.out.peak_bytes > 0) g.out.peak_phase = PhaseAt(phases, g.out.peak_ts);
     m.gpus.push_back(std::move(g.out));
   }
@@ -111,13 +140,17 @@ nlohmann::json ResidencyJson(const ResidencyModel& m) {
                        {"note", l.note}});
     }
     nlohmann::json reading = nullptr;
-    if (g.reading) reading = {{"used", g.reading->used}, {"total", g.reading->total}, {"ts", g.reading_ts}};
+    if (g.reading) {
+      reading = {{"used", g.reading->used}, {"total", g.reading->total}, {"ts", g.reading_ts},
+                 {"device_wide", g.reading->device_wide}, {"worker", g.reading_worker}};
+    }
     gpus.push_back({{"gpu", g.gpu},
                     {"holders", holdings(g.holders)},
                     {"ledger_bytes", g.ledger_bytes},
                     {"peak", {{"bytes", g.peak_bytes}, {"ts", g.peak_ts}, {"phase", g.peak_phase},
                               {"holders", holdings(g.peak_holders)}}},
                     {"device", reading},
+                    {"capacity", g.capacity ? nlohmann::json(*g.capacity) : nlohmann::json(nullptr)},
                     {"untracked_bytes", g.Untracked()},
                     {"leaks", leaks}});
   }

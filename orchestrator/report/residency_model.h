@@ -1,10 +1,12 @@
-// The residency model of a run (DESIGN.md "Residency ledger and logs";
-// input: residency.jsonl lines, schemas/residency.schema.json). Per logical
-// GPU: who holds what now per (role/rank, tag), the peak of the summed
-// ledger bytes and when it happened (with who held what then), the last
-// device reading (used/total), and the releases flagged as leaks. A worker
-// with several GPUs holds its `bytes` on each of them (the log's bytes are
-// per GPU). Lines are applied in time order (stable for equal times).
+// The residency model of a run (docs/handoff.md "Reading the logs"; input:
+// residency.jsonl lines, schemas/residency.schema.json). Per logical GPU: who
+// holds what now per (role/rank, tag), the peak of the summed ledger bytes
+// and when it happened (with who held what then), the last device reading
+// (used/total, and which worker sent it), the capacity the ledger checked
+// against when the spec set one (handoff.gpu_memory, read from the run dir's
+// job.json), and the releases flagged as leaks. A worker with several GPUs
+// holds its `bytes` on each of them (the log's bytes are per GPU). Lines are
+// applied in time order (stable for equal times).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,7 @@ struct LeakMark {
 
 struct GpuResidency {
   int gpu = 0;
-  std::vector<Holding> holders;  // bytes > 0 now; by role, rank, then tag in DESIGN.md's order
+  std::vector<Holding> holders;  // bytes > 0 now; by role, rank, then tag in docs/handoff.md's order
   uint64_t ledger_bytes = 0;     // sum of holders
   uint64_t peak_bytes = 0;       // the largest sum over time
   double peak_ts = 0;            // when the sum first reached it
@@ -48,6 +50,8 @@ struct GpuResidency {
   std::vector<Holding> peak_holders;
   std::optional<DeviceReading> reading;  // the last device reading
   double reading_ts = 0;
+  std::string reading_worker;            // "rollout/0": the worker whose answer carried it
+  std::optional<uint64_t> capacity;      // the spec's handoff.gpu_memory, when it sets one
   std::vector<LeakMark> leaks;
   // Device used minus ledger bytes at the last reading (memory no tag accounts for).
   int64_t Untracked() const {
@@ -64,7 +68,14 @@ struct ResidencyModel {
   size_t leaks = 0;
 };
 
-ResidencyModel BuildResidencyModel(const RunLogs& logs);
+// `gpu_memory`: the spec's handoff.gpu_memory (SpecGpuMemory), shown as
+// each GPU's capacity.
+ResidencyModel BuildResidencyModel(const RunLogs& logs, std::optional<uint64_t> gpu_memory = std::nullopt);
+
+// The spec's handoff.gpu_memory from <run_dir>/job.json (what tandemd wrote
+// there at submit); nullopt when the file, the key or a valid size is
+// missing (a spec without it: the ledger checks against the device's total).
+std::optional<uint64_t> SpecGpuMemory(const std::string& run_dir);
 
 // The model as JSON (`tandem residency --json`), documented in docs/cli.md.
 nlohmann::json ResidencyJson(const ResidencyModel& m);

@@ -159,5 +159,42 @@ TEST_F(ReportCli, AJobIdIsLookedUpInTheDaemonAndItsRunDirRead) {
   EXPECT_THAT(unknown.err, HasSubstr("not a run directory"));
 }
 
+// The legend says what "device" (a device-wide reading) is against the
+// ledger, and the spec's handoff.gpu_memory (from job.json) is each GPU's
+// capacity.
+TEST_F(ReportCli, ResidencyExplainsDeviceReadingsAndShowsTheSpecsCapacity) {
+  CliRun r = Tandem(tmp_, {"residency", run_.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("device: the GPU's own reading"));
+  EXPECT_THAT(r.out, HasSubstr("untracked = device used - ledger"));
+  EXPECT_THAT(r.out, HasSubstr("capacity: the device's total (the spec sets no handoff.gpu_memory)"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("worker-reported:")));
+
+  std::ofstream(run_ / "job.json") << R"({"id": "j", "spec": {"name": "j", "roles": {},
+                                         "handoff": {"gpu_memory": "512MiB"}}})";
+  CliRun cap = Tandem(tmp_, {"residency", run_.string()});
+  ASSERT_EQ(cap.rc, 0) << cap.err;
+  EXPECT_THAT(cap.out, HasSubstr("B  capacity 512.0 MiB (handoff.gpu_memory)\n"));
+  EXPECT_THAT(cap.out, HasSubstr("capacity: the spec's handoff.gpu_memory, per GPU."));
+  auto j = nlohmann::json::parse(Tandem(tmp_, {"residency", run_.string(), "--json"}).out);
+  EXPECT_EQ(j["gpus"][0]["capacity"], 512u << 20);
+}
+
+// A CPU probe reports its own pools: shown as worker-reported, with the
+// worker named, and the legend says it is not the GPU's total.
+TEST_F(ReportCli, ResidencyNamesTheWorkerOfAWorkerReportedReading) {
+  const fs::path run = tmp_ / "cpu";
+  fs::create_directories(run);
+  std::ofstream(run / "residency.jsonl")
+      << R"({"bytes":1048576,"delta":1048576,"devices":[{"gpu":0,"total":8388608,"used":1048576,"device_wide":false}],)"
+         R"("gpus":[0],"group":"actor","leak":false,"rank":1,"role":"rollout","tag":"weights","ts":1764482003.0,"v":1})"
+      << "\n";
+  CliRun r = Tandem(tmp_, {"residency", run.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("GPU 0  worker-reported 1.0 MiB used of 8.0 MiB (rollout/1, at "));
+  EXPECT_THAT(r.out, HasSubstr("worker-reported: no device-wide reading (CPU probes)"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("untracked")));
+}
+
 }  // namespace
 }  // namespace tandem::report::testing
