@@ -5,5 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${TANDEM_BUILD_DIR:-build}
 JOBS=${TANDEM_JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -G Ninja "$@" >/dev/null
+echo "[build] configuring $BUILD_DIR/ ($*)"
+cmake -S . -B "$BUILD_DIR" -G Ninja "$@"
+echo "[build] building $BUILD_DIR/ with $JOBS jobs"
 cmake --build "$BUILD_DIR" -j "$JOBS"
+echo "[build] done: $BUILD_DIR/bin/"

@@ -5,19 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The default build has every backend: local, Slurm (srun/sbatch are found in
+# PATH at run time, nothing to build against) and Redis (hiredis, for
+# tandemd's redis backend and tandem-agent).
 build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   libboost-dev libboost-system-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libhiredis-dev  # the Redis backend and tandem-agent (backends/redis/)
   libssl-dev)  # HMAC-SHA256: control tokens (orchestrator/control), signed Redis commands
 # Extra packages for the test suite (services, validators, fuzzers).
 test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
   python3-prometheus-client spin
   libtorch-dev  # LibTorch 1.13 (CPU) for the kernels' glue tests (kernels/torch/)
   chromium)  # headless, renders the timeline page (orchestrator/report/tests/)
-# The test services (scripts/services/): a single-node Slurm and a Redis, with
-# the client libraries the Slurm and Redis backends build against.
-services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server libhiredis-dev jq)
+# The test services (scripts/services/): a single-node Slurm and a Redis, and
+# libslurm-dev (submit mode through libslurm instead of the Slurm CLI).
+services_pkgs=(slurmctld slurmd slurm-client munge libslurm-dev redis-server jq)
 
 want=("${build_pkgs[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${test_pkgs[@]}" "${services_pkgs[@]}")
@@ -40,13 +44,15 @@ done
 if ((${#missing[@]})); then
   echo "[setup] installing: ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "[setup] apt-get update"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  echo "[setup] installed ${#missing[@]} packages"
 else
   echo "[setup] all Debian packages present"
 fi
 
 if [[ "${1:-}" == "--test" && ! -f tests/schema/node_modules/ajv/package.json ]] && [[ -f tests/schema/package.json ]]; then
   echo "[setup] installing the JSON Schema validator (npm)"
-  (cd tests/schema && npm ci --silent --no-audit --no-fund 2>/dev/null || npm install --silent --no-audit --no-fund)
+  (cd tests/schema && { npm ci --no-audit --no-fund || npm install --no-audit --no-fund; })
 fi
