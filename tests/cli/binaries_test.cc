@@ -1,0 +1,80 @@
+// What each binary says about itself, run as a user runs it: `--version` of
+// tandem, tandemd and tandem-worker is CMake's project version; the workers
+// tandem-worker has are the table the spec parser checks "worker" against
+// (common/native_workers.h); a spec naming a worker this build lacks is
+// refused by `tandem validate` and by tandemd's submit, with the workers it
+// has, instead of validating and then failing at launch.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/native_workers.h"
+#include "tests/cli/cli_process.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class Binaries : public ::testing::Test {
+ protected:
+  void SetUp() override { tmp_ = MakeTempDir("cli-binaries"); }
+  void TearDown() override { fs::remove_all(tmp_); }
+  fs::path tmp_;
+};
+
+TEST_F(Binaries, VersionIsTheProjectVersion) {
+  for (const std::string program : {"tandem", "tandemd", "tandem-worker"}) {
+    SCOPED_TRACE(program);
+    CliRun r = RunBinary(tmp_, program, {"--version"});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out, program + " " + TANDEM_PROJECT_VERSION + "\n");
+  }
+}
+
+TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
+  CliRun r = RunBinary(tmp_, "tandem-worker", {"--list-workers"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::vector<std::string> listed;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) listed.push_back(line);
+  EXPECT_EQ(listed, NativeWorkerNames()) << "tandem-worker's subcommands and common/native_workers.h disagree";
+
+  CliRun none = RunBinary(tmp_, "tandem-worker", {});
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
+}
+
+// A colocated job whose rollout names the format's "rollout" worker, which
+// this build's tandem-worker does not have.
+nlohmann::json RolloutWorkerSpec() {
+  return nlohmann::json::parse(R"({"name": "rl", "roles": {
+      "actor": {"worker": "probe", "args": ["--tag", "params=1MiB"], "gpus_per_replica": 1},
+      "rollout": {"worker": "rollout", "gpus_per_replica": 1, "colocate_with": "actor"}}})");
+}
+
+constexpr const char* kRefusal =
+    R"(roles.rollout.worker: this build's tandem-worker has no "rollout" worker; it has "probe")";
+
+TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
+  const fs::path spec = tmp_ / "rl.json";
+  std::ofstream(spec) << RolloutWorkerSpec().dump(2);
+  CliRun r = RunBinary(tmp_, "tandem", {"validate", spec.string()});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr(kRefusal));
+}
+
+TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
+  DaemonProcess d(tmp_ / "state", {"--gpus", "0"});
+  d.Start();
+  auto r = d.client().Request("POST", "/v1/jobs", RolloutWorkerSpec().dump());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"rollout\" worker)"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
