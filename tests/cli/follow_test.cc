@@ -33,8 +33,9 @@ class Follow : public ::testing::Test {
   std::string socket_;
 };
 
-// The task prints a line, then runs `kQuiet` more before its last line.
-constexpr int kQuietS = 4;
+// The task prints a line, then is quiet for kQuietS seconds before its last
+// line (and its end); the first line must reach the reader well before.
+constexpr int kQuietS = 6;
 
 TEST_F(Follow, LogsFollowHandsEachLineToAPipeWhileTheTaskRuns) {
   const std::string id = daemon_->Submit(
@@ -45,7 +46,7 @@ TEST_F(Follow, LogsFollowHandsEachLineToAPipeWhileTheTaskRuns) {
   ASSERT_TRUE(logs.ok());
   EXPECT_EQ(logs.ReadLine().value_or("(end)"), "first");
   const auto first_at = Clock::now() - start;
-  EXPECT_LT(first_at, std::chrono::seconds(kQuietS - 1)) << "the first line waited for the task's end";
+  EXPECT_LT(first_at, std::chrono::seconds(kQuietS - 2)) << "the first line waited for the task's end";
   EXPECT_EQ(daemon_->JobState(id), "running") << "the first line came after the job ended";
   EXPECT_EQ(logs.ReadLine().value_or("(end)"), "second");
   EXPECT_EQ(logs.ReadLine(), std::nullopt);
@@ -60,7 +61,7 @@ TEST_F(Follow, EventsFollowHandsEachEventToAPipeWhileTheJobRuns) {
   ASSERT_TRUE(events.ok());
   const std::string first = events.ReadLine().value_or("(end)");
   EXPECT_THAT(first, HasSubstr("job submitted"));
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(kQuietS - 1)) << "the first event waited for the job's end";
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(kQuietS - 2)) << "the first event waited for the job's end";
   EXPECT_EQ(daemon_->JobState(id), "running");
   std::string last;
   while (auto line = events.ReadLine()) last = *line;
