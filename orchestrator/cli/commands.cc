@@ -218,7 +218,11 @@ int CmdLogs(Client& c, const std::string& job, const std::string& task, bool fol
   if (*st == 200) return kExitOk;
   const Response r{*st, error_body};
   const json e = r.Json();
-  const std::string code = e.is_object() && e.contains("error") && e["error"].is_object() ? e["error"].value("code", "") : "";
+  std::string code;
+  if (e.is_object() && e.contains("error") && e["error"].is_object() && e["error"].contains("code") &&
+      e["error"]["code"].is_string()) {
+    code = e["error"]["code"].get<std::string>();
+  }
   if (code == "task_required" || code == "not_found") {
     // Name the tasks the job has, from the job itself.
     std::string names;
@@ -226,7 +230,8 @@ int CmdLogs(Client& c, const std::string& job, const std::string& task, bool fol
       const json body = j->Json();
       if (body.is_object() && body.contains("tasks") && body["tasks"].is_array()) {
         for (const auto& t : body["tasks"]) {
-          if (t.is_object()) names += (names.empty() ? "" : ", ") + t.value("name", "");
+          if (t.is_object() && t.contains("name") && t["name"].is_string())
+            names += (names.empty() ? "" : ", ") + t["name"].get<std::string>();
         }
       }
     }
