@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "backends/task_env.h"
 #include "common/log.h"
 #include "orchestrator/placement/placement.h"
+#include "orchestrator/store/durable_file.h"
 
 namespace tandem::daemon {
 
@@ -31,17 +33,104 @@ std::string NewJobId(const std::string& name) {
   return base + "-" + buf;
 }
 
-// A run dir reused by a new job keeps the old job's files under history/<old id>/.
-void ArchivePreviousRun(const fs::path& run_dir) {
-  std::string old_id = "previous";
-  std::ifstream in(run_dir / "job.json");
-  json old = json::parse(in, nullptr, false);
-  if (!old.is_discarded() && old.is_object()) old_id = old.value("id", old_id);
-  const fs::path dest = run_dir / "history" / old_id;
+// A name for history/<name>/ from an old job.json's "id": only what a job id
+// can hold ([A-Za-z0-9._-], not "." or ".."), else "previous". The file is
+// the run dir's, and a task may have written it.
+std::string ArchiveName(const fs::path& job_json) {
   std::error_code ec;
-  fs::create_directories(dest, ec);
-  for (const char* name : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl"})
-    if (fs::exists(run_dir / name)) fs::rename(run_dir / name, dest / name, ec);
+  const auto size = fs::file_size(job_json, ec);
+  if (ec || size > (64u << 20)) return "previous";
+  std::ifstream in(job_json);
+  const json old = json::parse(in, nullptr, false);
+  if (old.is_discarded() || !old.is_object() || !old.contains("id") || !old["id"].is_string()) return "previous";
+  const std::string id = old["id"].get<std::string>();
+  if (id.empty() || id.size() > 100 || id == "." || id == "..") return "previous";
+  for (char c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return "previous";
+  return id;
+}
+
+// A run dir reused by a new job keeps the old job's files under
+// history/<old id>/ (history/<old id>-2/, ... when taken). Every step goes
+// through directory fds opened without following symlinks, so a symlink a
+// task left (history -> /elsewhere) cannot move files out of the run dir.
+Status ArchivePreviousRun(const fs::path& run_dir) {
+  const std::string ctx = "archive the previous run in " + run_dir.string();
+  store::UniqueFd run(::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!run) return ErrnoStatus("open " + run_dir.string()).WithContext(ctx);
+  if (::mkdirat(run.get(), "history", 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir history").WithContext(ctx);
+  store::UniqueFd history(::openat(run.get(), "history", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!history)
+    return ErrnoStatus("open history (must be a directory, not a symlink)").WithContext(ctx);
+  const std::string base = ArchiveName(run_dir / "job.json");
+  std::string name = base;
+  for (int n = 2; ::mkdirat(history.get(), name.c_str(), 0700) != 0; ++n) {
+    if (errno != EEXIST || n > 1000) return ErrnoStatus("mkdir history/" + name).WithContext(ctx);
+    name = base + "-" + std::to_string(n);
+  }
+  store::UniqueFd dest(::openat(history.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dest) return ErrnoStatus("open history/" + name).WithContext(ctx);
+  for (const char* entry : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl"}) {
+    struct stat st;
+    if (::fstatat(run.get(), entry, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // not there
+    if (::renameat(run.get(), entry, dest.get(), entry) != 0)
+      return ErrnoStatus(std::string("move ") + entry + " to history/" + name).WithContext(ctx);
+  }
+  log::Info("jobs", "previous run archived run_dir={} to=history/{}", run_dir.string(), name);
+  return Status::Ok();
+}
+
+// The run dir as the file system resolves it (symlinks, ".."), for comparing.
+fs::path ResolvedDir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::path(dir), ec);
+  if (ec) p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "a/b/" -> "a/b"
+  return p;
+}
+
+// One contains the other (or they are the same): the jobs would share files.
+bool DirsOverlap(const fs::path& a, const fs::path& b) {
+  auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return ia == a.end() || ib == b.end();
+}
+
+// Creates `dir` if needed; a dir this creates is 0755 whatever the umask.
+// One that exists must not be writable by others (they could replace what
+// the job writes there).
+Status PrepareDir(const fs::path& dir, bool must_be_private) {
+  std::error_code ec;
+  const bool existed = fs::exists(dir, ec);
+  std::vector<fs::path> missing;  // outermost last
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    if (p.filename().empty()) continue;
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("create " + it->string());
+    if (::chmod(it->c_str(), 0755) != 0) return ErrnoStatus("chmod " + it->string());  // whatever the umask
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus("stat " + dir.string());
+  if (!existed || !must_be_private) {
+    if ((st.st_mode & 07777) != 0755 && ::chmod(dir.c_str(), 0755) != 0) return ErrnoStatus("chmod " + dir.string());
+  } else if (st.st_mode & S_IWOTH) {
+    return FailedPrecondition("run_dir: " + dir.string() +
+                              " is writable by every user; choose a directory only you can write");
+  }
+  return Status::Ok();
+}
+
+// Writes `text` to `path` as 0600 (tmp + fsync + rename): job.json holds the spec's environment.
+Status WritePrivateFile(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  auto fd = store::WriteSyncedFile(tmp, text);
+  if (!fd.ok()) {
+    (void)store::RemoveIfExists(tmp);
+    return fd.status();
+  }
+  return store::RenameDurably(tmp, path);
 }
 
 // Job details while a task waits for capacity (Schedule), cleared once it launched.
@@ -73,18 +162,49 @@ JobManager::~JobManager() = default;
 
 // ---------------------------------------------------------------- records
 
-void JobManager::Commit(json record) { CommitThen(std::move(record), {}); }
-
-void JobManager::CommitThen(json record, std::function<void(Status)> on_durable) {
+void JobManager::Commit(json record) {
   if (!record.contains("at")) record["at"] = NowMs();
   Status st = Apply(table_, record);
   if (!st.ok()) {
     // A record that does not apply is a bug in this file, not bad input.
     log::Error("jobs", "record refused: {} record={}", st.ToString(), record.dump());
-    if (on_durable) on_durable(st);
     return;
   }
-  log_.Append(record, std::move(on_durable));
+  // What it reports already happened: memory keeps it even if the journal refuses it.
+  if (Status w = log_.Write(record, [this](Status d) { if (!d.ok()) JournalDiverged(d); }); !w.ok())
+    JournalDiverged(w);
+  Publish(record);
+  MaybeCompact();
+}
+
+void JobManager::CommitDurably(json record, std::function<void(Status)> done) {
+  if (!record.contains("at")) record["at"] = NowMs();
+  // Refuse now what would not apply once durable (a bug in this file).
+  if (record.value("type", "") != "job_submitted" &&
+      (!record["job"].is_string() || !table_.Find(record["job"].get<std::string>()))) {
+    log::Error("jobs", "record refused: unknown job record={}", record.dump());
+    return done(Internal("record for an unknown job"));
+  }
+  auto on_durable = [this, record, done](Status st) {
+    if (!st.ok()) {
+      log::Warn("jobs", "journal refused record type={} error=\"{}\"", record.value("type", ""), st.ToString());
+      return done(JournalUnavailable(st));
+    }
+    if (Status a = Apply(table_, record); !a.ok()) {
+      log::Error("jobs", "durable record does not apply: {} record={}", a.ToString(), record.dump());
+      return done(a);
+    }
+    Publish(record);
+    done(Status::Ok());
+    MaybeCompact();
+  };
+  if (Status w = log_.Write(record, std::move(on_durable)); !w.ok()) {
+    log::Warn("jobs", "journal refused record type={} error=\"{}\"", record.value("type", ""), w.ToString());
+    done(JournalUnavailable(w));
+  }
+}
+
+void JobManager::Publish(const json& record) {
   Event ev{++event_seq_, record};
   ev.body["seq"] = ev.seq;
   const json& jref = record["job"];
@@ -96,20 +216,67 @@ void JobManager::CommitThen(json record, std::function<void(Status)> on_durable)
     for (uint64_t t : unsubscribed_) subscribers_.erase(t);
     unsubscribed_.clear();
   }
-  if (log_.records_since_compaction() >= opts_.compact_every) {
-    if (Status cs = log_.Compact(table_.ToJson()); !cs.ok())
-      log::Error("jobs", "compaction failed: {}", cs.ToString());
-  }
+}
+
+void JobManager::MaybeCompact() {
+  if (journal_diverged_ || log_.records_since_compaction() < opts_.compact_every) return;
+  if (Status cs = log_.Compact(table_.ToJson()); !cs.ok())
+    log::Error("jobs", "compaction failed: {}", cs.ToString());
+}
+
+Status JournalUnavailable(const Status& cause) {
+  return Unavailable("journal unavailable: " + cause.ToString());
+}
+
+bool IsJournalUnavailable(const Status& st) {
+  return st.code() == StatusCode::kUnavailable && st.message().rfind("journal unavailable", 0) == 0;
+}
+
+Status JobManager::JournalReady() {
+  if (journal_diverged_)
+    return JournalUnavailable(Unavailable("records of running jobs are not durable yet; retrying"));
+  if (Status h = log_.Headroom(); !h.ok()) return JournalUnavailable(h);
+  return Status::Ok();
+}
+
+void JobManager::JournalDiverged(const Status& why) {
+  if (!journal_diverged_)
+    log::Error("jobs", "journal refused a record of what happened; starting nothing new until the state is "
+               "durable again error=\"{}\"", why.ToString());
+  journal_diverged_ = true;
+  ArmJournalRetry();
+}
+
+// Retries while the journal is unusable: a snapshot of the whole state makes
+// a diverged memory durable again; then whatever waited (launches) goes on.
+void JobManager::ArmJournalRetry() {
+  if (journal_timer_ || shutting_down_) return;
+  journal_timer_ = std::make_unique<boost::asio::steady_timer>(io_, opts_.journal_retry);
+  journal_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    journal_timer_.reset();
+    if (journal_diverged_) {
+      if (Status cs = log_.Compact(table_.ToJson()); !cs.ok()) {
+        log::Warn("jobs", "journal still unavailable error=\"{}\"", cs.ToString());
+        return ArmJournalRetry();
+      }
+      journal_diverged_ = false;
+      log::Info("jobs", "journal durable again (snapshot of the whole state written)");
+    }
+    Schedule();  // re-arms the retry if the journal still has no headroom
+  });
 }
 
 void JobManager::WriteEventLine(const Job& job, const json& record) {
   // Best effort, not fsync'd: the journal is the truth; this is for people.
-  std::error_code ec;
-  fs::create_directories(job.run_dir, ec);
-  std::ofstream out(fs::path(job.run_dir) / "events.jsonl", std::ios::app);
+  // 0600: job_submitted carries the spec and its environment.
   json line = record;
   if (line.contains("job") && line["job"].is_object()) line["job"] = job.id;  // keep lines short
-  out << line.dump() << '\n';
+  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  store::UniqueFd fd(::open((fs::path(job.run_dir) / "events.jsonl").c_str(),
+                            O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd || !store::WriteAll(fd.get(), text, fs::path(job.run_dir) / "events.jsonl").ok())
+    log::Debug("jobs", "events.jsonl of job={} not written errno={}", job.id, errno);
 }
 
 uint64_t JobManager::Subscribe(EventCallback cb) {
@@ -141,6 +308,7 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
     for (int i = 0; i < n; ++i) inv.gpus.push_back(i);
   }
   if (Status st = spec::CheckFitsInventory(sp, inv); !st.ok()) return done(st);
+  if (Status st = CheckTaskLimits(sp); !st.ok()) return done(st);
   // Placement in the job's logical namespace; physical ids are bound at grant time.
   spec::Inventory identity;
   for (size_t i = 0; i < inv.gpus.size(); ++i) identity.gpus.push_back(static_cast<int>(i));
@@ -149,7 +317,7 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
 
   Job job;
   job.id = NewJobId(sp.name);
-  while (table_.Find(job.id)) job.id = NewJobId(sp.name);
+  while (table_.Find(job.id) || submitting_.count(job.id)) job.id = NewJobId(sp.name);
   job.name = sp.name;
   job.spec_text = raw.dump();
   job.backend = std::string(spec::BackendKindName(sp.backend.kind));
@@ -158,9 +326,16 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
   job.run_dir = sp.run_dir.empty() ? (run_root / job.id).string()
                                    : (opts_.state_dir / sp.run_dir).lexically_normal().string();
   if (fs::path(sp.run_dir).is_absolute()) job.run_dir = fs::path(sp.run_dir).lexically_normal().string();
+  // Before anything touches the dir: no live job (or one being submitted)
+  // may have it, inside it or around it, however the path is spelled.
+  const fs::path resolved = ResolvedDir(job.run_dir);
   for (const auto& other : table_.jobs)
-    if (!IsTerminal(other.state) && other.run_dir == job.run_dir)
-      return done(FailedPrecondition("run_dir: " + job.run_dir + " is in use by running job " + other.id));
+    if (!IsTerminal(other.state) && DirsOverlap(ResolvedDir(other.run_dir), resolved))
+      return done(FailedPrecondition("run_dir: " + job.run_dir + " is in use by running job " + other.id +
+                                     " (its run dir " + other.run_dir + ")"));
+  for (const auto& [other, sub] : submitting_)
+    if (DirsOverlap(ResolvedDir(sub.run_dir), resolved))
+      return done(FailedPrecondition("run_dir: " + job.run_dir + " is in use by job " + other + " (being submitted)"));
   job.submitted_ms = NowMs();
   for (const auto& tp : placed->tasks) {
     Task t;
@@ -173,25 +348,55 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
     t.submitted_ms = job.submitted_ms;
     job.tasks.push_back(std::move(t));
   }
-  std::error_code ec;
-  if (fs::exists(fs::path(job.run_dir) / "job.json")) ArchivePreviousRun(job.run_dir);
-  fs::create_directories(fs::path(job.run_dir) / "tasks", ec);
-  if (ec) return done(ErrnoStatus("create run dir " + job.run_dir, ec.value()));
-  {
-    std::ofstream(fs::path(job.run_dir) / "job.json") << job.ToJson().dump(2) << '\n';
+  // Nothing is touched (run dir, journal) unless the journal can take the job.
+  if (Status st = JournalReady(); !st.ok()) {
+    log::Warn("jobs", "submit refused job={} error=\"{}\"", job.id, st.ToString());
+    return done(st);
   }
+  const fs::path run_dir(job.run_dir);
+  if (Status st = PrepareDir(run_dir, /*must_be_private=*/true); !st.ok()) return done(st);
+  if (fs::exists(run_dir / "job.json")) {
+    if (Status st = ArchivePreviousRun(run_dir); !st.ok()) return done(st.WithContext("run_dir"));
+  }
+  if (Status st = PrepareDir(run_dir / "tasks", false); !st.ok()) return done(st.WithContext("run_dir"));
+  if (Status st = WritePrivateFile(run_dir / "job.json", job.ToJson().dump(2) + "\n"); !st.ok())
+    return done(st.WithContext("run_dir: write job.json"));
   const std::string id = job.id;
-  specs_.emplace(id, sp);
-  metrics_.jobs_submitted->Get().Inc();
-  CommitThen({{"type", "job_submitted"}, {"seq", table_.next_seq}, {"job", job.ToJson()}},
-             [this, id, done](Status st) {
-               if (!st.ok()) return done(st.WithContext("journal"));
-               const Job* j = table_.Find(id);
-               done(j ? j->ToJson() : json{{"id", id}});
-             });
-  log::Info("jobs", "job submitted job={} tasks={} devices={}", id, table_.Find(id)->tasks.size(),
-            sp.devices.size());
-  Schedule();
+  const size_t task_count = job.tasks.size();
+  submitting_[id] = {job.run_dir, task_count};
+  json record = {{"type", "job_submitted"}, {"seq", submit_seq_++}, {"job", job.ToJson()}};
+  // The job exists (and its tasks may launch) only once its record is durable.
+  CommitDurably(std::move(record), [this, id, sp, task_count, done](Status st) {
+    submitting_.erase(id);
+    if (!st.ok()) {
+      log::Warn("jobs", "submit refused job={} error=\"{}\"", id, st.ToString());
+      return done(st);
+    }
+    specs_.emplace(id, sp);
+    metrics_.jobs_submitted->Get().Inc();
+    log::Info("jobs", "job submitted job={} tasks={} devices={}", id, task_count, sp.devices.size());
+    const Job* j = table_.Find(id);
+    done(j ? j->ToJson() : json{{"id", id}});
+    Schedule();
+  });
+}
+
+Status JobManager::CheckTaskLimits(const spec::JobSpec& sp) const {
+  uint64_t tasks = 0;
+  for (const auto& role : sp.roles) tasks += static_cast<uint64_t>(std::max(role.replicas, 0));
+  if (opts_.max_tasks_per_job && tasks > opts_.max_tasks_per_job)
+    return ResourceExhausted("roles: the job has " + std::to_string(tasks) + " tasks, over this daemon's limit of " +
+                             std::to_string(opts_.max_tasks_per_job) +
+                             " tasks per job (--max-tasks-per-job, TANDEM_MAX_TASKS_PER_JOB)");
+  uint64_t live = 0;
+  for (const auto& j : table_.jobs)
+    if (!IsTerminal(j.state)) live += j.tasks.size();
+  for (const auto& [id, sub] : submitting_) live += sub.tasks;
+  if (opts_.max_tasks && live + tasks > opts_.max_tasks)
+    return ResourceExhausted("roles: the job's " + std::to_string(tasks) + " tasks and the " + std::to_string(live) +
+                             " of live jobs are over this daemon's limit of " + std::to_string(opts_.max_tasks) +
+                             " tasks (--max-tasks, TANDEM_MAX_TASKS); retry when jobs have ended");
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- scheduling
@@ -228,7 +433,18 @@ void JobManager::Schedule() {
     schedule_again_ = true;
     return;
   }
+  // Nothing new starts unless the journal holds everything and has headroom.
+  if (Status ready = JournalReady(); !ready.ok()) {
+    if (!journal_blocked_logged_)
+      log::Warn("jobs", "launches held until the journal has space error=\"{}\"", ready.ToString());
+    journal_blocked_logged_ = true;
+    return ArmJournalRetry();
+  }
+  if (journal_blocked_logged_) log::Info("jobs", "journal has space again; launches resume");
+  journal_blocked_logged_ = false;
   scheduling_ = true;
+  size_t budget = std::max<size_t>(opts_.launch_batch, 1);  // launches in this call
+  bool more = false;  // the budget ran out: the next batch is posted
   do {
     schedule_again_ = false;
     // Backend -> the job at the head of its line that waits for capacity.
@@ -254,9 +470,14 @@ void JobManager::Schedule() {
         // A restarting task without its backoff timer waits for capacity.
         const bool relaunch = task.state == TaskState::kRestarting && !timers_.count(job.id + "/" + task.name);
         if (task.state != TaskState::kPending && !relaunch) continue;
+        if (budget == 0) {
+          more = true;
+          break;
+        }
         outcome = LaunchTask(job, task);
         if (outcome != Launch::kStarted) break;  // in order: a job stops at its first waiting task
         launched = true;
+        --budget;
       }
       if (outcome == Launch::kFailed || IsTerminal(job.state) || stopping_.count(job.id)) continue;
       if (outcome == Launch::kBackendDown) {
@@ -272,9 +493,19 @@ void JobManager::Schedule() {
         Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"}, {"detail", ""}});
       else if (outcome == Launch::kStarted && stale)
         SetJobDetail(job, "");
+      if (more) break;  // later jobs wait for the next batch: submission order holds
     }
-  } while (schedule_again_ && !shutting_down_);
+  } while (schedule_again_ && !more && !shutting_down_);
   scheduling_ = false;
+  if (more && !batch_timer_) {
+    // Behind whatever the io_context has queued (API requests, exits).
+    batch_timer_ = std::make_unique<boost::asio::steady_timer>(io_, std::chrono::milliseconds(0));
+    batch_timer_->async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      batch_timer_.reset();
+      Schedule();
+    });
+  }
 }
 
 void JobManager::SetJobDetail(Job& job, const std::string& detail) {
@@ -356,6 +587,11 @@ JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
   req.exit_path = TaskFile(job, task, ".exit");
   std::error_code ec;
   fs::remove(req.exit_path, ec);
+  // Output may echo the spec's environment: 0600 (the executor appends to what is there).
+  for (const fs::path& p : {req.stdout_path, req.stderr_path}) {
+    store::UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (fd) (void)::fchmod(fd.get(), 0600);
+  }
 
   backends::Executor* ex = ExecutorOf(job);
   auto started = ex ? ex->Start(req) : StatusOr<backends::TaskRef>(FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon"));
@@ -490,12 +726,25 @@ void JobManager::StartRestartTimer(Job& job, Task& task, std::chrono::millisecon
 
 // ---------------------------------------------------------------- stop / cancel
 
-Status JobManager::Cancel(std::string_view job_id) {
+void JobManager::Cancel(std::string_view job_id, std::function<void(Status)> done) {
   Job* job = table_.Find(job_id);
-  if (!job) return NotFound("no job " + std::string(job_id));
-  if (IsTerminal(job->state) || job->cancel_requested) return Status::Ok();
-  Commit({{"type", "job_cancel"}, {"job", job->id}});
-  StopJob(*job, "cancelled");
+  if (!job) return done(NotFound("no job " + std::string(job_id)));
+  if (IsTerminal(job->state) || job->cancel_requested) return done(Status::Ok());
+  // Recorded before any task is signalled: after a crash the job comes back
+  // as cancelled, never as failed by the SIGTERM it was sent.
+  const std::string id = job->id;
+  CommitDurably({{"type", "job_cancel"}, {"job", id}}, [this, id, done](Status st) {
+    if (!st.ok()) return done(st);
+    if (Job* j = table_.Find(id); j && !IsTerminal(j->state)) StopJob(*j, "cancelled");
+    done(Status::Ok());
+  });
+}
+
+Status JobManager::Cancel(std::string_view job_id) {
+  if (!table_.Find(job_id)) return NotFound("no job " + std::string(job_id));
+  Cancel(job_id, [id = std::string(job_id)](Status st) {
+    if (!st.ok()) log::Warn("jobs", "cancel job={} failed: {}", id, st.ToString());
+  });
   return Status::Ok();
 }
 
@@ -592,6 +841,7 @@ Status JobManager::Recover(const store::Recovered& rec) {
   }
   for (const auto& r : rec.records) TANDEM_RETURN_IF_ERROR(Apply(table_, r), "recover journal");
   event_seq_ = rec.records.size();
+  submit_seq_ = table_.next_seq;
   for (const auto& w : rec.warnings) log::Warn("store", "{}", w);
   size_t reattached = 0;
   for (auto& job : table_.jobs) {
@@ -636,6 +886,8 @@ Status JobManager::Shutdown() {
   shutting_down_ = true;
   timers_.clear();
   capacity_timer_.reset();
+  journal_timer_.reset();
+  batch_timer_.reset();
   return log_.Flush();
 }
 
