@@ -375,9 +375,9 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
     specs_.emplace(id, sp);
     metrics_.jobs_submitted->Get().Inc();
     log::Info("jobs", "job submitted job={} tasks={} devices={}", id, task_count, sp.devices.size());
+    Schedule();  // the first launch batch, so the answer shows it
     const Job* j = table_.Find(id);
     done(j ? j->ToJson() : json{{"id", id}});
-    Schedule();
   });
 }
 

@@ -47,6 +47,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -226,7 +227,16 @@ class PosixDurableLog final : public DurableLog {
 
   Status Headroom() override {
     TANDEM_RETURN_IF_ERROR(Repair(), "journal");
-    return Reserve();  // cheap where the range is allocated already
+    TANDEM_RETURN_IF_ERROR(Reserve(), "journal");  // cheap where the range is allocated already
+    // And as much again free beyond the reserve: new work must not eat into it.
+    struct statvfs vfs;
+    if (::fstatvfs(journal_.get(), &vfs) != 0) return Status::Ok();  // cannot tell: promise nothing
+    const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    if (free_bytes < kHeadroomBytes)
+      return ResourceExhausted(fmt::format("journal: no space left on the file system of {} ({} bytes free, "
+                                           "new work needs {})",
+                                           s_->journal_path.string(), free_bytes, kHeadroomBytes));
+    return Status::Ok();
   }
 
   Status Flush() override {
@@ -378,10 +388,7 @@ class PosixDurableLog final : public DurableLog {
   // Allocates kHeadroomBytes past the end of the journal (not changing its size).
   Status Reserve() {
     if (!reserve_supported_) return Status::Ok();
-    // Ends on a page boundary, so that any growth of the journal needs a new
-    // page (and a full disk shows) at the next Headroom().
-    constexpr off_t kPage = 4096;
-    const off_t target = (end_offset_ + static_cast<off_t>(kHeadroomBytes) + kPage - 1) / kPage * kPage;
+    const off_t target = end_offset_ + static_cast<off_t>(kHeadroomBytes);
     int rc;
     do rc = ::fallocate(journal_.get(), FALLOC_FL_KEEP_SIZE, end_offset_, target - end_offset_);
     while (rc != 0 && errno == EINTR);

@@ -100,15 +100,16 @@ class DurableLog {
   // that must not act on a record the journal does not hold.
   virtual Status Write(const nlohmann::json& record, DurableCallback on_durable = {}) = 0;
 
-  // Whether the journal can take `kHeadroomBytes` more: tries to allocate
-  // that much past its end (fallocate, KEEP_SIZE; cheap where it is allocated
-  // already). Appends keep such a reserve topped up, so records that report
-  // what already happened (a task started, a task exited) still fit when the
-  // disk has just filled up, while Headroom() fails as soon as the disk is
-  // full: owners call it before starting something new (accepting a job,
-  // launching tasks). Ok also where the file system cannot reserve (then
-  // nothing is promised); otherwise the error (ENOSPC, or the last failure
-  // if the log could not take it back yet).
+  // Whether new work may start: the journal has `kHeadroomBytes` allocated
+  // past its end (fallocate, KEEP_SIZE; topped up here and by appends) and
+  // the file system has as much again free (statvfs, f_bavail). The reserve
+  // lets records that report what already happened (a task started, a task
+  // exited) fit when the disk has just filled up, while Headroom() fails as
+  // soon as the disk is (nearly) full: owners call it before starting
+  // something new (accepting a job, launching tasks). The reserve part is
+  // skipped where the file system cannot fallocate. Errors: ENOSPC
+  // (kResourceExhausted), or the last failure if the log could not take it
+  // back yet.
   virtual Status Headroom() = 0;
   static constexpr uint64_t kHeadroomBytes = 256 * 1024;
 

@@ -536,7 +536,7 @@ TEST(DurableLog, WriteFailureRefusesOneRecordAndRecoveryStaysConsistent) {
       if (i % 3 == 2 && !(*log)->Flush().ok()) ::_exit(12);
     }
     if (!(*log)->Flush().ok()) ::_exit(13);  // what was written is durable; the refusal is not sticky
-    (*log)->Append({{"i", 99}}, [&](Status st) { st.ok() ? ++ok : ++failed; });  // still over the limit
+    (*log)->Append({{"i", 99}, {"pad", std::string(80, 'x')}}, [&](Status st) { st.ok() ? ++ok : ++failed; });  // still over
     if (::setrlimit(RLIMIT_FSIZE, &unlimited) != 0) ::_exit(15);
     (*log)->Append({{"i", 100}}, [&](Status st) { st.ok() ? ++ok : ++failed; });
     if (!RunUntil(io, [&] { return ok + failed == written + 3; })) ::_exit(14);

@@ -86,7 +86,7 @@ TEST_F(TmpfsDir, FullDiskRefusesNewWorkKeepsTheReserveAndRecoversWhenSpaceReturn
     append(1, 100);  // goes into the reserve
     Status headroom = log->Headroom();
     EXPECT_FALSE(headroom.ok()) << "a full disk must show in Headroom()";
-    EXPECT_NE(headroom.message().find("No space left"), std::string::npos) << headroom.ToString();
+    EXPECT_NE(headroom.message().find("no space left"), std::string::npos) << headroom.ToString();
     // What already happened still gets recorded: the reserve takes ~100 KiB.
     for (int i = 2; i < 102; ++i) append(i, 1000);
     RunFor(io, got, 102);
