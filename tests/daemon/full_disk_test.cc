@@ -100,7 +100,8 @@ class FullDisk : public ::testing::Test {
     std::set<std::string> running;
     auto r = daemon_->client().Request("GET", "/v1/jobs");
     ASSERT_TRUE(r.ok() && r->status == 200);
-    for (const auto& j : r->Json()["jobs"])
+    const json jobs = r->Json()["jobs"];
+    for (const auto& j : jobs)
       if (j["state"] == "running" || j["state"] == "pending") running.insert(j["id"].get<std::string>());
     for (const auto& [pid, job] : ProcessesOf(token_))
       EXPECT_TRUE(running.count(job)) << "pid " << pid << " of job \"" << job << "\" runs unknown to the daemon";
@@ -131,7 +132,8 @@ TEST_F(FullDisk, RefusesNewWorkLosesNothingAndRecoversWhenSpaceReturns) {
   EXPECT_EQ(refused->Json()["error"].value("code", ""), "journal_unavailable") << refused->body;
   auto list = daemon_->client().Request("GET", "/v1/jobs");
   ASSERT_TRUE(list.ok());
-  for (const auto& j : list->Json()["jobs"]) EXPECT_NE(j.value("name", ""), "on-full-disk") << j.dump();
+  const json listed = list->Json()["jobs"];
+  for (const auto& j : listed) EXPECT_NE(j.value("name", ""), "on-full-disk") << j.dump();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ExpectNoUnknownProcess();
 
