@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "orchestrator/daemon/job_decisions.h"
 
 namespace tandem::daemon {
 
@@ -88,10 +89,8 @@ void JobManager::HandleTaskExit(const std::string& task_id, const backends::Task
     return MaybeFinishJob(*job);
   }
   const bool ok = exit.succeeded();
-  const bool wants_restart = (rs.kind == spec::RestartPolicy::Kind::kAlways) ||
-                             (rs.kind == spec::RestartPolicy::Kind::kOnFailure && !ok);
-  if (wants_restart && task->restarts < rs.max_restarts) {
-    const double delay_s = std::min(rs.backoff_max_s, rs.backoff_initial_s * (1 << std::min(task->restarts, 20)));
+  if (const RestartDecision again = DecideRestart(rs, task->restarts, ok); again.restart) {
+    const double delay_s = again.delay_s;
     Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "restarting"},
             {"detail", detail + "; restart " + std::to_string(task->restarts + 1) + "/" +
                            std::to_string(rs.max_restarts) + " in " + std::to_string(delay_s) + "s"},

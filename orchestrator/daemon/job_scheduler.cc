@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "orchestrator/daemon/job_decisions.h"
 
 namespace tandem::daemon {
 
@@ -24,21 +25,10 @@ bool JobManager::GrantDevices(Job& job) {
     Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", job.logical_devices}});
     return true;
   }
-  std::vector<int> grant;
-  if (SpecOf(job).raw.contains("devices") && SpecOf(job).raw["devices"].contains("ids")) {
-    // An explicit list names inventory positions.
-    for (int l : job.logical_devices) {
-      int phys = opts_.gpus.at(static_cast<size_t>(l));
-      if (busy_gpus_.count(phys)) return false;
-      grant.push_back(phys);
-    }
-  } else {
-    for (int g : opts_.gpus) {
-      if (grant.size() == job.logical_devices.size()) break;
-      if (!busy_gpus_.count(g)) grant.push_back(g);
-    }
-    if (grant.size() < job.logical_devices.size()) return false;
-  }
+  const bool explicit_ids = SpecOf(job).raw.contains("devices") && SpecOf(job).raw["devices"].contains("ids");
+  const std::optional<std::vector<int>> chosen = ChooseDevices(opts_.gpus, busy_gpus_, job.logical_devices, explicit_ids);
+  if (!chosen) return false;
+  const std::vector<int>& grant = *chosen;
   for (int g : grant) busy_gpus_.insert(g);
   Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", grant}});
   return true;
