@@ -64,7 +64,9 @@ TEST(DecideRestart, Table) {
   for (const Row& r : rows) {
     const RestartDecision d = DecideRestart(r.policy, r.restarts, r.succeeded);
     EXPECT_EQ(d.restart, r.restart) << r.what;
-    if (r.restart) EXPECT_DOUBLE_EQ(d.delay_s, r.delay_s) << r.what;
+    if (r.restart) {
+      EXPECT_DOUBLE_EQ(d.delay_s, r.delay_s) << r.what;
+    }
   }
 }
 
