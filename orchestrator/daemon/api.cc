@@ -32,6 +32,7 @@ std::string_view ErrorCodeFor(const Status& st) {
     case StatusCode::kFailedPrecondition: return "failed_precondition";
     case StatusCode::kResourceExhausted: return "does_not_fit";
     case StatusCode::kPermissionDenied: return "forbidden";
+    case StatusCode::kUnavailable: return IsJournalUnavailable(st) ? "journal_unavailable" : "unavailable";
     default: return "internal";
   }
 }
@@ -164,9 +165,13 @@ void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
   const std::string& what = parts[3];
   if (what == "cancel") {
     if (!post) return method_not_allowed();
-    if (Status st = jobs_.Cancel(job->id); !st.ok())
-      return ex->RespondError(HttpStatusFor(st), ErrorCodeFor(st), st.message());
-    return ex->RespondJson(202, jobs_.Find(parts[2])->Summary());
+    // Answered once the cancel is durable (or refused: then nothing changed).
+    return jobs_.Cancel(job->id, [this, ex, id = job->id](Status st) {
+      const Job* j = jobs_.Find(id);
+      if (st.ok() && !j) st = NotFound("no job " + id);
+      if (!st.ok()) return ex->RespondError(HttpStatusFor(st), ErrorCodeFor(st), st.message());
+      ex->RespondJson(202, j->Summary());
+    });
   }
   if (what == "phase") {
     if (!post) return method_not_allowed();

@@ -84,6 +84,8 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.gpus = settings_.gpu_ids;
   jopts.grace = std::chrono::milliseconds(static_cast<int64_t>(settings_.grace_s * 1000));
   jopts.compact_every = settings_.compact_every;
+  jopts.max_tasks_per_job = settings_.max_tasks_per_job;
+  jopts.max_tasks = settings_.max_tasks;
   jopts.run_root = run_root;
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();

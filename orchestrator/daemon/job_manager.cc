@@ -1,68 +1,29 @@
-// The job manager; see job_manager.h for the contract and lifecycle.
+// The job manager's core: construction, the journal (records applied and
+// made durable, in the order job_manager.h gives), events to subscribers and
+// run dirs, lookups and shutdown. The rest is split by concern:
+// job_admission.cc (submit), job_scheduler.cc (grants, batches, waiting),
+// job_launch.cc (one task's launch), job_exits.cc (exits, restarts),
+// job_stop.cc (cancel, failure, end states), job_recovery.cc (restart of
+// the daemon), job_run_dir.cc (run dirs).
 #include "orchestrator/daemon/job_manager.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <fstream>
-#include <random>
 
 #include "backends/task_env.h"
 #include "common/log.h"
-#include "orchestrator/placement/placement.h"
+#include "orchestrator/store/durable_file.h"
 
 namespace tandem::daemon {
 
 namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string NewJobId(const std::string& name) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%06llx", static_cast<unsigned long long>(rng() & 0xffffff));
-  std::string base;
-  for (char c : name) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
-  if (base.empty()) base = "job";
-  if (base.size() > 40) base.resize(40);
-  return base + "-" + buf;
-}
-
-// A run dir reused by a new job keeps the old job's files under history/<old id>/.
-void ArchivePreviousRun(const fs::path& run_dir) {
-  std::string old_id = "previous";
-  std::ifstream in(run_dir / "job.json");
-  json old = json::parse(in, nullptr, false);
-  if (!old.is_discarded() && old.is_object()) old_id = old.value("id", old_id);
-  const fs::path dest = run_dir / "history" / old_id;
-  std::error_code ec;
-  fs::create_directories(dest, ec);
-  for (const char* name : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl"})
-    if (fs::exists(run_dir / name)) fs::rename(run_dir / name, dest / name, ec);
-}
-
-// Job details while a task waits for capacity (Schedule), cleared once it launched.
-constexpr const char* kWaitingPrefix = "waiting for capacity";
-constexpr const char* kQueuedPrefix = "queued behind job ";
-
-fs::path TaskFile(const Job& job, const Task& task, const char* ext) {
-  return fs::path(job.run_dir) / "tasks" / (task.name + ext);
-}
 }  // namespace
-
-std::string ExitDetail(const backends::TaskExit& e) {
-  if (!e.status_known) return e.detail.empty() ? "exit status unknown" : e.detail;
-  std::string s;
-  if (e.signal) s = "killed by signal " + std::to_string(e.signal) + " (" + (sigabbrev_np(e.signal) ? std::string("SIG") + sigabbrev_np(e.signal) : "?") + ")";
-  else s = "exit code " + std::to_string(e.exit_code);
-  // The shim's own detail repeats how the command ended; keep only news.
-  if (!e.detail.empty() && e.detail.rfind("killed by signal", 0) != 0 && e.detail.rfind("exit", 0) != 0)
-    s += ": " + e.detail;
-  return s;
-}
 
 JobManager::JobManager(boost::asio::io_context& io, JobManagerOptions opts,
                        store::DurableLog& log, std::map<std::string, backends::Executor*> executors,
@@ -73,18 +34,49 @@ JobManager::~JobManager() = default;
 
 // ---------------------------------------------------------------- records
 
-void JobManager::Commit(json record) { CommitThen(std::move(record), {}); }
-
-void JobManager::CommitThen(json record, std::function<void(Status)> on_durable) {
+void JobManager::Commit(json record) {
   if (!record.contains("at")) record["at"] = NowMs();
   Status st = Apply(table_, record);
   if (!st.ok()) {
     // A record that does not apply is a bug in this file, not bad input.
     log::Error("jobs", "record refused: {} record={}", st.ToString(), record.dump());
-    if (on_durable) on_durable(st);
     return;
   }
-  log_.Append(record, std::move(on_durable));
+  // What it reports already happened: memory keeps it even if the journal refuses it.
+  if (Status w = log_.Write(record, [this](Status d) { if (!d.ok()) JournalDiverged(d); }); !w.ok())
+    JournalDiverged(w);
+  Publish(record);
+  MaybeCompact();
+}
+
+void JobManager::CommitDurably(json record, std::function<void(Status)> done) {
+  if (!record.contains("at")) record["at"] = NowMs();
+  // Refuse now what would not apply once durable (a bug in this file).
+  if (record.value("type", "") != "job_submitted" &&
+      (!record["job"].is_string() || !table_.Find(record["job"].get<std::string>()))) {
+    log::Error("jobs", "record refused: unknown job record={}", record.dump());
+    return done(Internal("record for an unknown job"));
+  }
+  auto on_durable = [this, record, done](Status st) {
+    if (!st.ok()) {
+      log::Warn("jobs", "journal refused record type={} error=\"{}\"", record.value("type", ""), st.ToString());
+      return done(JournalUnavailable(st));
+    }
+    if (Status a = Apply(table_, record); !a.ok()) {
+      log::Error("jobs", "durable record does not apply: {} record={}", a.ToString(), record.dump());
+      return done(a);
+    }
+    Publish(record);
+    done(Status::Ok());
+    MaybeCompact();
+  };
+  if (Status w = log_.Write(record, std::move(on_durable)); !w.ok()) {
+    log::Warn("jobs", "journal refused record type={} error=\"{}\"", record.value("type", ""), w.ToString());
+    done(JournalUnavailable(w));
+  }
+}
+
+void JobManager::Publish(const json& record) {
   Event ev{++event_seq_, record};
   ev.body["seq"] = ev.seq;
   const json& jref = record["job"];
@@ -96,20 +88,67 @@ void JobManager::CommitThen(json record, std::function<void(Status)> on_durable)
     for (uint64_t t : unsubscribed_) subscribers_.erase(t);
     unsubscribed_.clear();
   }
-  if (log_.records_since_compaction() >= opts_.compact_every) {
-    if (Status cs = log_.Compact(table_.ToJson()); !cs.ok())
-      log::Error("jobs", "compaction failed: {}", cs.ToString());
-  }
+}
+
+void JobManager::MaybeCompact() {
+  if (journal_diverged_ || log_.records_since_compaction() < opts_.compact_every) return;
+  if (Status cs = log_.Compact(table_.ToJson()); !cs.ok())
+    log::Error("jobs", "compaction failed: {}", cs.ToString());
+}
+
+Status JournalUnavailable(const Status& cause) {
+  return Unavailable("journal unavailable: " + cause.ToString());
+}
+
+bool IsJournalUnavailable(const Status& st) {
+  return st.code() == StatusCode::kUnavailable && st.message().rfind("journal unavailable", 0) == 0;
+}
+
+Status JobManager::JournalReady() {
+  if (journal_diverged_)
+    return JournalUnavailable(Unavailable("records of running jobs are not durable yet; retrying"));
+  if (Status h = log_.Headroom(); !h.ok()) return JournalUnavailable(h);
+  return Status::Ok();
+}
+
+void JobManager::JournalDiverged(const Status& why) {
+  if (!journal_diverged_)
+    log::Error("jobs", "journal refused a record of what happened; starting nothing new until the state is "
+               "durable again error=\"{}\"", why.ToString());
+  journal_diverged_ = true;
+  ArmJournalRetry();
+}
+
+// Retries while the journal is unusable: a snapshot of the whole state makes
+// a diverged memory durable again; then whatever waited (launches) goes on.
+void JobManager::ArmJournalRetry() {
+  if (journal_timer_ || shutting_down_) return;
+  journal_timer_ = std::make_unique<boost::asio::steady_timer>(io_, opts_.journal_retry);
+  journal_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    journal_timer_.reset();
+    if (journal_diverged_) {
+      if (Status cs = log_.Compact(table_.ToJson()); !cs.ok()) {
+        log::Warn("jobs", "journal still unavailable error=\"{}\"", cs.ToString());
+        return ArmJournalRetry();
+      }
+      journal_diverged_ = false;
+      log::Info("jobs", "journal durable again (snapshot of the whole state written)");
+    }
+    Schedule();  // re-arms the retry if the journal still has no headroom
+  });
 }
 
 void JobManager::WriteEventLine(const Job& job, const json& record) {
   // Best effort, not fsync'd: the journal is the truth; this is for people.
-  std::error_code ec;
-  fs::create_directories(job.run_dir, ec);
-  std::ofstream out(fs::path(job.run_dir) / "events.jsonl", std::ios::app);
+  // 0600: job_submitted carries the spec and its environment.
   json line = record;
   if (line.contains("job") && line["job"].is_object()) line["job"] = job.id;  // keep lines short
-  out << line.dump() << '\n';
+  const std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  store::UniqueFd fd(::open((fs::path(job.run_dir) / "events.jsonl").c_str(),
+                            O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd || !store::WriteAll(fd.get(), text, fs::path(job.run_dir) / "events.jsonl").ok())
+    log::Debug("jobs", "events.jsonl of job={} not written errno={}", job.id, errno);
 }
 
 uint64_t JobManager::Subscribe(EventCallback cb) {
@@ -119,264 +158,6 @@ uint64_t JobManager::Subscribe(EventCallback cb) {
 void JobManager::Unsubscribe(uint64_t token) {
   if (publishing_) unsubscribed_.push_back(token);
   else subscribers_.erase(token);
-}
-
-// ---------------------------------------------------------------- submit
-
-void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) {
-  spec::ParseResult parsed = spec::ParseJobSpec(raw);
-  if (!parsed.spec) return done(parsed.ToStatus());
-  const spec::JobSpec& sp = *parsed.spec;
-  if (!executors_.count(std::string(spec::BackendKindName(sp.backend.kind)))) {
-    std::string enabled;
-    for (const auto& [kind, ex] : executors_) enabled += (enabled.empty() ? "\"" : ", \"") + kind + "\"";
-    return done(FailedPrecondition("backend.kind: \"" + std::string(spec::BackendKindName(sp.backend.kind)) +
-                                   "\" is not enabled in this daemon (enabled: " + enabled + ")"));
-  }
-  spec::Inventory inv{opts_.gpus};
-  if (opts_.own_device_backends.count(std::string(spec::BackendKindName(sp.backend.kind)))) {
-    inv.gpus.clear();  // the backend's allocation has exactly the job's devices
-    int n = 0;
-    for (int d : sp.devices) n = std::max(n, d + 1);
-    for (int i = 0; i < n; ++i) inv.gpus.push_back(i);
-  }
-  if (Status st = spec::CheckFitsInventory(sp, inv); !st.ok()) return done(st);
-  // Placement in the job's logical namespace; physical ids are bound at grant time.
-  spec::Inventory identity;
-  for (size_t i = 0; i < inv.gpus.size(); ++i) identity.gpus.push_back(static_cast<int>(i));
-  auto placed = placement::PlaceJob(sp, identity);
-  if (!placed.ok()) return done(placed.status());
-
-  Job job;
-  job.id = NewJobId(sp.name);
-  while (table_.Find(job.id)) job.id = NewJobId(sp.name);
-  job.name = sp.name;
-  job.spec_text = raw.dump();
-  job.backend = std::string(spec::BackendKindName(sp.backend.kind));
-  job.logical_devices = sp.devices;
-  const fs::path run_root = opts_.run_root.empty() ? opts_.state_dir / "runs" : opts_.run_root;
-  job.run_dir = sp.run_dir.empty() ? (run_root / job.id).string()
-                                   : (opts_.state_dir / sp.run_dir).lexically_normal().string();
-  if (fs::path(sp.run_dir).is_absolute()) job.run_dir = fs::path(sp.run_dir).lexically_normal().string();
-  for (const auto& other : table_.jobs)
-    if (!IsTerminal(other.state) && other.run_dir == job.run_dir)
-      return done(FailedPrecondition("run_dir: " + job.run_dir + " is in use by running job " + other.id));
-  job.submitted_ms = NowMs();
-  for (const auto& tp : placed->tasks) {
-    Task t;
-    t.role = tp.role;
-    t.rank = tp.rank;
-    t.world_size = tp.world_size;
-    t.name = tp.role + "." + std::to_string(tp.rank);
-    t.id = job.id + "." + t.name;
-    t.logical_devices = tp.logical;
-    t.submitted_ms = job.submitted_ms;
-    job.tasks.push_back(std::move(t));
-  }
-  std::error_code ec;
-  if (fs::exists(fs::path(job.run_dir) / "job.json")) ArchivePreviousRun(job.run_dir);
-  fs::create_directories(fs::path(job.run_dir) / "tasks", ec);
-  if (ec) return done(ErrnoStatus("create run dir " + job.run_dir, ec.value()));
-  {
-    std::ofstream(fs::path(job.run_dir) / "job.json") << job.ToJson().dump(2) << '\n';
-  }
-  const std::string id = job.id;
-  specs_.emplace(id, sp);
-  metrics_.jobs_submitted->Get().Inc();
-  CommitThen({{"type", "job_submitted"}, {"seq", table_.next_seq}, {"job", job.ToJson()}},
-             [this, id, done](Status st) {
-               if (!st.ok()) return done(st.WithContext("journal"));
-               const Job* j = table_.Find(id);
-               done(j ? j->ToJson() : json{{"id", id}});
-             });
-  log::Info("jobs", "job submitted job={} tasks={} devices={}", id, table_.Find(id)->tasks.size(),
-            sp.devices.size());
-  Schedule();
-}
-
-// ---------------------------------------------------------------- scheduling
-
-bool JobManager::GrantDevices(Job& job) {
-  if (job.logical_devices.empty() || !job.physical_devices.empty()) return true;
-  if (opts_.own_device_backends.count(job.backend)) {
-    Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", job.logical_devices}});
-    return true;
-  }
-  std::vector<int> grant;
-  if (SpecOf(job).raw.contains("devices") && SpecOf(job).raw["devices"].contains("ids")) {
-    // An explicit list names inventory positions.
-    for (int l : job.logical_devices) {
-      int phys = opts_.gpus.at(static_cast<size_t>(l));
-      if (busy_gpus_.count(phys)) return false;
-      grant.push_back(phys);
-    }
-  } else {
-    for (int g : opts_.gpus) {
-      if (grant.size() == job.logical_devices.size()) break;
-      if (!busy_gpus_.count(g)) grant.push_back(g);
-    }
-    if (grant.size() < job.logical_devices.size()) return false;
-  }
-  for (int g : grant) busy_gpus_.insert(g);
-  Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", grant}});
-  return true;
-}
-
-void JobManager::Schedule() {
-  if (shutting_down_) return;
-  if (scheduling_) {  // a launch failure stopped a job, which ended and asked again
-    schedule_again_ = true;
-    return;
-  }
-  scheduling_ = true;
-  do {
-    schedule_again_ = false;
-    // Backend -> the job at the head of its line that waits for capacity.
-    std::map<std::string, std::string> blocked_by;
-    std::set<std::string> down;  // backends that said Unavailable in this pass: not asked again
-    for (auto& job : table_.jobs) {
-      if (IsTerminal(job.state) || job.cancel_requested || stopping_.count(job.id)) continue;
-      const bool started = job.state == JobState::kRunning;
-      if (started && down.count(job.backend)) continue;
-      if (auto head = blocked_by.find(job.backend); !started && head != blocked_by.end()) {
-        SetJobDetail(job, std::string(kQueuedPrefix) + head->second + ", which waits for capacity");
-        continue;
-      }
-      if (!GrantDevices(job)) {
-        const std::string why = "waiting for " + std::to_string(job.logical_devices.size()) +
-                                " devices (" + std::to_string(opts_.gpus.size() - busy_gpus_.size()) + " free)";
-        if (job.detail != why) Commit({{"type", "job_state"}, {"job", job.id}, {"state", "pending"}, {"detail", why}});
-        continue;
-      }
-      Launch outcome = Launch::kStarted;
-      bool launched = false;
-      for (auto& task : job.tasks) {
-        // A restarting task without its backoff timer waits for capacity.
-        const bool relaunch = task.state == TaskState::kRestarting && !timers_.count(job.id + "/" + task.name);
-        if (task.state != TaskState::kPending && !relaunch) continue;
-        outcome = LaunchTask(job, task);
-        if (outcome != Launch::kStarted) break;  // in order: a job stops at its first waiting task
-        launched = true;
-      }
-      if (outcome == Launch::kFailed || IsTerminal(job.state) || stopping_.count(job.id)) continue;
-      if (outcome == Launch::kBackendDown) {
-        down.insert(job.backend);
-        outcome = Launch::kWaiting;
-      }
-      if (outcome == Launch::kWaiting) blocked_by.emplace(job.backend, job.id);
-      const bool stale = job.detail.rfind(kWaitingPrefix, 0) == 0 || job.detail.rfind(kQueuedPrefix, 0) == 0;
-      if (job.state == JobState::kPending && launched)
-        Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"},
-                {"detail", outcome == Launch::kWaiting ? job.detail : ""}});
-      else if (job.state == JobState::kPending && outcome == Launch::kStarted)
-        Commit({{"type", "job_state"}, {"job", job.id}, {"state", "running"}, {"detail", ""}});
-      else if (outcome == Launch::kStarted && stale)
-        SetJobDetail(job, "");
-    }
-  } while (schedule_again_ && !shutting_down_);
-  scheduling_ = false;
-}
-
-void JobManager::SetJobDetail(Job& job, const std::string& detail) {
-  if (job.detail == detail) return;
-  Commit({{"type", "job_state"}, {"job", job.id}, {"state", ToString(job.state)}, {"detail", detail}});
-}
-
-void JobManager::MarkWaiting(Job& job, Task& task, const std::string& why) {
-  const std::string detail = std::string(kWaitingPrefix) + ": task " + task.name + ": " + why;
-  if (job.detail != detail) log::Info("jobs", "task waiting for capacity task={} reason=\"{}\"", task.id, why);
-  const std::string task_detail = std::string(kWaitingPrefix) + ": " + why;
-  if (task.state == TaskState::kPending && task.detail != task_detail)  // a restarting one keeps its exit's detail
-    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "pending"},
-            {"detail", task_detail}});
-  SetJobDetail(job, detail);
-  if (capacity_timer_) return;
-  capacity_timer_ = std::make_unique<boost::asio::steady_timer>(io_, opts_.capacity_retry);
-  capacity_timer_->async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;
-    capacity_timer_.reset();  // re-armed by whatever still waits
-    Schedule();
-  });
-}
-
-JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
-  const spec::JobSpec& sp = SpecOf(job);
-  const spec::RoleSpec* role = sp.FindRole(task.role);
-  if (!role) {
-    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
-            {"detail", "spec no longer parses for role " + task.role}});
-    StopJob(job, "task " + task.name + " could not be launched");
-    return Launch::kFailed;
-  }
-  std::vector<int> ports;
-  if (role->ports > 0) {
-    auto leased = ports_.Lease(task.id, role->ports);
-    if (!leased.ok()) {
-      Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
-              {"detail", leased.status().message()}});
-      StopJob(job, "task " + task.name + ": no ports");
-      return Launch::kFailed;
-    }
-    ports = *leased;
-  }
-  backends::TaskEnvInput in;
-  in.job_env = sp.env;
-  in.role_env = role->env;
-  if (!role->replica_env.empty()) in.replica_env = role->replica_env.at(static_cast<size_t>(task.rank));
-  in.job_id = job.id;
-  in.task_id = task.id;
-  in.role = task.role;
-  in.rank = task.rank;
-  in.world_size = task.world_size;
-  in.ports = ports;
-  in.run_dir = job.run_dir;
-  in.logical_devices = task.logical_devices;
-  in.physical_devices = task.physical_devices;
-  in.control = opts_.control_endpoint;
-  if (opts_.control_env) {
-    in.task_overrides = opts_.control_env(job.backend, job.id, task.id, task.launches + 1);
-    if (auto c = in.task_overrides.find("TANDEM_CONTROL"); c != in.task_overrides.end()) {
-      in.control = c->second;
-      in.task_overrides.erase(c);
-    }
-  }
-
-  backends::LaunchRequest req;
-  req.job_id = job.id;
-  req.task_id = task.id;
-  req.argv = role->command;
-  if (!role->worker.empty()) {
-    req.argv = {opts_.worker_binary.empty() ? std::string("tandem-worker") : opts_.worker_binary, role->worker};
-    req.argv.insert(req.argv.end(), role->args.begin(), role->args.end());
-  }
-  req.env = backends::BuildTaskEnvironment(in);
-  req.cwd = role->cwd.empty() ? fs::path(job.run_dir) : fs::path(job.run_dir) / role->cwd;
-  req.stdout_path = TaskFile(job, task, ".out");
-  req.stderr_path = TaskFile(job, task, ".err");
-  req.exit_path = TaskFile(job, task, ".exit");
-  std::error_code ec;
-  fs::remove(req.exit_path, ec);
-
-  backends::Executor* ex = ExecutorOf(job);
-  auto started = ex ? ex->Start(req) : StatusOr<backends::TaskRef>(FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon"));
-  if (!started.ok()) {
-    ports_.Release(task.id);
-    if (backends::IsRetryableStart(started.status())) {  // nothing started: wait for capacity
-      MarkWaiting(job, task, started.status().message());
-      return started.status().code() == StatusCode::kUnavailable ? Launch::kBackendDown : Launch::kWaiting;
-    }
-    Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "failed"},
-            {"detail", started.status().message()}});
-    StopJob(job, "task " + task.name + " could not be launched");
-    return Launch::kFailed;
-  }
-  metrics_.task_launches->Get().Inc();
-  if (task.launches == 0)
-    metrics_.launch_latency->Get().Observe(static_cast<double>(NowMs() - job.submitted_ms) / 1000.0);
-  Commit({{"type", "task_state"}, {"job", job.id}, {"task", task.name}, {"state", "running"},
-          {"detail", ""}, {"ref", started->ToJson()}, {"ports", ports},
-          {"launches", task.launches + 1}});
-  return Launch::kStarted;
 }
 
 backends::Executor* JobManager::ExecutorOf(const Job& job) {
@@ -395,247 +176,12 @@ const spec::JobSpec& JobManager::SpecOf(const Job& job) {
   return spec;
 }
 
-// ---------------------------------------------------------------- exits
-
-Job* JobManager::JobOfTask(std::string_view task_id, Task** task) {
-  for (auto& job : table_.jobs) {
-    if (IsTerminal(job.state)) continue;
-    if (Task* t = job.FindTask(task_id)) { *task = t; return &job; }
-  }
-  return nullptr;
-}
-
-void JobManager::OnTaskExit(const std::string& task_id, const backends::TaskExit& exit) {
-  HandleTaskExit(task_id, exit);
-  if (capacity_timer_ && !shutting_down_) Schedule();  // the task's capacity is free now
-}
-
-void JobManager::HandleTaskExit(const std::string& task_id, const backends::TaskExit& exit) {
-  if (shutting_down_) return;
-  ports_.Release(task_id);
-  Task* task = nullptr;
-  Job* job = JobOfTask(task_id, &task);
-  if (!job || task->state != TaskState::kRunning) {
-    log::Warn("jobs", "exit of unknown or not-running task={} ignored", task_id);
-    return;
-  }
-  const std::string detail = ExitDetail(exit);
-  const json ex = exit.ToJson();
-  log::Info("jobs", "task exited task={} {}", task_id, detail);
-  const spec::RoleSpec* role = SpecOf(*job).FindRole(task->role);
-  const spec::RestartPolicy rs = role ? role->restart : spec::RestartPolicy{};
-  std::string reason;
-  const TaskObserver::Verdict verdict =
-      observer_ && !job->cancel_requested && !stopping_.count(job->id)
-          ? observer_->OnTaskExit(*job, *task, exit, &reason)
-          : TaskObserver::Verdict::kDefault;
-  if (verdict == TaskObserver::Verdict::kRestartNow) {
-    const int max = rs.kind == spec::RestartPolicy::Kind::kNever ? 3 : rs.max_restarts;
-    if (task->restarts < max) {
-      Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "restarting"},
-              {"detail", detail + "; handoff restart " + std::to_string(task->restarts + 1) + "/" +
-                             std::to_string(max)},
-              {"exit", ex}, {"ports", json::array()}, {"restarts", task->restarts + 1}});
-      metrics_.task_restarts->Get().Inc();
-      return StartRestartTimer(*job, *task, std::chrono::milliseconds(0));
-    }
-    reason = "handoff restarts exhausted (" + std::to_string(max) + "): " + detail;
-  }
-  if (verdict != TaskObserver::Verdict::kDefault) {
-    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name},
-            {"state", exit.status_known ? "failed" : "lost"}, {"detail", detail}, {"exit", ex},
-            {"ports", json::array()}});
-    return StopJob(*job, reason);
-  }
-  if (job->cancel_requested || stopping_.count(job->id)) {
-    const bool ok_exit = exit.succeeded();
-    const char* st = job->cancel_requested ? "cancelled" : (ok_exit ? "succeeded" : "cancelled");
-    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", st},
-            {"detail", detail}, {"exit", ex}, {"ports", json::array()}});
-    return MaybeFinishJob(*job);
-  }
-  const bool ok = exit.succeeded();
-  const bool wants_restart = (rs.kind == spec::RestartPolicy::Kind::kAlways) ||
-                             (rs.kind == spec::RestartPolicy::Kind::kOnFailure && !ok);
-  if (wants_restart && task->restarts < rs.max_restarts) {
-    const double delay_s = std::min(rs.backoff_max_s, rs.backoff_initial_s * (1 << std::min(task->restarts, 20)));
-    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "restarting"},
-            {"detail", detail + "; restart " + std::to_string(task->restarts + 1) + "/" +
-                           std::to_string(rs.max_restarts) + " in " + std::to_string(delay_s) + "s"},
-            {"exit", ex}, {"ports", json::array()}, {"restarts", task->restarts + 1}});
-    metrics_.task_restarts->Get().Inc();
-    return StartRestartTimer(*job, *task, std::chrono::milliseconds(static_cast<int64_t>(delay_s * 1000)));
-  }
-  if (ok) {
-    Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name}, {"state", "succeeded"},
-            {"detail", detail}, {"exit", ex}, {"ports", json::array()}});
-    return MaybeFinishJob(*job);
-  }
-  Commit({{"type", "task_state"}, {"job", job->id}, {"task", task->name},
-          {"state", exit.status_known ? "failed" : "lost"}, {"detail", detail}, {"exit", ex},
-          {"ports", json::array()}});
-  StopJob(*job, "task " + task->name + " " + (exit.status_known ? "failed" : "was lost") + ": " + detail);
-}
-
-void JobManager::StartRestartTimer(Job& job, Task& task, std::chrono::milliseconds delay) {
-  auto timer = std::make_unique<boost::asio::steady_timer>(io_, delay);
-  const std::string job_id = job.id, name = task.name;
-  timer->async_wait([this, job_id, name](const boost::system::error_code& ec) {
-    if (ec) return;
-    timers_.erase(job_id + "/" + name);
-    Schedule();  // launches the task (no timer now), in its job's turn; it may wait for capacity
-  });
-  timers_[job.id + "/" + task.name] = std::move(timer);
-}
-
-// ---------------------------------------------------------------- stop / cancel
-
-Status JobManager::Cancel(std::string_view job_id) {
-  Job* job = table_.Find(job_id);
-  if (!job) return NotFound("no job " + std::string(job_id));
-  if (IsTerminal(job->state) || job->cancel_requested) return Status::Ok();
-  Commit({{"type", "job_cancel"}, {"job", job->id}});
-  StopJob(*job, "cancelled");
-  return Status::Ok();
-}
-
-Status JobManager::KillTask(std::string_view job_id, std::string_view task_name) {
-  Job* job = table_.Find(job_id);
-  Task* t = job ? job->FindTask(task_name) : nullptr;
-  if (!t) return NotFound("no task " + std::string(job_id) + "/" + std::string(task_name));
-  if (t->state != TaskState::kRunning) return Status::Ok();
-  TANDEM_ASSIGN_OR_RETURN(auto ref, backends::TaskRef::FromJson(t->ref), "task ref");
-  backends::Executor* ex = ExecutorOf(*job);
-  if (!ex) return FailedPrecondition("backend \"" + job->backend + "\" is not enabled in this daemon");
-  log::Info("jobs", "killing task={} on request", t->id);
-  return ex->Kill(ref);
-}
-
-void JobManager::FailJob(std::string_view job_id, const std::string& reason) {
-  Job* job = table_.Find(job_id);
-  if (!job || IsTerminal(job->state)) return;
-  job->detail = reason;
-  StopJob(*job, reason);
-}
-
-void JobManager::StopJob(Job& job, std::string reason) {
-  if (!stopping_.insert(job.id).second) return MaybeFinishJob(job);
-  log::Info("jobs", "stopping job={} reason=\"{}\"", job.id, reason);
-  if (job.detail.empty() || !job.cancel_requested) job.detail = reason;  // in memory until the end record
-  for (auto& t : job.tasks) {
-    if (t.state == TaskState::kPending || t.state == TaskState::kRestarting) {
-      timers_.erase(job.id + "/" + t.name);
-      Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "cancelled"},
-              {"detail", "not started: " + reason}});
-    } else if (t.state == TaskState::kRunning) {
-      if (auto ref = backends::TaskRef::FromJson(t.ref); ref.ok() && ExecutorOf(job)) {
-        if (Status st = ExecutorOf(job)->Signal(*ref, SIGTERM); !st.ok())
-          log::Warn("jobs", "SIGTERM task={} failed: {}", t.id, st.ToString());
-      }
-    }
-  }
-  auto timer = std::make_unique<boost::asio::steady_timer>(io_, opts_.grace);
-  const std::string id = job.id;
-  timer->async_wait([this, id](const boost::system::error_code& ec) {
-    if (ec) return;
-    Job* j = table_.Find(id);
-    if (!j || IsTerminal(j->state)) return;
-    for (auto& t : j->tasks) {
-      if (t.state != TaskState::kRunning) continue;
-      auto ref = backends::TaskRef::FromJson(t.ref);
-      if (!ref.ok() || !ExecutorOf(*j)) continue;
-      log::Warn("jobs", "grace period over, killing task={}", t.id);
-      if (Status st = ExecutorOf(*j)->Kill(*ref); !st.ok()) log::Error("jobs", "kill task={}: {}", t.id, st.ToString());
-    }
-  });
-  timers_[job.id + "/stop"] = std::move(timer);
-  MaybeFinishJob(job);
-}
-
-void JobManager::MaybeFinishJob(Job& job) {
-  if (IsTerminal(job.state)) return;
-  bool any_failed = false, all_ok = true;
-  for (const auto& t : job.tasks) {
-    if (!IsTerminal(t.state)) return;
-    any_failed |= (t.state == TaskState::kFailed || t.state == TaskState::kLost);
-    all_ok &= (t.state == TaskState::kSucceeded);
-  }
-  std::string state = "succeeded", detail;
-  if (job.cancel_requested) { state = "cancelled"; detail = "cancelled by request"; }
-  else if (any_failed || !all_ok) {
-    state = "failed";
-    detail = job.detail;
-    if (detail.empty())
-      for (const auto& t : job.tasks)
-        if (t.state == TaskState::kFailed || t.state == TaskState::kLost) { detail = "task " + t.name + ": " + t.detail; break; }
-  }
-  timers_.erase(job.id + "/stop");
-  stopping_.erase(job.id);
-  specs_.erase(job.id);
-  if (!opts_.own_device_backends.count(job.backend))
-    for (int g : job.physical_devices) busy_gpus_.erase(g);
-  if (!job.physical_devices.empty())
-    Commit({{"type", "job_devices"}, {"job", job.id}, {"physical_devices", json::array()}});
-  Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
-  metrics_.jobs_finished->WithLabels({state}).Inc();
-  if (observer_) observer_->OnJobEnded(job);
-  if (opts_.on_job_ended) opts_.on_job_ended(job.id, job.backend);  // e.g. cancel its Slurm allocation
-  log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
-  Schedule();  // devices may have freed up
-}
-
-// ---------------------------------------------------------------- recovery
-
-Status JobManager::Recover(const store::Recovered& rec) {
-  if (!rec.snapshot.is_null()) {
-    TANDEM_ASSIGN_OR_RETURN(table_, JobTable::FromJson(rec.snapshot), "recover snapshot");
-  }
-  for (const auto& r : rec.records) TANDEM_RETURN_IF_ERROR(Apply(table_, r), "recover journal");
-  event_seq_ = rec.records.size();
-  for (const auto& w : rec.warnings) log::Warn("store", "{}", w);
-  size_t reattached = 0;
-  for (auto& job : table_.jobs) {
-    if (IsTerminal(job.state)) continue;
-    if (!opts_.own_device_backends.count(job.backend))
-      for (int g : job.physical_devices) busy_gpus_.insert(g);
-    for (auto& t : job.tasks) {
-      if (t.state == TaskState::kRunning) {
-        if (!t.ports.empty())
-          if (Status ps = ports_.Adopt(t.id, t.ports); !ps.ok())
-            log::Warn("jobs", "ports of task={} not re-adopted: {}", t.id, ps.ToString());
-        auto ref = backends::TaskRef::FromJson(t.ref);
-        backends::Executor* ex = ExecutorOf(job);
-        Status st = !ref.ok() ? ref.status()
-                    : ex ? ex->Reattach(*ref)
-                         : FailedPrecondition("backend \"" + job.backend + "\" is not enabled in this daemon");
-        if (!st.ok()) {
-          Commit({{"type", "task_state"}, {"job", job.id}, {"task", t.name}, {"state", "lost"},
-                  {"detail", "could not re-attach: " + st.message()}});
-        } else {
-          ++reattached;
-        }
-      } else if (t.state == TaskState::kRestarting) {
-        StartRestartTimer(job, t, std::chrono::milliseconds(0));
-      }
-    }
-  }
-  log::Info("jobs", "recovered jobs={} reattached_tasks={}", table_.jobs.size(), reattached);
-  for (auto& job : table_.jobs) {
-    if (IsTerminal(job.state)) continue;
-    bool failed = false;
-    for (const auto& t : job.tasks) failed |= (t.state == TaskState::kFailed || t.state == TaskState::kLost);
-    if (job.cancel_requested) StopJob(job, "cancelled");
-    else if (failed) StopJob(job, "a task failed");
-    else MaybeFinishJob(job);
-  }
-  Schedule();
-  return Status::Ok();
-}
-
 Status JobManager::Shutdown() {
   shutting_down_ = true;
   timers_.clear();
   capacity_timer_.reset();
+  journal_timer_.reset();
+  batch_timer_.reset();
   return log_.Flush();
 }
 

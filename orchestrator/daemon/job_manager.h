@@ -4,12 +4,23 @@
 // Single-threaded: every method runs on the daemon's io_context, and so do
 // the executor's exit callbacks and the log's durability callbacks. No locks.
 //
-// Every change goes through Commit(record): the record is applied to the
-// JobTable with job_model's Apply (the same function replay uses), appended
-// to the durable log, and published as an event to subscribers and to the
-// job's <run_dir>/events.jsonl. A submit is answered only once its record is
-// durable; task launches do not wait for fsync (see docs/architecture.md,
-// "Durability", for the window this leaves and how restart closes it).
+// Every change is a journal record, applied to the JobTable with job_model's
+// Apply (the same function replay uses) and published as an event to
+// subscribers and to the job's <run_dir>/events.jsonl. Two kinds
+// (docs/architecture.md, "Durability"):
+//   - a record that starts something (job_submitted, job_cancel) is written
+//     first and applied only once durable (CommitDurably): then its effect
+//     follows (tasks launch, SIGTERM) and the client is answered. A journal
+//     that cannot take it answers kUnavailable "journal unavailable" (HTTP
+//     503 journal_unavailable) and nothing changes;
+//   - a record that reports what already happened (a task started or
+//     exited) is applied at once and written (Commit). If the journal
+//     refuses it, memory is ahead of the journal ("diverged"): the job
+//     manager starts nothing new and retries a snapshot of its whole state
+//     (DurableLog::Compact) every `journal_retry` until it succeeds.
+// New work (a submit, a launch) also needs the journal's headroom
+// (DurableLog::Headroom), so a full disk refuses new jobs and holds launches
+// while the reserve still records what runs.
 //
 // Lifecycle of a job:
 //   pending  -- devices granted, first task launched --> running
@@ -88,7 +99,22 @@ struct JobManagerOptions {
   // resources per job releases them (Slurm submit mode cancels the job's
   // batch allocation). Optional.
   std::function<void(const std::string& job_id, const std::string& backend)> on_job_ended;
+  // Task limits, checked at submit (0 = none): tasks of one job, and tasks
+  // of every live job together (settings.h: TANDEM_MAX_TASKS_PER_JOB, TANDEM_MAX_TASKS).
+  uint64_t max_tasks_per_job = 10000;
+  uint64_t max_tasks = 50000;
+  // Launches per scheduling pass; the next pass is posted behind whatever
+  // the io_context has queued (API requests), so a wide job does not stall it.
+  size_t launch_batch = 32;
+  // While the journal refuses records (disk full, I/O error), how often the
+  // job manager tries to make its state durable again.
+  std::chrono::milliseconds journal_retry{1000};
 };
+
+// The error of a journal that cannot take a record: kUnavailable, message
+// "journal unavailable: <cause>" (the API answers 503 journal_unavailable).
+Status JournalUnavailable(const Status& cause);
+bool IsJournalUnavailable(const Status& st);
 
 // How a task ended, for people: "exit code 3", "killed by signal 9
 // (SIGKILL)", "exit status unknown", plus the executor's detail when it adds
@@ -133,7 +159,12 @@ class JobManager {
   // spec violation; kResourceExhausted when it can never fit).
   void Submit(const nlohmann::ordered_json& spec, SubmitCallback done);
 
-  // Requests cancellation. Ok if the job already ended (no-op).
+  // Requests cancellation; `done` gets Ok once the job_cancel record is
+  // durable (then the job's tasks are being stopped), at once if the job
+  // already ended or a cancel was recorded, NotFound for no such job, or a
+  // JournalUnavailable error (then nothing was changed or signalled).
+  void Cancel(std::string_view job_id, std::function<void(Status)> done);
+  // The same without waiting: Ok once the request is written.
   Status Cancel(std::string_view job_id);
 
   const JobTable& table() const { return table_; }
@@ -160,9 +191,19 @@ class JobManager {
 
  private:
   void HandleTaskExit(const std::string& task_id, const backends::TaskExit& exit);
+  // Applies a record that reports what happened, then journals it (see above).
   void Commit(nlohmann::json record);
-  void CommitThen(nlohmann::json record, std::function<void(Status)> on_durable);
+  // Journals a record that starts something; applies it (and calls `done`
+  // with Ok) only once durable. `done` gets JournalUnavailable otherwise.
+  void CommitDurably(nlohmann::json record, std::function<void(Status)> done);
+  void Publish(const nlohmann::json& record);  // event to subscribers and events.jsonl
+  void MaybeCompact();
+  // Ok when new work may start: the journal holds everything in memory and has headroom.
+  Status JournalReady();
+  void JournalDiverged(const Status& why);  // memory is ahead of the journal: resync
+  void ArmJournalRetry();
   void Schedule();                      // grant devices to pending jobs, launch pending tasks
+  Status CheckTaskLimits(const spec::JobSpec& sp) const;  // max_tasks_per_job, max_tasks
   bool GrantDevices(Job& job);
   // kWaiting: no capacity now (ResourceExhausted); kBackendDown: no node or
   // service reachable (Unavailable), so no other launch on that backend is
@@ -199,6 +240,17 @@ class JobManager {
   uint64_t next_token_ = 1;
   uint64_t event_seq_ = 0;
   bool shutting_down_ = false;
+  // Submits whose job_submitted record is written but not durable yet (id -> run dir).
+  struct Submitting {
+    std::string run_dir;
+    size_t tasks = 0;
+  };
+  std::map<std::string, Submitting> submitting_;
+  std::unique_ptr<boost::asio::steady_timer> batch_timer_;  // set while the next launch batch is queued
+  uint64_t submit_seq_ = 1;
+  bool journal_diverged_ = false;  // records applied in memory that the journal refused
+  bool journal_blocked_logged_ = false;
+  std::unique_ptr<boost::asio::steady_timer> journal_timer_;  // set while the journal is retried
 };
 
 }  // namespace tandem::daemon

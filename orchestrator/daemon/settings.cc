@@ -29,6 +29,12 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--compact-every", s.compact_every,
                  "Journal records between snapshots (the job journal and each handoff group's)")
       ->envname("TANDEM_COMPACT_EVERY")->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("--max-tasks-per-job", s.max_tasks_per_job,
+                 "Most tasks (replicas of all roles) one job may have; a wider job is refused at submit (0: no limit)")
+      ->envname("TANDEM_MAX_TASKS_PER_JOB");
+  app.add_option("--max-tasks", s.max_tasks,
+                 "Most tasks of all live jobs together; a submit over it is refused (0: no limit)")
+      ->envname("TANDEM_MAX_TASKS");
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")

@@ -84,21 +84,46 @@ class DurableLog {
   virtual ~DurableLog() = default;
 
   // Appends one record (a JSON object). The line is written before Append
-  // returns; the fsync never runs on the calling thread. It is durable once `on_durable(Ok)`
-  // runs; on a write or fsync failure the callback gets the error and the
-  // log refuses further appends (the daemon must not pretend state is safe).
-  // A record that is not an object, or not valid UTF-8, gets kInvalidArgument
-  // and is not written (the log stays usable). Callbacks run in append order.
+  // returns; the fsync never runs on the calling thread. It is durable once
+  // `on_durable(Ok)` runs. A record that could not be written or synced gets
+  // the error and is not in the journal (recovery never returns it). A failure
+  // is not sticky: the log takes back what was not durable (truncates the
+  // journal to its last durable record) and tries again on the next append,
+  // so it recovers on its own when space returns. A record that is not an
+  // object, or not valid UTF-8, gets kInvalidArgument and is not written.
+  // Callbacks run in append order.
   virtual void Append(const nlohmann::json& record, DurableCallback on_durable = {}) = 0;
 
-  // Blocks until everything appended so far is durable (or the log failed:
+  // Append, but a record that could not be written is refused at once: the
+  // error is returned and `on_durable` is never called. Ok means the line is
+  // written and `on_durable` will tell whether it became durable. For owners
+  // that must not act on a record the journal does not hold.
+  virtual Status Write(const nlohmann::json& record, DurableCallback on_durable = {}) = 0;
+
+  // Whether new work may start: the journal has `kHeadroomBytes` allocated
+  // past its end (fallocate, KEEP_SIZE; topped up here and by appends) and
+  // the file system has as much again free (statvfs, f_bavail). The reserve
+  // lets records that report what already happened (a task started, a task
+  // exited) fit when the disk has just filled up, while Headroom() fails as
+  // soon as the disk is (nearly) full: owners call it before starting
+  // something new (accepting a job, launching tasks). The reserve part is
+  // skipped where the file system cannot fallocate. Errors: ENOSPC
+  // (kResourceExhausted), or the last failure if the log could not take it
+  // back yet.
+  virtual Status Headroom() = 0;
+  static constexpr uint64_t kHeadroomBytes = 256 * 1024;
+
+  // Blocks until everything appended so far is durable (or its fsync failed:
   // then the error). For shutdown and tests.
   virtual Status Flush() = 0;
 
   // Replaces snapshot + journal by `snapshot` (the state after every record
   // appended so far). Blocking; call rarely (the daemon does it every N records).
-  // A failure before the new snapshot is in place leaves the log usable; a
-  // failure after it poisons the log (its journal would no longer count).
+  // A failure before the new snapshot is in place leaves the log as it was; a
+  // failure after it (restarting the journal) refuses appends until a later
+  // append or Headroom() manages to restart the journal (the old one no longer
+  // counts). Also the way an owner makes its whole state durable again after
+  // records failed (the snapshot holds them).
   virtual Status Compact(const nlohmann::json& snapshot) = 0;
 
   // Records appended since the last Compact (or Open).
