@@ -14,6 +14,7 @@
 
 #include <gmock/gmock.h>
 
+#include "common/control/control_token.h"
 #include "tests/daemon/daemon_process.h"
 
 namespace tandem::testing {
@@ -92,6 +93,10 @@ class HandoffTest : public ::testing::Test {
     return 0;
   }
   std::string RunDir(const std::string& id) { return d_->Job(id).value("run_dir", ""); }
+  // The control token of a task's first launch (the daemon's control.key).
+  std::string Token(const std::string& job, const std::string& task) {
+    return control::ControlToken(ReadFile(dir_ / "control.key").substr(0, 64), job, task, 1);
+  }
 
   fs::path dir_;
   std::unique_ptr<DaemonProcess> d_;
@@ -212,7 +217,7 @@ import json, os, socket, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(os.environ["TANDEM_CONTROL"][len("unix:"):])
 s.sendall((json.dumps({"type": "hello", "protocol": 1, "job_id": os.environ["TANDEM_JOB_ID"],
-    "task_id": os.environ["TANDEM_TASK_ID"], "role": os.environ["TANDEM_ROLE"], "rank": int(os.environ["TANDEM_RANK"]),
+    "task_id": os.environ["TANDEM_TASK_ID"], "token": os.environ["TANDEM_CONTROL_TOKEN"], "role": os.environ["TANDEM_ROLE"], "rank": int(os.environ["TANDEM_RANK"]),
     "devices": [0], "capabilities": [], "tags": [{"name": "weights", "bytes": 1048576, "backup": True}],
     "residency": {"tags": {"weights": 0}, "device": {"index": 0, "used": 0, "total": 67108864, "source": "pool"}}}) + "\n").encode())
 time.sleep(3600)
@@ -248,6 +253,7 @@ held = {t: 0 for t in sizes}
 res = lambda: {"tags": dict(held), "device": {"index": 0, "used": sum(held.values()), "total": 64 << 20, "source": "pool"}}
 send = lambda m: s.sendall((json.dumps(m) + "\n").encode())
 send({"type": "hello", "protocol": 1, "job_id": os.environ["TANDEM_JOB_ID"], "task_id": os.environ["TANDEM_TASK_ID"],
+      "token": os.environ["TANDEM_CONTROL_TOKEN"],
       "role": os.environ["TANDEM_ROLE"], "rank": int(os.environ["TANDEM_RANK"]), "devices": [0], "capabilities": [],
       "tags": [{"name": t, "bytes": b, "backup": t == "weights"} for t, b in sizes.items()], "residency": res()})
 def commands():
@@ -404,15 +410,15 @@ TEST_F(HandoffTest, MalformedControlLinesAreAnsweredAndNeverFatal) {
     EXPECT_EQ(ReadLine(fd)["code"], "unsupported_version");
     ::close(fd);
     fd = ConnectControl(sock);
-    SendRaw(fd, R"({"type":"hello","protocol":1,"job_id":"nope","task_id":"nope.x.0","role":"x","rank":0})" "\n");
-    EXPECT_EQ(ReadLine(fd)["code"], "not_found");
+    SendRaw(fd, R"({"type":"hello","protocol":1,"job_id":"nope","task_id":"nope.x.0","role":"x","rank":0,"token":"00"})" "\n");
+    EXPECT_EQ(ReadLine(fd)["code"], "unauthenticated");
     ::close(fd);
   }
   {  // a plain task's identity: welcomed, takes no part; garbage is answered line by line
     int fd = ConnectControl(sock);
     json hello = {{"type", "hello"}, {"protocol", 1}, {"job_id", id}, {"task_id", id + ".sidecar.0"},
                   {"role", "sidecar"}, {"rank", 0}, {"devices", json::array()}, {"capabilities", json::array()},
-                  {"tags", json::array()}};
+                  {"tags", json::array()}, {"token", Token(id, id + ".sidecar.0")}};
     SendRaw(fd, hello.dump() + "\n");
     json w = ReadLine(fd);
     EXPECT_EQ(w["type"], "welcome") << w.dump();
@@ -437,7 +443,8 @@ TEST_F(HandoffTest, MalformedControlLinesAreAnsweredAndNeverFatal) {
   {  // a handoff worker's identity, taken by an impostor, with late and duplicate acks
     int fd = ConnectControl(sock);
     json hello = {{"type", "hello"}, {"protocol", 1}, {"job_id", id}, {"task_id", id + ".judge.0"}, {"role", "judge"},
-                  {"rank", 1}, {"devices", json::array()}, {"capabilities", json::array()}, {"tags", json::array()}};
+                  {"rank", 1}, {"devices", json::array()}, {"capabilities", json::array()}, {"tags", json::array()},
+                  {"token", Token(id, id + ".judge.0")}};
     SendRaw(fd, hello.dump() + "\n");
     EXPECT_EQ(ReadLine(fd)["code"], "invalid_argument") << "rank 1 is not the task's rank";
     ::close(fd);
@@ -480,6 +487,30 @@ TEST_F(HandoffTest, DaemonKilledMidHandoffResumesAndTheJobFinishes) {
   CheckResidencyInvariants(run, 12 * kMiB);
   const json job = d_->Job(id);
   for (const auto& t : job["tasks"]) EXPECT_EQ(t["state"], "succeeded") << t.dump();
+}
+
+// README's promise (issue #12 point 7): a handoff job of plain probes, with
+// no reconnect flag anywhere, survives a kill -9 of the daemon. The probes
+// reconnect by default (backing off, the same token in a fresh hello), the
+// restarted daemon re-adopts them (no task is relaunched) and the controller
+// finishes its cycles.
+TEST_F(HandoffTest, ProbesReconnectByDefaultWhenTheDaemonIsKilled) {
+  const std::string id = d_->Submit(ProbeHandoffSpec("kill9", "local", 25));
+  const fs::path run = RunDir(id);
+  ASSERT_TRUE(WaitFor([&] { return JsonLines(run / "handoff.jsonl").size() >= 12; }, std::chrono::seconds(60)))
+      << d_->log();
+  d_->Kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  d_->Start();
+  ASSERT_EQ(d_->WaitJob(id, std::chrono::seconds(120)), "succeeded") << d_->Job(id).dump(2) << d_->log();
+  const json job = d_->Job(id);
+  for (const auto& t : job["tasks"]) {
+    EXPECT_EQ(t["state"], "succeeded") << t.dump();
+    EXPECT_EQ(t.value("restarts", 0), 0) << "re-adopted, not relaunched: " << t.dump();
+  }
+  std::set<std::string> phases;
+  for (const json& l : JsonLines(run / "handoff.jsonl")) phases.insert(l["phase"]);
+  EXPECT_TRUE(phases.count("SYNC(25)")) << "the last cycle ran after the restart";
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include <iostream>
 
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/multihost/netns_test.h"
 
