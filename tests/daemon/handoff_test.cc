@@ -318,6 +318,57 @@ TEST_F(HandoffTest, WorkerKilledMidReleaseIsRestartedAndBroughtBack) {
   EXPECT_FALSE(ProcessAlive(hung));
 }
 
+// A Python rollout worker that answers like a probe and appends every
+// command it gets to cmds.<rank>.<pid>.jsonl in its run dir.
+const std::string kRecordingWorker = std::string(kPyWorker) + R"(
+log = open("cmds.%s.%d.jsonl" % (os.environ["TANDEM_RANK"], os.getpid()), "a")
+for m in commands():
+    log.write(json.dumps(m) + "\n")
+    log.flush()
+    answer(m)
+    if m["type"] == "shutdown": break
+)";
+
+// A rollout restarted after SYNC (issue #12 point 4) is brought back by
+// recovery, which reloads the published version: by then release_exports has
+// freed the actor's exports, so the reload must name the durable copy the
+// actor was told about in publish_weights, never ipc:.
+TEST_F(HandoffTest, RestartedReaderLoadsFromTheDurableCopyNotFreedExports) {
+  json spec = ColocatedSpec("reader", {}, {{"on_fault", "restart"}});
+  spec["roles"]["rollout"] = {{"command", {"python3", "-c", kRecordingWorker}}, {"gpus_per_replica", 1},
+                              {"replicas", 2}, {"colocate_with", "actor"}};
+  const std::string id = d_->Submit(spec);
+  ASSERT_TRUE(WaitConnected(id, 4)) << d_->log();
+  for (const json& phase : {json{{"phase", "rollout"}}, json{{"phase", "train"}}, json{{"phase", "sync"}, {"version", 1}},
+                            json{{"phase", "rollout"}}}) {
+    auto [st, body] = Phase(id, phase);
+    ASSERT_EQ(st, 200) << phase.dump() << ": " << body.dump() << d_->log();
+  }
+  const fs::path run = RunDir(id);
+  const pid_t first = WorkerPid(id, "rollout", 0);
+  ASSERT_GT(first, 0);
+  ::kill(first, SIGKILL);
+  ASSERT_TRUE(WaitFor([&] {
+    const json r = Residency(id);
+    const pid_t now = WorkerPid(id, "rollout", 0);
+    return now > 0 && now != first && r["groups"][0]["mode"] == "settled";
+  }, std::chrono::seconds(60))) << Residency(id).dump() << d_->log();
+  const pid_t second = WorkerPid(id, "rollout", 0);
+  std::vector<json> loads;
+  for (const json& m : JsonLines(run / ("cmds.0." + std::to_string(second) + ".jsonl")))
+    if (m["type"] == "load_weights") loads.push_back(m);
+  ASSERT_EQ(loads.size(), 1u) << "the restarted reader reloads version 1 once";
+  EXPECT_EQ(loads[0]["version"], 1);
+  EXPECT_EQ(loads[0]["source"], "file:" + (run / "weights" / "v1").string()) << loads[0].dump();
+  // The SYNC itself loaded from the live exports, and told the actor where the durable copy goes.
+  bool ipc = false;
+  for (const json& m : JsonLines(run / ("cmds.0." + std::to_string(first) + ".jsonl")))
+    ipc |= m["type"] == "load_weights" && m["source"] == "ipc:v1";
+  EXPECT_TRUE(ipc);
+  ASSERT_TRUE(d_->client().Request("POST", "/v1/jobs/" + id + "/cancel").ok());
+  EXPECT_EQ(d_->WaitJob(id), "cancelled");
+}
+
 // Raw control connections: nothing a client sends takes the daemon down.
 int ConnectControl(const fs::path& sock) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
