@@ -12,6 +12,10 @@ using nlohmann::json;
 
 namespace {
 
+// A JSON integer >= 0 (parsed lines hold those as unsigned, built ones may not).
+bool IsCount(const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+uint64_t Count(const json& v) { return v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>()); }
+
 // Typed reads of one object's optional fields: absent leaves `out` as it is;
 // present with another type is an error naming `where.key`.
 class Fields {
@@ -49,8 +53,8 @@ class Fields {
   Status Bytes(const char* key, uint64_t& out) const {
     const json* v = Find(key);
     if (!v) return Status::Ok();
-    if (!v->is_number_unsigned()) return InvalidArgument(Name(key) + ": expected a non-negative integer");
-    out = v->get<uint64_t>();
+    if (!IsCount(*v)) return InvalidArgument(Name(key) + ": expected a non-negative integer");
+    out = Count(*v);
     return Status::Ok();
   }
   Status Bool(const char* key, bool& out) const {
@@ -75,9 +79,8 @@ StatusOr<Residency> DecodeResidency(const json& j, const std::string& where) {
   if (const json* tags = f.Find("tags")) {
     if (!tags->is_object()) return InvalidArgument(f.Name("tags") + ": expected an object of byte counts");
     for (const auto& [name, bytes] : tags->items()) {
-      if (!bytes.is_number_unsigned())
-        return InvalidArgument(f.Name("tags") + "." + name + ": expected a non-negative integer");
-      r.tags[name] = bytes.get<uint64_t>();
+      if (!IsCount(bytes)) return InvalidArgument(f.Name("tags") + "." + name + ": expected a non-negative integer");
+      r.tags[name] = Count(bytes);
     }
   }
   const json* device = f.Find("device");
@@ -110,9 +113,9 @@ StatusOr<Hello> DecodeHello(const json& body) {
   if (const json* devices = f.Find("devices")) {
     if (!devices->is_array()) return InvalidArgument("hello.devices: expected an array of integers");
     for (const json& d : *devices) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+      if (!IsCount(d) || Count(d) > static_cast<uint64_t>(std::numeric_limits<int>::max()))
         return InvalidArgument("hello.devices: expected an array of non-negative integers");
-      h.devices.push_back(static_cast<int>(d.get<uint64_t>()));
+      h.devices.push_back(static_cast<int>(Count(d)));
     }
   }
   if (const json* caps = f.Find("capabilities")) {
