@@ -126,7 +126,7 @@ TEST_F(ControlHostileTest, MistypedLinesAfterTheWelcomeAreAnsweredAndNeverFatal)
   const std::string id = SleepingJob();
   ControlLine l(Unix());
   ASSERT_EQ(l.Say(Hello(id, Token(id, id + ".main.0")))["type"], "welcome");
-  for (const std::string& raw : {R"({"type":"ack","id":1,"command":5})", R"({"type":"ack","id":1,"residency":"x"})",
+  for (const char* raw : {R"({"type":"ack","id":1,"command":5})", R"({"type":"ack","id":1,"residency":"x"})",
                                  R"({"type":"ack","id":"one"})", R"({"type":"error","id":2,"code":[],"message":{}})",
                                  R"({"type":"error","id":2,"residency":{"device":{"index":-3}}})",
                                  R"({"type":"request_phase","id":3,"phase":7})", R"({"type":"request_phase","phase":"train"})",
