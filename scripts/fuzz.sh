@@ -18,6 +18,7 @@ SECONDS_EACH=${TANDEM_FUZZ_SECONDS:-20}
 seeds_for() {
   case "$1" in
     spec_fuzz) echo "tests/specs examples" ;;
+    control_fuzz) echo "tests/fuzz/control" ;;  # pre-/post-handshake and worker-side seeds (first byte: the side)
     *) [[ -d "tests/fuzz/${1%_fuzz}" ]] && echo "tests/fuzz/${1%_fuzz}" ;;
   esac
   return 0

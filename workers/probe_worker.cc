@@ -279,8 +279,12 @@ int RunProbe(const ProbeOptions& o) {
         }
         if (!st.ok()) break;
       }
-      if (st.ok())
-        st = client.SendMetrics({{"cycle", cycle}, {"verified", probe.verified()}, {"mismatches", probe.mismatches()}}, cycle);
+      if (st.ok()) {
+        // Best effort: a daemon gone now is met, and reconnected to, at the next request_phase.
+        Status sent = client.SendMetrics(
+            {{"cycle", cycle}, {"verified", probe.verified()}, {"mismatches", probe.mismatches()}}, cycle);
+        if (!sent.ok()) log::Warn("probe", "controller: metrics of cycle {} not sent: {}", cycle, sent.message());
+      }
       if (st.ok()) log::Info("probe", "cycle {} done verified={} mismatches={}", cycle, probe.verified(), probe.mismatches());
     }
     if (!st.ok()) {

@@ -5,7 +5,9 @@
 // (a mismatch is answered with error{code: data_loss}). With `controller` it
 // drives `cycles` RL-like cycles itself by sending request_phase for each of
 // `phases`. Without an endpoint it runs the cycles locally (release all,
-// resume all, verify) and prints one JSON summary line.
+// resume all, verify) and prints one JSON summary line. A probe outlives a
+// daemon restart by default: it reconnects (backing off) and says hello again,
+// and a controller asks again for the phase it was waiting for.
 #pragma once
 
 #include <chrono>
@@ -13,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "workers/runtime/control_messages.h"
+#include "common/control/control_messages.h"
 #include "workers/runtime/tagged_memory.h"
 
 namespace tandem::worker {
@@ -29,7 +31,9 @@ struct ProbeOptions {
   std::vector<std::string> phases = {"rollout", "train", "sync"};
   std::chrono::milliseconds phase_timeout{60'000};
   std::chrono::milliseconds connect_timeout{10'000};
-  std::chrono::milliseconds reconnect_window{0};  // > 0: reconnect after a lost daemon
+  // After a lost connection (the daemon died or restarted), reconnect within
+  // this window, re-sending hello with the same token; 0: exit 1 instead.
+  std::chrono::milliseconds reconnect_window{60'000};
   control::Hello hello;                           // role/rank/...; tags filled in
   bool start_released = false;  // release every tag after filling it, before hello (the group starts empty)
   std::string corrupt_tag;  // fault injection for tests: flip a byte before each release of this tag

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   std::string control;
   std::string phases;
   std::string capacity;
-  int phase_timeout_ms = 60'000, connect_timeout_ms = 10'000, reconnect_ms = 0;
+  int phase_timeout_ms = 60'000, connect_timeout_ms = 10'000, reconnect_ms = 60'000;
   auto* probe = app.add_subcommand("probe", Summary("probe"));
   probe->add_option("--tag", tags, "NAME=SIZE[:backup|:discard], e.g. weights=64MiB:backup (repeatable)")->required();
   probe->add_option("--control", control, "unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL; none: run cycles locally)");
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   probe->add_option("--phases", phases, "comma-separated phases per cycle (default rollout,train,sync)");
   probe->add_option("--phase-timeout-ms", phase_timeout_ms, "wait for phase_done");
   probe->add_option("--connect-timeout-ms", connect_timeout_ms, "wait for the daemon to listen");
-  probe->add_option("--reconnect-ms", reconnect_ms, "after a lost connection, reconnect within this window (0: exit 1)");
+  probe->add_option("--reconnect-ms", reconnect_ms, "after a lost connection (a daemon restart), reconnect within this window (default 60000; 0: exit 1)");
   probe->add_flag("--start-released", o.start_released, "release every tag after filling it, before connecting (a colocated group starts empty)");
   probe->add_option("--corrupt-tag", o.corrupt_tag, "test hook: flip a byte of this tag before each release");
   probe->add_option("--role", o.hello.role, "role in hello (default $TANDEM_ROLE or 'probe')");

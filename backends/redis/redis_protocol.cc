@@ -6,7 +6,7 @@
 #include <charconv>
 #include <map>
 
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 
 namespace tandem::backends::redis {
 namespace {

@@ -57,7 +57,7 @@ StatusOr<LaunchRequest> RequestFromJson(const nlohmann::json& j);
 // TaskExit <-> JSON (TaskExit::ToJson's shape).
 StatusOr<TaskExit> ExitFromJson(const nlohmann::json& j);
 
-// Sets the launch's control token (orchestrator/control/control_token.h) in
+// Sets the launch's control token (common/control/control_token.h) in
 // r.env, derived on the node under the cluster key `key` so that it never
 // crosses Redis: when r.env has TANDEM_CONTROL, TANDEM_JOB_ID, TANDEM_TASK_ID
 // and TANDEM_CONTROL_LAUNCH. Any TANDEM_CONTROL_TOKEN the request carried is

@@ -9,6 +9,7 @@
 
 #include <boost/asio/write.hpp>
 
+#include "common/control/control_codec.h"
 #include "common/log.h"
 
 namespace tandem::control {
@@ -18,13 +19,7 @@ using json = nlohmann::json;
 namespace asio = boost::asio;
 using Socket = ControlConnection::Socket;
 using tcp = asio::ip::tcp;
-
-constexpr int kProtocolVersion = 1;
 }  // namespace
-
-json ErrorLine(const json& id, std::string_view code, std::string_view message) {
-  return {{"type", "error"}, {"id", id}, {"code", code}, {"message", message}};
-}
 
 StatusOr<tcp::endpoint> ParseHostPort(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
@@ -105,7 +100,7 @@ void ControlConnection::ReadMore() {
         if (self->in_.size() >= max) {
           self->in_.clear();
           self->discarding_ = true;
-          self->Send(ErrorLine(nullptr, "line_too_long", "line longer than " + std::to_string(max) + " bytes dropped"));
+          self->Send(ErrorLine(std::nullopt, "line_too_long", "line longer than " + std::to_string(max) + " bytes dropped"));
         }
         break;
       }
@@ -114,7 +109,7 @@ void ControlConnection::ReadMore() {
       std::string line;
       line.swap(self->in_);
       if (line.size() + 1 > max) {
-        self->Send(ErrorLine(nullptr, "line_too_long", "line longer than " + std::to_string(max) + " bytes dropped"));
+        self->Send(ErrorLine(std::nullopt, "line_too_long", "line longer than " + std::to_string(max) + " bytes dropped"));
         continue;
       }
       self->OnLine(line);
@@ -126,45 +121,61 @@ void ControlConnection::ReadMore() {
 void ControlConnection::OnLine(std::string_view text) {
   if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
   if (text.empty()) return;
-  json msg = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (msg.is_discarded() || !msg.is_object() || !msg.contains("type") || !msg["type"].is_string()) {
-    json id = msg.is_object() && msg.contains("id") && msg["id"].is_number_integer() ? msg["id"] : json();
-    Send(ErrorLine(id, "malformed", "expected a JSON object with a string \"type\""));
+  std::optional<int64_t> id;
+  auto parsed = ParseLine(text, &id);
+  if (!parsed.ok()) {
+    if (!welcomed_) return Refuse("malformed", parsed.status().message());
+    Send(ErrorLine(id, "malformed", parsed.status().message()));
     return;
   }
-  if (!welcomed_) {
-    if (msg["type"] != "hello") return Refuse("malformed", "the first line must be hello");
-    if (!msg.contains("protocol") || !msg["protocol"].is_number_integer() || msg["protocol"] != kProtocolVersion) {
-      return Refuse("unsupported_version", "this daemon speaks protocol 1");
-    }
-    auto welcome = server_.delegate_.OnHello(shared_from_this(), msg);
-    if (!welcome.ok()) {
-      const StatusCode code = welcome.status().code();
-      return Refuse(code == StatusCode::kInvalidArgument     ? "invalid_argument"
-                    : code == StatusCode::kNotFound         ? "not_found"
-                    : code == StatusCode::kPermissionDenied ? "unauthenticated"
-                                                            : "failed_precondition",
-                    welcome.status().message());
-    }
-    json line = {{"type", "welcome"}, {"protocol", kProtocolVersion}};
-    for (const auto& [k, v] : welcome->items()) line[k] = v;
-    welcomed_ = true;
-    handshake_timer_.cancel();
-    Send(line);
-    return;
+  // The delegate's handlers type-check what they read; should one still
+  // throw (a nlohmann::json accessor on an unexpected type), the line is
+  // answered as an internal error and the daemon goes on.
+  try {
+    if (!welcomed_) return OnHandshake(*parsed);
+    server_.delegate_.OnMessage(shared_from_this(), *parsed);
+  } catch (const std::exception& e) {
+    log::Error("control", "connection {} peer={}: handler threw on a {} line: {}", id_, peer_, parsed->type, e.what());
+    if (!welcomed_) return Refuse("internal", "the daemon could not handle this hello");
+    Send(ErrorLine(id, "internal", "the daemon could not handle this line"));
   }
-  server_.delegate_.OnMessage(shared_from_this(), msg);
+}
+
+void ControlConnection::OnHandshake(const ParsedObject& msg) {
+  if (msg.type != "hello") return Refuse("malformed", "the first line must be hello");
+  const auto v = msg.body.find("protocol");
+  if (v == msg.body.end() || !v->is_number_integer() || v->get<int64_t>() != kProtocolVersion) {
+    return Refuse("unsupported_version", "this daemon speaks protocol " + std::to_string(kProtocolVersion));
+  }
+  auto hello = DecodeHello(msg.body);
+  if (!hello.ok()) return Refuse("invalid_argument", hello.status().message());
+  auto welcome = server_.delegate_.OnHello(shared_from_this(), *hello);
+  if (!welcome.ok()) {
+    const StatusCode code = welcome.status().code();
+    return Refuse(code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+                          code == StatusCode::kPermissionDenied
+                      ? ErrorCodeFor(code)
+                      : "failed_precondition",
+                  welcome.status().message());
+  }
+  json line = {{"type", "welcome"}, {"protocol", kProtocolVersion}};
+  if (welcome->is_object()) {
+    for (const auto& [k, val] : welcome->items()) line[k] = val;
+  }
+  welcomed_ = true;
+  handshake_timer_.cancel();
+  Send(line);
 }
 
 void ControlConnection::Refuse(std::string_view code, std::string_view message) {
   log::Warn("control", "connection {} refused peer={} pid={} code={}: {}", id_, peer_, peer_pid_, code, message);
-  Send(ErrorLine(nullptr, code, message));
+  Send(ErrorLine(std::nullopt, code, message));
   Close();
 }
 
 void ControlConnection::Send(const json& line) {
   if (closed_ || closing_) return;
-  out_.push_back(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+  out_.push_back(DumpLine(line) + "\n");
   if (!writing_) WriteNext();
 }
 

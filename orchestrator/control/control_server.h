@@ -8,18 +8,23 @@
 // (tokens, control_token.h) is the delegate's: it sees each connection's
 // transport.
 //
+// Lines are decoded with the protocol's one codec (common/control/).
+//
 // What it guarantees to its delegate:
 //  - OnHello gets the first line of a connection when it is a `hello` of
-//    protocol version 1; the delegate answers with the welcome's extra
-//    fields, or an error (sent as error{code} and the connection closed).
-//    A first line that is not a hello, a hello of another version, or no
-//    line within the handshake timeout: an error line is sent and the
-//    connection closed; the delegate never hears of it.
+//    protocol version 1 whose every field has its schema type (DecodeHello);
+//    the delegate answers with the welcome's extra fields, or an error (sent
+//    as error{code} and the connection closed). A first line that is not a
+//    hello, a hello of another version or with a mistyped field, or no line
+//    within the handshake timeout: an error line is sent and the connection
+//    closed; the delegate never hears of it.
 //  - OnMessage gets every later line that is a JSON object with a string
-//    `type`. Lines that are not JSON, not objects, have no type, or are
-//    longer than the limit are answered with error{code: malformed |
-//    line_too_long} here, and never reach the delegate. Nothing a worker
-//    sends can crash the daemon.
+//    `type`, at most kMaxDepth deep. Lines that are not JSON, not objects,
+//    have no type, are nested deeper or are longer than the limit are
+//    answered with error{code: malformed | line_too_long} here, and never
+//    reach the delegate. An exception escaping a delegate is caught here,
+//    logged and answered as error{code: internal}: nothing a worker sends can
+//    crash the daemon.
 //  - OnClosed runs once for a connection that had been welcomed, when it
 //    closes for any reason (worker exit, Close(), a write error).
 // Everything runs on the io thread; Send never blocks (lines are queued).
@@ -40,14 +45,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/control/control_codec.h"
+#include "common/control/control_messages.h"
 #include "common/status.h"
 
 namespace tandem::control {
 
 class ControlServer;
-
-// An error line of the protocol: {"type":"error","id","code","message"}.
-nlohmann::json ErrorLine(const nlohmann::json& id, std::string_view code, std::string_view message);
 
 enum class Transport { kUnix, kTcp };
 
@@ -78,6 +82,7 @@ class ControlConnection : public std::enable_shared_from_this<ControlConnection>
   void Start();
   void ReadMore();
   void OnLine(std::string_view line);
+  void OnHandshake(const ParsedObject& hello);
   void Refuse(std::string_view code, std::string_view message);
   void WriteNext();
   void Shutdown();
@@ -106,8 +111,8 @@ class ControlServer {
     virtual ~Delegate() = default;
     // The welcome's fields besides type/protocol, or an error to refuse with
     // (kPermissionDenied is sent as code "unauthenticated").
-    virtual StatusOr<nlohmann::json> OnHello(const ConnectionPtr& c, const nlohmann::json& hello) = 0;
-    virtual void OnMessage(const ConnectionPtr& c, const nlohmann::json& message) = 0;
+    virtual StatusOr<nlohmann::json> OnHello(const ConnectionPtr& c, const Hello& hello) = 0;
+    virtual void OnMessage(const ConnectionPtr& c, const ParsedObject& message) = 0;
     virtual void OnClosed(const ConnectionPtr& c) = 0;
   };
   struct Options {

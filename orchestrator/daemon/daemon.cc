@@ -89,7 +89,7 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.run_root = run_root;
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();
-  // Control tokens (orchestrator/control/control_token.h): the daemon's own
+  // Control tokens (common/control/control_token.h): the daemon's own
   // secret signs local and Slurm launches; redis launches are signed under
   // the cluster key by their agent (set below).
   auto secret = control::LoadOrCreateSecret(state / "control.key");

@@ -8,7 +8,7 @@
 //   tandemd.sock     the API's unix socket (0600)
 //   control.sock     the control socket workers reach via TANDEM_CONTROL (0600)
 //   control.key      the secret that signs local/Slurm control tokens (0600,
-//                    created once; orchestrator/control/control_token.h)
+//                    created once; common/control/control_token.h)
 //   control.addr     with --control-listen: line 1 the bound tcp:HOST:PORT,
 //                    line 2 the address remote tasks are given
 //   handoff/         the daemon epoch and one journal per live handoff group
@@ -31,7 +31,7 @@
 #include "orchestrator/daemon/handoff_service.h"
 #include "orchestrator/daemon/job_manager.h"
 #include "orchestrator/daemon/settings.h"
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 #include "orchestrator/metrics/registry.h"
 #include "orchestrator/store/durable_log.h"
 

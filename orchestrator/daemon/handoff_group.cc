@@ -21,18 +21,29 @@ json TagList(const TagSet& tags) {
   for (Tag t : tags) out.push_back(TagName(t));
   return out;
 }
+
+std::string DurableWeights(const fs::path& run_dir, int64_t version) {
+  return "file:" + (run_dir / "weights" / fmt::format("v{}", version)).string();
+}
 }  // namespace
 
-json CommandLine(const SendCommand& c, int64_t wire_id) {
+json CommandLine(const SendCommand& c, int64_t wire_id, const WeightSources& sources) {
   json line = {{"type", CommandKindName(c.kind)}, {"id", wire_id}};
   switch (c.kind) {
     case CommandKind::kPause: line["mode"] = "finish"; break;
     case CommandKind::kRelease:
     case CommandKind::kResume: line["tags"] = TagList(c.tags); break;
-    case CommandKind::kPublishWeights: line["version"] = c.version; break;
+    case CommandKind::kPublishWeights:
+      line["version"] = c.version;
+      if (!sources.run_dir.empty()) line["durable"] = DurableWeights(sources.run_dir, c.version);
+      break;
     case CommandKind::kLoadWeights:
       line["version"] = c.version;
-      line["source"] = fmt::format("ipc:v{}", c.version);
+      // A reader brought back by recovery loads after the exports of that
+      // version may have been freed (release_exports ends every SYNC): it
+      // is sent to the durable copy, never to ipc:.
+      line["source"] = sources.recovering && !sources.run_dir.empty() ? DurableWeights(sources.run_dir, c.version)
+                                                                       : fmt::format("ipc:v{}", c.version);
       break;
     case CommandKind::kContinue: break;
   }
@@ -64,6 +75,7 @@ StatusOr<std::unique_ptr<HandoffGroup>> HandoffGroup::Open(boost::asio::io_conte
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   TANDEM_ASSIGN_OR_RETURN(g->logs_, LogWriter::Open(run_dir.string(), std::move(log_context)), "handoff logs");
+  g->run_dir_ = run_dir;
   for (const auto& w : rec.warnings) log::Warn("handoff", "group={} journal: {}", g->name_, w);
   size_t replayed = 0;
   for (const json& r : rec.records) {
@@ -254,7 +266,8 @@ void HandoffGroup::DropAnswered() {
 }
 
 void HandoffGroup::Send(const SendCommand& c, bool retry) {
-  if (!host_.Send(c.worker, CommandLine(c, WireId(c.command_id)))) {
+  const WeightSources sources{run_dir_, state_.mode == Mode::kRecovering};
+  if (!host_.Send(c.worker, CommandLine(c, WireId(c.command_id), sources))) {
     log::Info("handoff", "group={} worker={} not connected; {} {} waits for its hello", name_, c.worker.ToString(),
               CommandKindName(c.kind), c.command_id);
   } else if (retry) {

@@ -110,6 +110,7 @@ class HandoffGroup {
   handoff::GroupState state_;
   std::unique_ptr<store::DurableLog> journal_;
   std::filesystem::path journal_dir_;
+  std::filesystem::path run_dir_;  // the job's run dir: durable weights under weights/
   std::unique_ptr<handoff::LogWriter> logs_;
   std::map<uint64_t, handoff::SendCommand> sent_;  // outstanding commands by engine id, as sent
   uint64_t events_ = 0;  // events journaled so far (replayed + fed): the logs' "event" numbers
@@ -121,7 +122,15 @@ class HandoffGroup {
   std::map<int, std::pair<uint64_t, double>> peak_;  // gpu -> (bytes, when)
 };
 
+// Where weights come from: publish_weights names `durable`, the copy the
+// actor keeps at <run_dir>/weights/v<N> (file:); load_weights names ipc:v<N>,
+// or that durable copy for a reader restored by recovery (the exports may be
+// freed by then; docs/handoff.md "Restarted readers").
+struct WeightSources {
+  std::filesystem::path run_dir;  // "": no durable copies (ipc: only)
+  bool recovering = false;        // the group is bringing restarted workers back
+};
 // The wire form of one command (schemas/control.schema.json).
-nlohmann::json CommandLine(const handoff::SendCommand& c, int64_t wire_id);
+nlohmann::json CommandLine(const handoff::SendCommand& c, int64_t wire_id, const WeightSources& sources);
 
 }  // namespace tandem::daemon

@@ -23,6 +23,15 @@ using ConnectionPtr = control::ControlServer::ConnectionPtr;
 
 using control::ErrorLine;
 
+// The known tags of a residency report (unknown names are not the engine's).
+std::map<Tag, uint64_t> TagBytes(const std::map<std::string, uint64_t>& tags) {
+  std::map<Tag, uint64_t> out;
+  for (const auto& [name, bytes] : tags) {
+    if (auto t = ParseTag(name)) out[*t] = bytes;
+  }
+  return out;
+}
+
 // Reads, increments and durably writes the daemon's epoch (a counter of
 // daemon lives on this state dir), which keeps wire command ids unique.
 StatusOr<uint32_t> NextEpoch(const fs::path& dir) {
@@ -206,65 +215,68 @@ HandoffGroup* HandoffService::FindGroup(const std::string& job_id, const WorkerI
   return group == it->second->groups.end() ? nullptr : group->second.get();
 }
 
-std::vector<DeviceMemory> HandoffService::Devices(const Job&, const Task& task, const json& residency) const {
+std::vector<DeviceMemory> HandoffService::Devices(const Task& task, const std::optional<control::Residency>& r) const {
   std::vector<DeviceMemory> out;
-  if (!residency.is_object() || !residency.contains("device") || !residency["device"].is_object()) return out;
-  const json& d = residency["device"];
-  const int index = d.value("index", 0);
-  if (index < 0 || static_cast<size_t>(index) >= task.logical_devices.size()) return out;
-  out.push_back({task.logical_devices[static_cast<size_t>(index)], d.value("used", uint64_t{0}),
-                 d.value("total", uint64_t{0}), d.value("source", "") == "cuda"});
+  if (!r || !r->has_device) return out;
+  const control::DeviceMemory& d = r->device;
+  if (d.index < 0 || static_cast<size_t>(d.index) >= task.logical_devices.size()) return out;
+  out.push_back({task.logical_devices[static_cast<size_t>(d.index)], d.used, d.total, d.source == "cuda"});
   return out;
 }
 
 // ------------------------------------------------------------------ control connections
 
-StatusOr<std::pair<const Job*, const Task*>> HandoffService::Admit(const ConnectionPtr& c, const json& hello) {
-  const std::string job_id = hello.value("job_id", ""), task_id = hello.value("task_id", "");
-  const std::string role = hello.contains("role") && hello["role"].is_string() ? hello["role"].get<std::string>() : "";
-  const int rank = hello.contains("rank") && hello["rank"].is_number_integer() ? hello["rank"].get<int>() : -1;
-  const std::string token = hello.contains("token") && hello["token"].is_string() ? hello["token"].get<std::string>() : "";
+StatusOr<std::pair<const Job*, const Task*>> HandoffService::Admit(const ConnectionPtr& c, const control::Hello& hello) {
+  const std::string& job_id = hello.job_id;
+  const std::string& task_id = hello.task_id;
   const bool tcp = c->transport() == control::Transport::kTcp;
-  // Over TCP nothing about jobs is said before the token checks out: every
-  // refusal there reads "unauthenticated"; the log says why.
-  auto refuse = [&](Status why) -> Status {
-    if (!tcp) return why;
-    log::Warn("control", "unauthenticated hello refused peer={} job={} task={}: {}", c->peer(), job_id, task_id,
-              why.message());
-    return PermissionDenied("hello: not admitted (a TCP hello needs the launch's TANDEM_CONTROL_TOKEN)");
+  // Nothing about jobs is said before the token checks out: every refusal
+  // until then reads "unauthenticated"; the log says why. Over the unix
+  // socket too: its mode keeps other users out, not the other processes of
+  // this user (a task's own children, other jobs' tasks).
+  auto refuse = [&](const Status& why) -> Status {
+    log::Warn("control", "unauthenticated hello refused transport={} peer={} pid={} job={} task={}: {}",
+              tcp ? "tcp" : "unix", c->peer(), c->peer_pid(), job_id, task_id, why.message());
+    return PermissionDenied("hello: not admitted (a hello needs the launch's TANDEM_CONTROL_TOKEN)");
   };
-  if (tcp && token.empty()) return refuse(PermissionDenied("no token"));
+  if (hello.token.empty()) return refuse(PermissionDenied("no token"));
   const Job* job = jobs_.Find(job_id);
-  if (!job) return refuse(NotFound("hello: no job \"" + job_id + "\" (TANDEM_JOB_ID)"));
-  if (IsTerminal(job->state)) return refuse(FailedPrecondition("hello: job " + job_id + " has ended"));
+  if (!job) return refuse(NotFound("no job \"" + job_id + "\" (TANDEM_JOB_ID)"));
+  if (IsTerminal(job->state)) return refuse(FailedPrecondition("job " + job_id + " has ended"));
   const Task* task = job->FindTask(task_id);
-  if (!task || task->role != role || task->rank != rank) {
-    return refuse(InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id, role, rank)));
+  if (!task) return refuse(NotFound("no task \"" + task_id + "\" in job " + job_id));
+  if (!keys_.Verify(job->backend, job->id, task->id, task->launches, hello.token)) {
+    return refuse(PermissionDenied(fmt::format("wrong control token for task {} launch {}", task->id, task->launches)));
   }
-  if (!token.empty() && !keys_.Verify(job->backend, job->id, task->id, task->launches, token)) {
-    if (!tcp) log::Warn("control", "hello with a wrong token refused job={} task={} pid={}", job_id, task_id, c->peer_pid());
-    return refuse(PermissionDenied(fmt::format("hello: wrong control token for task {} launch {}", task->id, task->launches)));
+  // Past the token: the worker is that launch of that task.
+  if (task->role != hello.role || task->rank != hello.rank) {
+    return InvalidArgument(fmt::format("hello: task \"{}\" of job {} is not role {} rank {}", task_id, job_id,
+                                       hello.role, hello.rank));
   }
   if (task->state != TaskState::kRunning) return FailedPrecondition("hello: task " + task_id + " is not running");
   return std::pair{job, task};
 }
 
-StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello) {
+StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const control::Hello& hello) {
   TANDEM_ASSIGN_OR_RETURN(auto admitted, Admit(c, hello));
   const Job* job = admitted.first;
   const Task* task = admitted.second;
   const std::string job_id = job->id;
-  const std::string role = task->role;
-  const int rank = task->rank;
   TANDEM_RETURN_IF_ERROR(GroupsOf(*job).status(), "hello");
-  const WorkerId w{role, rank};
+  const WorkerId w{task->role, task->rank};
   HandoffGroup* group = FindGroup(job_id, w);
-  // A new connection of the same worker replaces the old one.
+  // A new connection of the same worker (a reconnect) replaces the old one.
+  // The old peer is forgotten first, so closing it is not taken for the
+  // worker's death (its OnClosed finds no peer), and nothing is erased twice.
   if (auto old = connection_of_.find({job_id, w}); old != connection_of_.end()) {
-    auto peer = peers_.find(old->second);
-    if (peer != peers_.end()) {
-      if (auto oc = peer->second.conn.lock()) oc->Close();
+    const uint64_t old_id = old->second;
+    connection_of_.erase(old);
+    if (auto peer = peers_.find(old_id); peer != peers_.end()) {
+      auto oc = peer->second.conn.lock();
       peers_.erase(peer);
+      log::Info("control", "job={} worker={} reconnected: connection {} replaces {}", job_id, w.ToString(), c->id(),
+                old_id);
+      if (oc) oc->Close();
     }
   }
   peers_[c->id()] = Peer{job_id, w, group ? group->name() : "", c};
@@ -274,16 +286,11 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello
             group ? group->name() : "(none: plain task)");
   if (group) {
     Hello h{w, {}, {}, {}, HandoffGroup::Now()};
-    if (hello.contains("tags") && hello["tags"].is_array()) {
-      for (const json& t : hello["tags"]) {
-        if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
-        auto tag = ParseTag(t["name"].get<std::string>());
-        if (tag && t.contains("bytes") && t["bytes"].is_number_unsigned()) h.tag_sizes[*tag] = t["bytes"].get<uint64_t>();
-      }
+    for (const control::TagInfo& t : hello.tags) {
+      if (auto tag = ParseTag(t.name)) h.tag_sizes[*tag] = t.bytes;
     }
-    const json residency = hello.value("residency", json::object());
-    h.resident = TagBytesFromJson(residency.is_object() ? residency.value("tags", json::object()) : json());
-    h.devices = Devices(*job, *task, residency);
+    if (hello.residency) h.resident = TagBytes(hello.residency->tags);
+    h.devices = Devices(*task, hello.residency);
     // After the welcome is on its way: commands may follow at once.
     boost::asio::post(io_, [this, job_id, h, cid = c->id()] {
       auto peer = peers_.find(cid);
@@ -296,59 +303,74 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const json& hello
               {"command_timeout_ms", static_cast<int64_t>(timeout_s * 1000)}};
 }
 
-void HandoffService::OnMessage(const ConnectionPtr& c, const json& msg) {
+void HandoffService::OnMessage(const ConnectionPtr& c, const control::ParsedObject& msg) {
   auto it = peers_.find(c->id());
   if (it == peers_.end()) return;
   const Peer peer = it->second;
-  const std::string type = msg["type"].get<std::string>();
-  const json id = msg.contains("id") && msg["id"].is_number_integer() ? msg["id"] : json();
+  const std::string& type = msg.type;
+  const std::optional<int64_t> id = msg.id;
   HandoffGroup* group = FindGroup(peer.job, peer.worker);
   if (type == "ack" || type == "error") {
-    if (msg.value("command", "") == "shutdown" || !group) return;
-    if (id.is_null()) {
-      log::Warn("control", "worker={} {} without an id: {}", peer.worker.ToString(), type, msg.value("message", ""));
+    auto answer = control::DecodeAnswer(msg);
+    if (!answer.ok()) return c->Send(ErrorLine(id, "malformed", answer.status().message()));
+    if (answer->command == "shutdown" || !group) return;
+    if (!answer->id) {
+      log::Warn("control", "worker={} {} without an id: {}", peer.worker.ToString(), type, answer->message);
       return;
     }
     const Job* job = jobs_.Find(peer.job);
     const Task* task = job ? job->FindTask(peer.worker.role + "." + std::to_string(peer.worker.rank)) : nullptr;
     if (!task) return;
-    const json residency = msg.value("residency", json::object());
-    auto resident = TagBytesFromJson(residency.is_object() ? residency.value("tags", json::object()) : json());
+    auto resident = answer->residency ? TagBytes(answer->residency->tags) : std::map<Tag, uint64_t>{};
     std::optional<std::string> error;
-    if (type == "error") {
-      error = msg.value("code", "error") + ": " + (msg.contains("message") && msg["message"].is_string()
-                                                         ? msg["message"].get<std::string>() : std::string());
-    }
-    group->OnAnswer(peer.worker, id.get<int64_t>(), std::move(resident), Devices(*job, *task, residency), error);
+    if (answer->error) error = answer->code + ": " + answer->message;
+    group->OnAnswer(peer.worker, *answer->id, std::move(resident), Devices(*task, answer->residency), error);
     return;
   }
-  if (type == "request_phase") {
-    if (id.is_null()) return c->Send(ErrorLine(nullptr, "malformed", "request_phase needs an integer id"));
-    if (!group) {
-      return c->Send(ErrorLine(id, "failed_precondition",
-                               "role " + peer.worker.role + " takes no part in handoffs (see the spec's handoff.roles)"));
-    }
-    const std::string text = msg.contains("phase") && msg["phase"].is_string() ? msg["phase"].get<std::string>() : "";
-    const int64_t version = msg.contains("version") && msg["version"].is_number_integer() ? msg["version"].get<int64_t>() : 0;
-    auto phase = ParsePhaseRequest(text, version, *group->state().config);
-    if (!phase.ok()) return c->Send(ErrorLine(id, "invalid_argument", phase.status().message()));
-    const auto start = std::chrono::steady_clock::now();
-    std::weak_ptr<control::ControlConnection> weak = c;
-    group->RequestPhase(*phase, [weak, id, start](StatusOr<json> r) {
-      auto conn = weak.lock();
-      if (!conn || conn->closed()) return;
-      if (!r.ok()) return conn->Send(ErrorLine(id, "failed_precondition", r.status().message()));
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
-      conn->Send({{"type", "phase_done"}, {"id", id}, {"phase", (*r)["phase"]}, {"duration_us", us.count()}});
-    });
-    return;
-  }
+  if (type == "request_phase") return OnPhaseRequest(c, peer, msg);
   if (type == "metrics") {
-    log::Info("control", "metrics job={} worker={} {}", peer.job, peer.worker.ToString(), msg.value("values", json()).dump());
+    auto m = control::DecodeMetrics(msg);
+    if (!m.ok()) return c->Send(ErrorLine(id, "malformed", m.status().message()));
+    log::Info("control", "metrics job={} worker={} {}", peer.job, peer.worker.ToString(), control::DumpLine(m->values));
     return;
   }
   if (type == "hello") return c->Send(ErrorLine(id, "failed_precondition", "hello was already said on this connection"));
   c->Send(ErrorLine(id, "unknown_command", "unknown message type \"" + type + "\""));
+}
+
+void HandoffService::OnPhaseRequest(const ConnectionPtr& c, const Peer& peer, const control::ParsedObject& msg) {
+  auto req = control::DecodePhaseRequest(msg);
+  if (!req.ok()) return c->Send(ErrorLine(msg.id, "malformed", req.status().message()));
+  const int64_t id = req->id;
+  HandoffGroup* group = FindGroup(peer.job, peer.worker);
+  if (!group) {
+    return c->Send(ErrorLine(id, "failed_precondition",
+                             "role " + peer.worker.role + " takes no part in handoffs (see the spec's handoff.roles)"));
+  }
+  // Only the spec's controller drives the group; other workers are driven.
+  auto jg = groups_.find(peer.job);
+  const std::string controller = jg == groups_.end() ? "" : jg->second->controller;
+  if (peer.worker.role != controller) {
+    log::Warn("control", "job={} worker={} asked for phase {}: refused, not the controller", peer.job,
+              peer.worker.ToString(), req->phase);
+    return c->Send(ErrorLine(id, "permission_denied",
+                             controller.empty()
+                                 ? "the spec names no handoff.controller: phases are requested through the API"
+                                 : "only the controller role (" + controller + ") may request phases, not " +
+                                       peer.worker.role));
+  }
+  auto phase = ParsePhaseRequest(req->phase, req->version.value_or(0), *group->state().config);
+  if (!phase.ok()) return c->Send(ErrorLine(id, "invalid_argument", phase.status().message()));
+  const auto start = std::chrono::steady_clock::now();
+  std::weak_ptr<control::ControlConnection> weak = c;
+  group->RequestPhase(*phase, [weak, id, start](StatusOr<json> r) {
+    auto conn = weak.lock();
+    if (!conn || conn->closed()) return;
+    if (!r.ok()) return conn->Send(ErrorLine(id, control::ErrorCodeFor(r.status().code()), r.status().message()));
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    const json& reached = (*r)["phase"];
+    conn->Send(control::MakePhaseDone(id, reached.is_string() ? reached.get<std::string>() : "", us.count()));
+  });
 }
 
 void HandoffService::OnClosed(const ConnectionPtr& c) {

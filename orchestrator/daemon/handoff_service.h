@@ -4,11 +4,16 @@
 // - Listens on the control socket (<state_dir>/control.sock, handed to local
 //   tasks as TANDEM_CONTROL=unix:...) and, with `--control-listen`, on TCP
 //   (handed to tasks on other nodes), and admits a connection only when its
-//   hello names a running task of a live job (job_id, task_id, role and rank
-//   must agree with the daemon's own records) and carries that launch's
-//   control token (orchestrator/control/control_token.h): required over TCP
-//   (refused as "unauthenticated", saying nothing about the job), checked
-//   when present over the 0600 unix socket.
+//   hello (decoded, every field type-checked, by common/control/) names a
+//   running task of a live job (job_id, task_id, role and rank must agree
+//   with the daemon's own records) and carries that launch's control token
+//   (common/control/control_token.h), over TCP and over the 0600 unix socket
+//   alike; until the token checks out every refusal reads "unauthenticated"
+//   and says nothing about the job. A second hello of the same worker (a
+//   reconnect) replaces its old connection, which is closed without being
+//   taken for the worker's death.
+// - Only the spec's `controller` role may send request_phase; another
+//   worker's request is answered error{code: permission_denied}.
 // - Builds one HandoffGroup per colocation group that has handoff roles (the
 //   spec's `handoff` section, HandoffSpec::KindOf), named after the group's
 //   owner role, with its journal under <state_dir>/handoff/<job>/<group>/ and
@@ -35,8 +40,9 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/control/control_messages.h"
+#include "common/control/control_token.h"
 #include "orchestrator/control/control_server.h"
-#include "orchestrator/control/control_token.h"
 #include "orchestrator/daemon/handoff_group.h"
 #include "orchestrator/daemon/job_manager.h"
 
@@ -69,8 +75,8 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   StatusOr<nlohmann::json> Residency(const std::string& job_id);
 
   // control::ControlServer::Delegate
-  StatusOr<nlohmann::json> OnHello(const control::ControlServer::ConnectionPtr& c, const nlohmann::json& hello) override;
-  void OnMessage(const control::ControlServer::ConnectionPtr& c, const nlohmann::json& message) override;
+  StatusOr<nlohmann::json> OnHello(const control::ControlServer::ConnectionPtr& c, const control::Hello& hello) override;
+  void OnMessage(const control::ControlServer::ConnectionPtr& c, const control::ParsedObject& message) override;
   void OnClosed(const control::ControlServer::ConnectionPtr& c) override;
 
   // TaskObserver
@@ -89,10 +95,12 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
 
   // The job and task a hello names, when its fields and token admit it.
   StatusOr<std::pair<const Job*, const Task*>> Admit(const control::ControlServer::ConnectionPtr& c,
-                                                     const nlohmann::json& hello);
+                                                     const control::Hello& hello);
+  void OnPhaseRequest(const control::ControlServer::ConnectionPtr& c, const Peer& peer,
+                      const control::ParsedObject& msg);
   StatusOr<JobGroups*> GroupsOf(const Job& job);
   HandoffGroup* FindGroup(const std::string& job_id, const handoff::WorkerId& w);
-  std::vector<handoff::DeviceMemory> Devices(const Job& job, const Task& task, const nlohmann::json& residency) const;
+  std::vector<handoff::DeviceMemory> Devices(const Task& task, const std::optional<control::Residency>& r) const;
   void MaybeShutdownGroup(const Job& job);
   void DropJob(const std::string& job_id, bool remove_journals);
 

@@ -81,7 +81,7 @@ struct JobManagerOptions {
   uint64_t compact_every = 20000;                 // journal records between snapshots
   std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none)
   // The control variables of one launch (TANDEM_CONTROL, TANDEM_CONTROL_TOKEN,
-  // ...; orchestrator/control/control_token.h) by backend, job id, task id and
+  // ...; common/control/control_token.h) by backend, job id, task id and
   // launch number (1 = first). Unset: TANDEM_CONTROL = control_endpoint.
   std::function<backends::EnvMap(const std::string& backend, const std::string& job_id, const std::string& task_id,
                                  int launch)>

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "orchestrator/handoff/event_codec.h"
+#include "orchestrator/report/human_units.h"
 
 namespace tandem::handoff {
 
@@ -63,7 +64,7 @@ Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
       if (std::find(gs.begin(), gs.end(), gpu) == gs.end()) continue;
       adding += p.bytes;
       resuming += fmt::format("{}{} {}={}", resuming.empty() ? "" : ", ", p.worker.ToString(),
-                              TagName(p.tag), p.bytes);
+                              TagName(p.tag), report::HumanBytes(p.bytes));
     }
     const uint64_t resident = Resident(gpu);
     if (adding == 0 || resident + adding <= capacity) continue;
@@ -73,13 +74,14 @@ Status Ledger::CheckFits(const std::vector<Planned>& planned) const {
       if (std::find(gs.begin(), gs.end(), gpu) == gs.end()) continue;
       for (const auto& [tag, b] : tags) {
         if (b == 0) continue;
-        holders += fmt::format("{}{} {}={}", holders.empty() ? "" : ", ", w.ToString(), TagName(tag), b);
+        holders += fmt::format("{}{} {}={}", holders.empty() ? "" : ", ", w.ToString(), TagName(tag),
+                               report::HumanBytes(b));
       }
     }
     if (!problems.empty()) problems += "; ";
-    problems += fmt::format("gpu {}: {} resident + {} resuming bytes > capacity {} (resident: {}; resuming: {})",
-                            gpu, resident, adding, capacity, holders.empty() ? "nothing" : holders,
-                            resuming);
+    problems += fmt::format("gpu {}: {} resident + {} resuming > capacity {} (resident: {}; resuming: {})", gpu,
+                            report::HumanBytes(resident), report::HumanBytes(adding), report::HumanBytes(capacity),
+                            holders.empty() ? "nothing" : holders, resuming);
   }
   if (problems.empty()) return Status::Ok();
   return ResourceExhausted("the resume would not fit: " + problems);

@@ -51,8 +51,9 @@ class Ledger {
   const std::map<int, Gpu>& gpus() const { return gpus_; }
   const std::vector<int>& WorkerGpus(const WorkerId& w) const;
 
-  // ok, or kResourceExhausted: "gpu 0: 70 + 40 bytes > capacity 100 (resident:
-  // actor/0 params=70; resuming: rollout/0 weights=40)".
+  // ok, or kResourceExhausted in human units (orchestrator/report/human_units.h):
+  // "gpu 0: 70 B resident + 40 B resuming > capacity 100 B (resident:
+  // actor/0 params=70 B; resuming: rollout/0 weights=40 B)".
   Status CheckFits(const std::vector<Planned>& planned) const;
 
   // Applies a report: `resident` is the worker's whole residency (a tag

@@ -18,7 +18,9 @@
 //   T13 recovery is done: the interrupted transition runs again from its start
 //   T14 a hello from a worker (first or reconnect): its tag sizes are recorded
 //       and the ledger takes over the residency it reports
-//   T15 the ledger refuses a resume (it would not fit): the group fails
+//   T15 the ledger refuses a resume (it would not fit): the request is
+//       refused and the group settles in no phase (INIT), the job goes on;
+//       during recovery the group fails (on_fault cannot be honoured)
 //   T16 an event for an unknown worker, or after the group failed: ignored
 #include "orchestrator/handoff/transition.h"
 
@@ -227,7 +229,17 @@ void Advance(Ctx& c) {
                                           .outcome = "refused", .message = fits.message()});
       }
       c.actions.push_back(PhaseRefused{s.target, fits.message()});
-      Fail(c, fits.message());
+      if (s.mode == Mode::kRecovering) {  // restarted workers cannot get their memory back
+        Fail(c, fits.message());
+        return;
+      }
+      // Not a fault: the job goes on. The group settles in no phase (INIT):
+      // what the transition released stays released and the next request,
+      // whatever phase it names, runs a whole transition from here.
+      s.mode = Mode::kSettled;
+      s.phase = Phase{};
+      s.target = s.phase;
+      s.stage_index = -1;
       return;
     }
     ++s.step;

@@ -1,17 +1,13 @@
 // The control channel over TCP through a real tandemd (issue #6 item 2;
 // docs/control-protocol.md "Transport", "Authentication"): `--control-listen
 // 127.0.0.1:0` binds an ephemeral port and writes it to <state>/control.addr;
-// every launch carries its token; TCP hellos without the launch's token
+// every launch carries its token; hellos without the launch's token
 // (missing, wrong, another task's, another launch's) are refused as
-// "unauthenticated" and logged, the right one is admitted, also after the
+// "unauthenticated" and logged, over TCP and the unix socket alike; the right one is admitted, also after the
 // daemon restarted; probe workers told to use the TCP address run their
 // handoff cycles through it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
+#include "tests/daemon/control_line.h"
 #include "tests/daemon/daemon_process.h"
 
 namespace tandem::testing {
@@ -20,60 +16,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// One line-oriented client connection (TCP "HOST:PORT" or a unix path).
-class Line {
- public:
-  explicit Line(const std::string& where) {
-    if (where.rfind("tcp:", 0) == 0) {
-      const std::string hp = where.substr(4);
-      const size_t colon = hp.rfind(':');
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(std::stoi(hp.substr(colon + 1))));
-      ::inet_pton(AF_INET, hp.substr(0, colon).c_str(), &a.sin_addr);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Reset();
-    } else {
-      fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
-      sockaddr_un a{};
-      a.sun_family = AF_UNIX;
-      std::snprintf(a.sun_path, sizeof a.sun_path, "%s", where.substr(5).c_str());
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Reset();
-    }
-    if (fd_ >= 0) {
-      timeval tv{10, 0};
-      ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    }
-  }
-  ~Line() { Reset(); }
-  bool ok() const { return fd_ >= 0; }
-  json Say(const json& j) {
-    const std::string s = j.is_string() ? j.get<std::string>() + "\n" : j.dump() + "\n";
-    if (::write(fd_, s.data(), s.size()) != static_cast<ssize_t>(s.size())) return {{"type", "write failed"}};
-    return Read();
-  }
-  json Read() {
-    for (;;) {
-      if (size_t nl = in_.find('\n'); nl != std::string::npos) {
-        json j = json::parse(in_.substr(0, nl), nullptr, false);
-        in_.erase(0, nl + 1);
-        return j;
-      }
-      char buf[4096];
-      const ssize_t n = ::read(fd_, buf, sizeof buf);
-      if (n <= 0) return {{"type", n == 0 ? "eof" : "timeout"}};
-      in_.append(buf, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-  std::string in_;
-};
+using Line = ControlLine;
 
 json Hello(const std::string& job, const std::string& task, int rank, const std::string& token) {
   json h = {{"type", "hello"}, {"protocol", 1}, {"job_id", job}, {"task_id", task}, {"role", "main"}, {"rank", rank}};
@@ -161,15 +104,19 @@ TEST_F(ControlTcpTest, TcpHellosNeedTheLaunchTokenAndTokensSurviveARestart) {
     EXPECT_EQ(l.Say("{oops")["code"], "malformed");
     EXPECT_EQ(l.Say(json{{"type", "frobnicate"}, {"id", 4}})["code"], "unknown_command");
   }
-  // The unix socket (0600) admits a hello without a token, as before tokens,
-  // and refuses a wrong one.
+  // The unix socket (0600) needs the token too (issue #12 point 4): a process
+  // of the same user that is not the task is refused like a TCP peer.
   {
     Line l(unix_ep);
-    EXPECT_EQ(l.Say(Hello(id, t1, 1, ""))["type"], "welcome");
+    EXPECT_EQ(l.Say(Hello(id, t1, 1, ""))["code"], "unauthenticated");
   }
   {
     Line l(unix_ep);
     EXPECT_EQ(l.Say(Hello(id, t1, 1, token0))["code"], "unauthenticated");
+  }
+  {
+    Line l(unix_ep);
+    EXPECT_EQ(l.Say(Hello(id, t1, 1, token1))["type"], "welcome");
   }
 
   // A restarted daemon (new ephemeral port) admits the same tokens: the

@@ -11,7 +11,7 @@
 
 #include <iostream>
 
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 #include "tests/daemon/daemon_process.h"
 #include "tests/multihost/netns_test.h"
 
@@ -84,7 +84,7 @@ TEST_F(ControlChannelTest, HandoffJobOnAnAgentUsesTheDaemonsTcpAddress) {
   for (const char* w : {"actor/0", "rollout/0"}) {
     EXPECT_NE(log.find(std::string("worker=") + w + " peer=" + h.ip + ":"), std::string::npos) << w << "\n" << log;
   }
-  EXPECT_NE(log.find("unauthenticated hello refused peer=" + h.ip), std::string::npos);
+  EXPECT_NE(log.find("unauthenticated hello refused transport=tcp peer=" + h.ip), std::string::npos);
   // The start commands in Redis carry the endpoint, never a token.
   auto c = backends::redis::RedisConn::Connect(cluster_->Config());
   ASSERT_TRUE(c.ok());

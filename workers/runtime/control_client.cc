@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -58,6 +59,14 @@ StatusOr<int> ConnectOnce(const Endpoint& ep) {
   return last;
 }
 
+// Waits before the next connect attempt: 50 ms, doubling up to 1 s, never
+// past `deadline`.
+void Backoff(milliseconds& delay, Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  std::this_thread::sleep_for(std::max(milliseconds(0), std::min(delay, left)));
+  delay = std::min(delay * 2, milliseconds(1000));
+}
+
 int PollMs(milliseconds timeout, Clock::time_point start) {
   if (timeout.count() < 0) return -1;
   auto left = timeout - std::chrono::duration_cast<milliseconds>(Clock::now() - start);
@@ -87,6 +96,7 @@ Residency ControlClient::CurrentResidency() const {
 
 Status ControlClient::Connect(milliseconds connect_timeout) {
   auto start = Clock::now();
+  milliseconds delay(50);
   for (;;) {
     Close();
     shutdown_ = false;
@@ -99,13 +109,14 @@ Status ControlClient::Connect(milliseconds connect_timeout) {
         Clock::now() - start >= connect_timeout) {
       return st;
     }
-    log::Warn("control", "{}; trying again", st.message());
-    std::this_thread::sleep_for(milliseconds(50));
+    log::Warn("control", "{}; trying again in {}ms", st.message(), delay.count());
+    Backoff(delay, start + connect_timeout);
   }
 }
 
 Status ControlClient::ConnectAndHandshake(milliseconds connect_timeout) {
   auto start = Clock::now();
+  milliseconds delay(50);
   Status last;
   for (;;) {
     auto fd = ConnectOnce(options_.endpoint);
@@ -116,7 +127,7 @@ Status ControlClient::ConnectAndHandshake(milliseconds connect_timeout) {
     last = fd.status();
     if (Clock::now() - start >= connect_timeout)
       return last.WithContext("control: connect within " + std::to_string(connect_timeout.count()) + "ms");
-    std::this_thread::sleep_for(milliseconds(50));
+    Backoff(delay, start + connect_timeout);
   }
   Hello hello = options_.hello;
   if (hello.capabilities.empty()) {
@@ -154,7 +165,8 @@ Status ControlClient::ConnectAndHandshake(milliseconds connect_timeout) {
       return Status::Ok();
     }
     if (p.command->type == "error") {
-      std::string msg = p.command->body.value("message", std::string("refused"));
+      std::string msg = p.command->StringField("message");
+      if (msg.empty()) msg = "refused";
       Close();
       return FailedPrecondition("control: daemon refused hello: " + msg);
     }
@@ -318,8 +330,8 @@ Status ControlClient::RequestPhase(const std::string& phase, std::optional<int64
     if (!other || other->id != id) continue;
     if (other->type == "phase_done") return Status::Ok();
     if (other->type == "error")
-      return FailedPrecondition("request_phase " + phase + ": " + other->body.value("code", std::string("error")) + ": " +
-                                other->body.value("message", std::string()));
+      return FailedPrecondition("request_phase " + phase + ": " + other->StringField("code") + ": " +
+                                other->StringField("message"));
   }
   return Unavailable("request_phase " + phase + ": shut down while waiting");
 }

@@ -10,13 +10,14 @@
 // worker calls Serve/ServeOnce from its control thread (or between steps).
 //
 // Timeouts and reconnection: Connect() retries connect() until
-// `connect_timeout` (the daemon may still be starting) and then waits
-// `handshake_timeout` for `welcome`; a connection that breaks during the
-// handshake is tried again within `connect_timeout`. The client never reconnects by itself
-// mid-session, since the daemon treats a lost connection as a worker fault;
-// when Serve returns kUnavailable the worker may call Connect() again, which
-// sends a fresh hello with its current residency (how a restarted daemon
-// re-learns what every worker holds).
+// `connect_timeout` (the daemon may still be starting), backing off from 50 ms
+// to 1 s between attempts, and then waits `handshake_timeout` for `welcome`;
+// a connection that breaks during the handshake is tried again within
+// `connect_timeout`. The client never reconnects by itself mid-session: when
+// Serve or RequestPhase returns kUnavailable (the daemon went away) the
+// worker calls Connect() again, which sends a fresh hello, with the same
+// token and its current residency: how a restarted daemon re-adopts it and
+// re-learns what it holds (workers/probe_worker.cc does so by default).
 #pragma once
 
 #include <chrono>
@@ -28,7 +29,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "workers/runtime/control_messages.h"
+#include "common/control/control_messages.h"
 
 namespace tandem::control {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "workers/runtime/control_messages.h"
+#include "common/control/control_messages.h"
 
 namespace tandem::memory {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "backends/redis/redis_protocol.h"
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 
 namespace tandem::control {
 namespace {

@@ -22,7 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/control/control_server.h"
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 
 namespace tandem::control {
 namespace {
@@ -35,17 +35,17 @@ namespace fs = std::filesystem;
 class TokenDelegate : public ControlServer::Delegate {
  public:
   static constexpr const char* kKey = "test-key-0123456789abcdef";
-  StatusOr<json> OnHello(const ControlServer::ConnectionPtr& c, const json& hello) override {
+  StatusOr<json> OnHello(const ControlServer::ConnectionPtr& c, const control::Hello& hello) override {
     transports.push_back(c->transport());
-    const std::string token = hello.value("token", "");
+    const std::string& token = hello.token;
     if (token.empty() && c->transport() == Transport::kTcp) return PermissionDenied("no token");
-    if (!token.empty() &&
-        !ConstantTimeEquals(token, ControlToken(kKey, hello.value("job_id", ""), hello.value("task_id", ""), 1)))
+    if (!token.empty() && !ConstantTimeEquals(token, ControlToken(kKey, hello.job_id, hello.task_id, 1)))
       return PermissionDenied("wrong token");
-    return json{{"session", hello.value("task_id", "")}};
+    return json{{"session", hello.task_id}};
   }
-  void OnMessage(const ControlServer::ConnectionPtr& c, const json& m) override {
-    c->Send({{"type", "echo"}, {"of", m["type"]}});
+  void OnMessage(const ControlServer::ConnectionPtr& c, const ParsedObject& m) override {
+    if (m.type == "throw") (void)m.body.at("missing").get<int>();  // a handler bug: must not take the server down
+    c->Send({{"type", "echo"}, {"of", m.type}});
   }
   void OnClosed(const ControlServer::ConnectionPtr&) override {}
   std::vector<Transport> transports;
@@ -183,6 +183,40 @@ TEST_P(ControlServerTest, WrongTokenIsUnauthenticatedAndCloses) {
     EXPECT_EQ(ReadLine(fd)["type"], "eof");
     ::close(fd);
   }
+}
+
+// Hostile input (issue #12 point 1): a hello with mistyped fields is refused
+// before the delegate sees it; deep nesting is malformed; a delegate that
+// throws is answered with "internal" and the connection goes on.
+TEST_P(ControlServerTest, HostileLinesAreRefusedAndNeverEscape) {
+  for (const json& bad : {json{{"type", "hello"}, {"protocol", 1}, {"job_id", 7}, {"role", "r"}, {"rank", 0}},
+                          json{{"type", "hello"}, {"protocol", 1}, {"role", "r"}, {"rank", "zero"}},
+                          json{{"type", "hello"}, {"protocol", 1}, {"role", "r"}, {"rank", 0}, {"token", json::array()}},
+                          json{{"type", "hello"}, {"protocol", 1}, {"role", "r"}, {"rank", 0},
+                               {"residency", {{"device", {{"index", "x"}}}}}}}) {
+    const size_t before = delegate_.transports.size();
+    const int fd = Connect(GetParam());
+    ASSERT_GE(fd, 0);
+    Write(fd, bad.dump() + "\n");
+    json e = ReadLine(fd);
+    EXPECT_EQ(e["code"], "invalid_argument") << bad.dump() << " -> " << e.dump();
+    EXPECT_EQ(ReadLine(fd)["type"], "eof");
+    EXPECT_EQ(delegate_.transports.size(), before) << "the delegate saw " << bad.dump();
+    ::close(fd);
+  }
+  const int fd = Connect(GetParam());
+  ASSERT_GE(fd, 0);
+  Write(fd, Hello("j1.rollout.0", Good("j1.rollout.0")).dump() + "\n");
+  EXPECT_EQ(ReadLine(fd)["type"], "welcome");
+  Write(fd, "{\"type\":\"metrics\",\"x\":" + std::string(1000, '[') + std::string(1000, ']') + "}\n");
+  EXPECT_EQ(ReadLine(fd)["code"], "malformed");
+  Write(fd, "{\"type\":\"throw\",\"id\":9}\n");
+  json e = ReadLine(fd);
+  EXPECT_EQ(e["code"], "internal") << e.dump();
+  EXPECT_EQ(e["id"], 9);
+  Write(fd, "{\"type\":\"metrics\"}\n");
+  EXPECT_EQ(ReadLine(fd)["of"], "metrics");
+  ::close(fd);
 }
 
 TEST_F(ControlServerTest, TcpHelloWithoutTokenIsRefusedUnixIsNot) {

@@ -34,9 +34,9 @@ TEST(Ledger, AResumeThatDoesNotFitNamesGpuRolesAndBytes) {
   (void)l.Report(kActor, {{Tag::kParams, 40}, {Tag::kOptimizer, 30}}, {}, {}, 1);
   Status st = l.CheckFits({{kRollout, Tag::kWeights, 20}, {kRollout, Tag::kKvCache, 20}});
   ASSERT_EQ(st.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(st.message(), HasSubstr("gpu 1: 70 resident + 40 resuming bytes > capacity 100"));
-  EXPECT_THAT(st.message(), HasSubstr("actor/0 optimizer=30"));
-  EXPECT_THAT(st.message(), HasSubstr("rollout/0 kv_cache=20"));
+  EXPECT_THAT(st.message(), HasSubstr("gpu 1: 70 B resident + 40 B resuming > capacity 100 B"));
+  EXPECT_THAT(st.message(), HasSubstr("actor/0 optimizer=30 B"));
+  EXPECT_THAT(st.message(), HasSubstr("rollout/0 kv_cache=20 B"));
   EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("gpu 0")));
 }
 

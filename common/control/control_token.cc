@@ -1,5 +1,5 @@
 // Control tokens (control_token.h), with OpenSSL's HMAC-SHA256 and RNG.
-#include "orchestrator/control/control_token.h"
+#include "common/control/control_token.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

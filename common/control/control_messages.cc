@@ -1,5 +1,7 @@
-// Control protocol messages, version 1: encodings (schemas/control.schema.json).
-#include "workers/runtime/control_messages.h"
+// Control protocol messages, version 1: encoders, the environment's hello
+// and the worker's reading of daemon lines (control_messages.h;
+// schemas/control.schema.json). Decoders of worker lines: control_decode.cc.
+#include "common/control/control_messages.h"
 
 #include <unistd.h>
 
@@ -131,47 +133,23 @@ StatusOr<std::string> Command::Source() const {
 
 ParsedLine ParseDaemonLine(std::string_view line) {
   ParsedLine out;
-  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    out.status = InvalidArgument("malformed: not a JSON object");
-    return out;
-  }
-  if (!j.is_object()) {
-    out.status = InvalidArgument("malformed: not a JSON object");
-    return out;
-  }
-  auto id = j.find("id");
-  if (id != j.end() && id->is_number_integer()) out.id = id->get<int64_t>();
-  auto type = j.find("type");
-  if (type == j.end() || !type->is_string()) {
-    out.status = InvalidArgument("malformed: missing string field \"type\"");
+  auto parsed = ParseLine(line, &out.id);
+  if (!parsed.ok()) {
+    out.status = parsed.status();
     return out;
   }
   Command c;
-  c.type = type->get<std::string>();
-  // welcome and phase_done carry no command id requirement of their own.
-  bool needs_id = c.type != "welcome" && c.type != "error";
+  c.type = parsed->type;
+  // welcome and error carry no command id requirement of their own.
+  const bool needs_id = c.type != "welcome" && c.type != "error";
   if (needs_id && !out.id) {
     out.status = InvalidArgument("malformed: " + c.type + " without an integer \"id\"");
     return out;
   }
   c.id = out.id.value_or(-1);
-  c.body = std::move(j);
+  c.body = std::move(parsed->body);
   out.command = std::move(c);
   return out;
-}
-
-std::string_view ErrorCodeFor(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kFailedPrecondition: return "failed_precondition";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kDeadlineExceeded: return "deadline_exceeded";
-    case StatusCode::kDataLoss: return "data_loss";
-    default: return "internal";
-  }
 }
 
 json MakeAck(const Command& c, const Residency& r, int64_t duration_us, const json& detail) {
@@ -183,11 +161,18 @@ json MakeAck(const Command& c, const Residency& r, int64_t duration_us, const js
 
 json MakeError(std::optional<int64_t> id, std::string_view command, std::string_view code,
                std::string_view message, const std::optional<Residency>& r) {
-  json j = {{"type", "error"}, {"code", code}, {"message", message}};
-  j["id"] = id ? json(*id) : json(nullptr);
-  if (!command.empty()) j["command"] = command;
+  json j = ErrorLine(id, code, message, command);
   if (r) j["residency"] = ToJson(*r);
   return j;
+}
+
+json MakePhaseDone(int64_t id, std::string_view phase, int64_t duration_us) {
+  return {{"type", "phase_done"}, {"id", id}, {"phase", phase}, {"duration_us", duration_us}};
+}
+
+std::string Command::StringField(const char* name) const {
+  auto it = body.find(name);
+  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 }  // namespace tandem::control

@@ -1,9 +1,14 @@
 // Control protocol messages, version 1 (schemas/control.schema.json;
-// docs/control-protocol.md).
+// docs/control-protocol.md): plain structs for
+// every line either side sends, their JSON encodings, and their decoders. The
+// one codec of the protocol: tandemd (orchestrator/daemon/handoff_service.cc)
+// and the workers (workers/runtime/control_client.cc) both use it.
 //
-// Plain structs for what a worker says and hears, and their JSON encodings.
-// Parsing never throws: a bad line becomes a Status whose message names what
-// was wrong, and the client answers it with an `error` line.
+// Decoding never throws: every field is type-checked (a field that is present
+// must have its schema type; unknown fields are ignored), and a bad line
+// becomes kInvalidArgument whose message names the field, e.g.
+// "hello.rank: expected an integer". Lines come through ParseLine
+// (control_codec.h), which bounds their length and nesting.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,13 +20,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/control/control_codec.h"
 #include "common/status.h"
 
 namespace tandem::control {
-
-inline constexpr int kProtocolVersion = 1;
-// Longest line either side accepts, newline included.
-inline constexpr size_t kDefaultMaxLineBytes = 1 << 20;
 
 // Where to connect: TANDEM_CONTROL = "unix:/path/to.sock" or "tcp:HOST:PORT".
 struct Endpoint {
@@ -47,8 +49,11 @@ struct DeviceMemory {
 struct Residency {
   std::map<std::string, uint64_t> tags;
   DeviceMemory device;
+  bool has_device = true;  // decoded: whether the line carried "device"
 };
 nlohmann::json ToJson(const Residency& r);
+// `where` names the field in errors ("hello.residency").
+StatusOr<Residency> DecodeResidency(const nlohmann::json& j, const std::string& where);
 
 struct TagInfo {
   std::string name;
@@ -66,13 +71,44 @@ struct Hello {
   std::vector<std::string> capabilities;  // empty: every command with a handler
   std::vector<TagInfo> tags;
   // The launch's control token (TANDEM_CONTROL_TOKEN; docs/control-protocol.md
-  // "Authentication"); sent when not empty, required over TCP.
+  // "Authentication"); sent when not empty, required by the daemon.
   std::string token;
+  // Decoded only (the encoder takes the residency and its own pid):
+  int pid = 0;
+  std::optional<Residency> residency;
 };
 nlohmann::json ToJson(const Hello& h, const Residency& r);
+// A hello line's body (its type already "hello", its protocol not checked
+// here). Required: role (string) and rank (integer >= 0).
+StatusOr<Hello> DecodeHello(const nlohmann::json& body);
 // Fills job/task/role/rank/world size/devices/token from TANDEM_* variables and
 // CUDA_VISIBLE_DEVICES (devices are then 0..n-1, the worker's own namespace).
 Hello HelloFromEnvironment();
+
+// Worker -> daemon: the answer to a command (type "ack" or "error").
+struct Answer {
+  bool error = false;
+  std::optional<int64_t> id;
+  std::string command;            // "" when absent
+  std::string code, message;      // errors
+  std::optional<Residency> residency;
+};
+StatusOr<Answer> DecodeAnswer(const ParsedObject& line);
+
+// Worker -> daemon: request_phase.
+struct PhaseRequest {
+  int64_t id = 0;
+  std::string phase;
+  std::optional<int64_t> version;
+};
+StatusOr<PhaseRequest> DecodePhaseRequest(const ParsedObject& line);
+
+// Worker -> daemon: metrics (values: an object, logged as it came).
+struct Metrics {
+  nlohmann::json values = nlohmann::json::object();
+  std::optional<int64_t> step;
+};
+StatusOr<Metrics> DecodeMetrics(const ParsedObject& line);
 
 // A command from the daemon: `type`, `id`, and the whole line for fields
 // specific to the command. Accessors validate their field.
@@ -89,6 +125,8 @@ struct Command {
   StatusOr<int64_t> Version() const;
   // load_weights: the source.
   StatusOr<std::string> Source() const;
+  // error: its code and message ("" when absent or not strings).
+  std::string StringField(const char* name) const;
 };
 
 // Parses one line (without its newline) from the daemon. Errors are
@@ -100,13 +138,12 @@ struct ParsedLine {
 };
 ParsedLine ParseDaemonLine(std::string_view line);
 
-// Error codes of the protocol from a Status code ("invalid_argument", ...).
-std::string_view ErrorCodeFor(StatusCode code);
-
 nlohmann::json MakeAck(const Command& c, const Residency& r, int64_t duration_us,
                        const nlohmann::json& detail);
 nlohmann::json MakeError(std::optional<int64_t> id, std::string_view command,
                          std::string_view code, std::string_view message,
                          const std::optional<Residency>& r);
+// Daemon -> worker: the phase a request_phase asked for was reached.
+nlohmann::json MakePhaseDone(int64_t id, std::string_view phase, int64_t duration_us);
 
 }  // namespace tandem::control
