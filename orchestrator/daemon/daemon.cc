@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -25,6 +26,24 @@
 namespace tandem::daemon {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// "tandemd-<16 hex digits of the FNV-1a hash of the state dir's path>".
+std::string CgroupSubtreeName(const fs::path& state) {
+  std::error_code ec;
+  const std::string key = fs::weakly_canonical(state, ec).string();
+  uint64_t h = 1469598103934665603ull;
+  for (char c : ec ? state.string() : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "tandemd-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace
 
 Daemon::Daemon(boost::asio::io_context& io, DaemonSettings settings)
     : io_(io), settings_(std::move(settings)) {}
@@ -71,6 +90,9 @@ Status Daemon::Start(const fs::path& run_root) {
   backends::LocalExecutorOptions lopts;
   lopts.exec_shim = settings_.exec_shim;
   lopts.reap_orphans = true;  // the daemon waits for no children of its own
+  // One cgroup subtree per state dir (docs/processes.md): a restarted daemon
+  // finds its tasks' cgroups again; two daemons never share one.
+  lopts.cgroup_name = CgroupSubtreeName(state);
   auto local = backends::LocalExecutor::Create(
       io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
         if (jobs_) jobs_->OnTaskExit(task_id, exit);
@@ -210,10 +232,15 @@ Status Daemon::Start(const fs::path& run_root) {
     if (ep.port() != 0 && !ep.address().is_unspecified()) remote_control_ = "tcp:" + control::HostPort(ep);
   }
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
+  // Every task the journal knows is re-attached (or relaunched) now: what is
+  // left in the local cgroups belongs to no task (a crash between a start and
+  // its journal record) and goes.
+  local_->KillUnclaimed();
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock", settings_.control_listen), "handoff");
   TANDEM_RETURN_IF_ERROR(PublishControlAddress(state), "control address");
 
   api_ = std::make_unique<Api>(io_, *jobs_, *handoff_, metrics_);
+  api_->SetProcessContainment(local_->containment().ToJson());
 #ifdef TANDEM_HAVE_REDIS
   if (redis_) {
     auto* redis = static_cast<backends::redis::RedisExecutor*>(redis_.get());
@@ -230,7 +257,9 @@ Status Daemon::Start(const fs::path& run_root) {
     TANDEM_RETURN_IF_ERROR(server_->ListenTcp(settings_.listen, token, settings_.allow_remote));
   std::string gpus;
   for (int g : settings_.gpu_ids) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-  log::Info("daemon", "ready state_dir={} gpus=[{}] pid={}", state.string(), gpus, ::getpid());
+  const auto& contain = local_->containment();
+  log::Info("daemon", "ready state_dir={} gpus=[{}] pid={} containment={} {}", state.string(), gpus, ::getpid(),
+            contain.mode, contain.mode == "cgroup" ? contain.cgroup : contain.reason);
   return Status::Ok();
 }
 
