@@ -79,6 +79,16 @@ Status Daemon::Start(const fs::path& run_root) {
     if (token.size() < 16) return InvalidArgument("--token-file: token must be at least 16 characters");
   }
 
+  // Test-only fault points (backends/fault_injection.h): never set in production.
+  if (const char* f = std::getenv("TANDEM_TEST_FAULTS"); f && *f) {
+    auto faults = backends::FaultPoints::Parse(f);
+    if (!faults.ok()) return faults.status().WithContext("TANDEM_TEST_FAULTS");
+    faults_ = std::move(faults).value();
+    std::string names;
+    for (const auto& p : faults_->armed()) names += (names.empty() ? "" : ",") + p;
+    log::Warn("fault", "test fault points armed: {}", names);
+  }
+
   store::Recovered recovered;
   auto log = store::DurableLog::Open(io_, state / "store", &recovered);
   if (!log.ok()) return log.status().WithContext("open journal");
@@ -135,6 +145,7 @@ Status Daemon::Start(const fs::path& run_root) {
     auto control = backends::slurm::MakeBatchJobControl(settings_.slurm_api);
     if (!control.ok()) return control.status().WithContext("--slurm-api " + settings_.slurm_api);
     sopts.control = std::move(control).value();
+    sopts.faults = faults_;
     sopts.job_info = [this](const std::string& job_id) -> StatusOr<backends::SlurmJobInfo> {
       const Job* job = jobs_ ? jobs_->Find(job_id) : nullptr;
       if (!job) return NotFound("no job " + job_id);
@@ -217,6 +228,12 @@ Status Daemon::Start(const fs::path& run_root) {
 #else
     return FailedPrecondition("--redis: this tandemd was built without hiredis");
 #endif
+  }
+  if (faults_) {
+    for (auto& [kind, ex] : executors) {
+      fault_wrappers_.push_back(std::make_unique<backends::FaultInjectingExecutor>(*ex, faults_));
+      ex = fault_wrappers_.back().get();
+    }
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state, settings_.compact_every);
