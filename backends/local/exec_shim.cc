@@ -2,13 +2,17 @@
 // backends/local/local_executor.h). Depends on libc only; linked statically
 // where possible so it starts fast.
 //
-//   tandem-exec [--exit-path FILE] -- COMMAND [ARG...]
+//   tandem-exec [--exit-path FILE] [--cgroup DIR] -- COMMAND [ARG...]
+//   tandem-exec --probe-cgroup DIR
 //
 // The local executor spawns this shim as a session leader (its own session
 // and process group) with the task's final environment, cwd and stdio. The
 // shim
 //   1. starts COMMAND (looked up in the task's PATH) in a process group of its
-//      own (pgid = the command's pid);
+//      own (pgid = the command's pid), with fork + exec; with --cgroup, the
+//      child moves itself into the cgroup DIR before exec (task_cgroup.h), so
+//      the command and everything it starts live there and the shim does not;
+//      a child that cannot join fails like an exec failure (127);
 //   2. does not die of SIGTERM, SIGINT or SIGHUP itself but forwards each to
 //      the command's process group;
 //   3. waits for the command and writes the exit record atomically (write
@@ -22,10 +26,13 @@
 //      signal (core dumps off).
 // The record is how a restarted daemon learns how a task ended while it was
 // down; the daemon treats it as authoritative.
+//
+// --probe-cgroup DIR moves the shim itself into DIR and exits 0 (1 with the
+// reason on stderr): the executor's start-up check that it may move
+// processes into its cgroups, which only a real move proves.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,19 +149,106 @@ void WriteExitRecord(const char* path, int exit_code, int sig, const char* detai
   _exit(exit_code & 0xff);
 }
 
+// Moves the calling process into the cgroup directory `dir`; 0 or -1 (errno).
+int JoinCgroup(const char* dir) {
+  Buf path;
+  path.Add(dir);
+  path.Add("/cgroup.procs");
+  int fd = open(path.data, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t w = write(fd, "0", 1);
+  int err = errno;
+  close(fd);
+  if (w != 1) {
+    errno = w < 0 ? err : EIO;
+    return -1;
+  }
+  return 0;
+}
+
+struct Launched {
+  pid_t pid = -1;
+  int err = 0;      // errno of the failed stage, 0 on success
+  char stage = 0;   // 'F' fork, 'J' join the cgroup, 'E' exec
+};
+
+// fork + (join cgroup) + exec, in a process group of its own, with default
+// signal dispositions and an empty mask. A close-on-exec pipe carries a
+// failure (stage, errno) back; EOF without data means exec succeeded.
+Launched Launch(char** cmd, const char* cgroup) {
+  Launched l;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    l.err = errno;
+    l.stage = 'F';
+    return l;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    l.err = errno;
+    l.stage = 'F';
+    close(fds[0]);
+    close(fds[1]);
+    return l;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    setpgid(0, 0);
+    struct { char stage; int err; } msg{};
+    if (cgroup && JoinCgroup(cgroup) != 0) {
+      msg = {'J', errno};
+    } else {
+      for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      execvp(cmd[0], cmd);
+      msg = {'E', errno};
+    }
+    ssize_t ignored = write(fds[1], &msg, sizeof msg);
+    (void)ignored;
+    _exit(127);
+  }
+  close(fds[1]);
+  setpgid(pid, pid);  // also here: a signal forwarded right away must find the group
+  struct { char stage; int err; } msg{};
+  ssize_t n;
+  do n = read(fds[0], &msg, sizeof msg);
+  while (n < 0 && errno == EINTR);
+  close(fds[0]);
+  l.pid = pid;
+  if (n == static_cast<ssize_t>(sizeof msg)) {
+    int ignored_status = 0;
+    waitpid(pid, &ignored_status, 0);
+    l.err = msg.err;
+    l.stage = msg.stage;
+  }
+  return l;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* exit_path = nullptr;
+  const char* cgroup = nullptr;
   int i = 1;
+  if (argc == 3 && strcmp(argv[1], "--probe-cgroup") == 0) {
+    if (JoinCgroup(argv[2]) != 0) {
+      Say("cannot join cgroup ", argv[2], ": ", strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
   for (; i < argc; ++i) {
     if (strcmp(argv[i], "--exit-path") == 0 && i + 1 < argc) {
       exit_path = argv[++i];
+    } else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) {
+      cgroup = argv[++i];
     } else if (strcmp(argv[i], "--") == 0) {
       ++i;
       break;
     } else {
-      Say("usage: tandem-exec [--exit-path FILE] -- COMMAND [ARG...]");
+      Say("usage: tandem-exec [--exit-path FILE] [--cgroup DIR] -- COMMAND [ARG...]");
       WriteExitRecord(exit_path, 127, 0, "tandem-exec: bad arguments");
       return 127;
     }
@@ -179,24 +273,20 @@ int main(int argc, char** argv) {
   signal(SIGCHLD, SIG_DFL);  // never auto-reap (SIG_IGN would)
   sigprocmask(SIG_BLOCK, &waited, nullptr);
 
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  pid_t child = -1;
-  int err = posix_spawnp(&child, cmd[0], nullptr, &attr, cmd, environ);
-  posix_spawnattr_destroy(&attr);
-  if (err != 0) {
+  Launched l = Launch(cmd, cgroup);
+  pid_t child = l.pid;
+  if (l.err != 0) {
     Buf detail;
-    detail.Add("exec failed: ");
-    detail.Add(strerror(err));
-    Say("cannot execute '", cmd[0], "': ", strerror(err));
+    if (l.stage == 'J') {
+      detail.Add("cannot join cgroup ");
+      detail.Add(cgroup);
+      detail.Add(": ");
+      Say("cannot join cgroup ", cgroup, ": ", strerror(l.err));
+    } else {
+      detail.Add("exec failed: ");
+      Say("cannot execute '", cmd[0], "': ", strerror(l.err));
+    }
+    detail.Add(strerror(l.err));
     WriteExitRecord(exit_path, 127, 0, detail.data);
     return 127;
   }

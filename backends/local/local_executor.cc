@@ -6,16 +6,19 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <thread>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
@@ -37,6 +40,7 @@ struct LocalRef {
   std::string boot_id;
   std::string marker;
   std::filesystem::path exit_path;
+  std::filesystem::path cgroup;  // as recorded; checked by CgroupOf before use
 
   std::string mark_entry() const { return std::string(kMarkKey) + "=" + marker; }
 };
@@ -64,6 +68,7 @@ StatusOr<LocalRef> ParseRef(const TaskRef& ref) {
   r.marker = d["marker"].get<std::string>();
   if (d.contains("exit_path") && d["exit_path"].is_string())
     r.exit_path = d["exit_path"].get<std::string>();
+  if (d.contains("cgroup") && d["cgroup"].is_string()) r.cgroup = d["cgroup"].get<std::string>();
   return r;
 }
 
@@ -135,8 +140,10 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(boost::asio::io_c
   if (::access(options.exec_shim.c_str(), X_OK) != 0)
     return ErrnoStatus("local executor: exec shim " + options.exec_shim.string());
   TANDEM_ASSIGN_OR_RETURN(std::string boot_id, local::ReadBootId(), "local executor");
-  return std::unique_ptr<LocalExecutor>(
+  std::unique_ptr<LocalExecutor> self(
       new LocalExecutor(io, std::move(on_exit), std::move(options), std::move(boot_id)));
+  self->SetUpContainment();  // local_containment.cc
+  return self;
 }
 
 LocalExecutor::LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit,
@@ -158,6 +165,8 @@ LocalExecutor::~LocalExecutor() {
     sigchld_->cancel(ignored);
   }
   tracked_.clear();  // closes the pidfds; the tasks keep running
+  drains_.clear();   // their cgroups are emptied by the next executor (start-up, KillUnclaimed)
+  if (cgroups_) (void)::rmdir(cgroups_->subtree().c_str());  // only when no task cgroup is left
 }
 
 StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
@@ -168,12 +177,33 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   std::filesystem::path exit_path = req.exit_path;
   if (!exit_path.empty() && exit_path.is_relative()) exit_path = std::filesystem::absolute(exit_path);
 
+  // The task's cgroup. One left by an earlier launch of this task id (a
+  // relaunch after a daemon crash) is emptied first: the old run ends before
+  // the new one begins.
+  std::filesystem::path cgroup;
+  if (cgroups_) {
+    cgroup = cgroups_->PathFor(req.task_id);
+    if (::mkdir(cgroup.c_str(), 0755) != 0) {
+      if (errno != EEXIST) return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
+      const size_t n = local::TaskCgroups::Procs(cgroup).size();
+      TANDEM_RETURN_IF_ERROR(cgroups_->KillAndRemove(cgroup, options_.kill_timeout),
+                             "start task " + req.task_id + ": empty its earlier cgroup");
+      if (n > 0) log::Warn("local", "killed processes of an earlier run task={} processes={}", req.task_id, n);
+      if (::mkdir(cgroup.c_str(), 0755) != 0)
+        return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
+    }
+  }
+
   std::vector<std::string> argv;
-  argv.reserve(req.argv.size() + 4);
+  argv.reserve(req.argv.size() + 6);
   argv.push_back(options_.exec_shim.string());
   if (!exit_path.empty()) {
     argv.push_back("--exit-path");
     argv.push_back(exit_path.string());
+  }
+  if (!cgroup.empty()) {
+    argv.push_back("--cgroup");
+    argv.push_back(cgroup.string());
   }
   argv.push_back("--");
   argv.insert(argv.end(), req.argv.begin(), req.argv.end());
@@ -205,6 +235,7 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   auto cenv = CStrings(env);
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, cargv[0], &sp.fa, &sp.attr, cargv.data(), cenv.data());
+  if (rc != 0 && !cgroup.empty()) (void)local::TaskCgroups::Remove(cgroup);
   if (rc != 0)
     return ErrnoStatus("start task " + req.task_id + " (stdout " + std::string(out) + ", cwd " +
                            req.cwd.string() + ")", rc);
@@ -215,6 +246,7 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
     ::kill(pid, SIGKILL);
     siginfo_t si{};
     ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED);
+    if (!cgroup.empty()) (void)cgroups_->KillAndRemove(cgroup, options_.kill_timeout);
     return st;
   }
   auto stat = local::ReadProcStat(pid);  // a zombie keeps its stat until reaped
@@ -229,17 +261,20 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
               {"boot_id", boot_id_},
               {"marker", marker},
               {"exit_path", exit_path.string()}};
-  Supervise(pid, pidfd, req.task_id, exit_path, marker);
+  if (!cgroup.empty()) ref.data["cgroup"] = cgroup.string();
+  Supervise(pid, pidfd, req.task_id, exit_path, marker, cgroup);
   log::Debug("local", "task started task={} pid={}", req.task_id, pid);
   return ref;
 }
 
 void LocalExecutor::Supervise(pid_t pid, int pidfd, const std::string& task_id,
-                              const std::filesystem::path& exit_path, const std::string& marker) {
+                              const std::filesystem::path& exit_path, const std::string& marker,
+                              const std::filesystem::path& cgroup) {
   Tracked t;
   t.task_id = task_id;
   t.exit_path = exit_path;
   t.marker = marker;
+  t.cgroup = cgroup;
   t.serial = next_serial_++;
   t.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
   t.pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
@@ -275,7 +310,7 @@ void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   t.pidfd.reset();  // close before the callback may start more tasks
   log::Debug("local", "task ended task={} pid={} code={} signal={}", t.task_id, pid, exit.exit_code,
              exit.signal);
-  on_exit_(t.task_id, exit);
+  DrainThenReport(t.cgroup, t.task_id, std::move(exit));
 }
 
 void LocalExecutor::WaitForChildren() {
@@ -308,8 +343,9 @@ Status LocalExecutor::Signal(const TaskRef& ref, int sig) {
   const bool via_shim = shim && (sig == SIGTERM || sig == SIGINT || sig == SIGHUP);
   if (via_shim) ::kill(-r.pgid, sig);  // the shim forwards to the command's group
 
-  // The command's own group: the group of the shim's direct child.
-  auto procs = local::FindProcessesWithEnv(r.mark_entry());
+  // The command's own group: the group of the shim's direct child. The
+  // task's processes: its cgroup's members, else those with its marker.
+  auto procs = TaskProcesses(CgroupOf(ref.data), r.mark_entry());
   pid_t command_group = 0;
   if (shim)
     for (const auto& p : procs)
@@ -327,16 +363,36 @@ Status LocalExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(LocalRef r, ParseRef(ref), "kill");
   const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
   const std::string entry = r.mark_entry();
+  const std::filesystem::path cgroup = CgroupOf(ref.data);
   auto step = std::chrono::microseconds(500);
   std::optional<std::chrono::steady_clock::time_point> shim_alone_since;
   for (;;) {
     auto shim = ShimIfAlive(r, boot_id_);
-    std::vector<ProcStat> rest;
-    for (auto& p : local::FindProcessesWithEnv(entry))
-      if (!(shim && p.pid == r.pid)) rest.push_back(p);
+    bool left = false;
+    if (!cgroup.empty()) {
+      // Everything the command started is in its cgroup; the shim is not.
+      left = local::TaskCgroups::Populated(cgroup);
+      if (left) {
+        if (Status st = cgroups_->KillAll(cgroup); !st.ok())
+          log::Warn("local", "kill task={} cgroup={}: {}", ref.task_id, cgroup.string(), st.ToString());
+      }
+    } else {
+      std::vector<ProcStat> rest;
+      for (auto& p : local::FindProcessesWithEnv(entry))
+        if (!(shim && p.pid == r.pid)) rest.push_back(p);
+      left = !rest.empty();
+      std::set<pid_t> groups;
+      for (const auto& p : rest)
+        if (p.pgid > 1 && p.pgid != r.pgid) groups.insert(p.pgid);
+      for (pid_t g : groups) ::kill(-g, SIGKILL);
+      for (const auto& p : rest) ::kill(p.pid, SIGKILL);
+    }
 
-    if (rest.empty()) {
-      if (!shim) return Status::Ok();
+    if (!left) {
+      if (!shim) {
+        if (!cgroup.empty()) (void)local::TaskCgroups::Remove(cgroup);
+        return Status::Ok();
+      }
       // Only the shim is left: it writes the exit record and exits by itself
       // once its command is gone; after a short grace it is killed too.
       auto now = std::chrono::steady_clock::now();
@@ -344,13 +400,9 @@ Status LocalExecutor::Kill(const TaskRef& ref) {
       if (now - *shim_alone_since > std::chrono::milliseconds(200)) ::kill(r.pid, SIGKILL);
     } else {
       shim_alone_since.reset();
-      std::set<pid_t> groups;
-      for (const auto& p : rest)
-        if (p.pgid > 1 && p.pgid != r.pgid) groups.insert(p.pgid);
-      for (pid_t g : groups) ::kill(-g, SIGKILL);
-      for (const auto& p : rest) ::kill(p.pid, SIGKILL);
     }
     if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<ProcStat> rest = TaskProcesses(cgroup, entry);
       std::string names;
       if (shim) rest.push_back(*shim);
       for (const auto& p : rest)
@@ -377,7 +429,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   if (pidfd >= 0) {
     auto st = local::ReadProcStat(r.pid);
     if (st && st->start_time == r.start_time) {
-      Supervise(r.pid, pidfd, ref.task_id, r.exit_path, r.marker);
+      Supervise(r.pid, pidfd, ref.task_id, r.exit_path, r.marker, CgroupOf(ref.data));
       log::Info("local", "task reattached task={} pid={}", ref.task_id, r.pid);
       return Status::Ok();
     }
@@ -385,7 +437,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   }
   // Gone (or a different process now holds the pid): report what is known.
   boost::asio::post(io_, [weak = std::weak_ptr<int>(alive_), this, task_id = ref.task_id,
-                          exit_path = r.exit_path, marker = r.marker] {
+                          exit_path = r.exit_path, marker = r.marker, cgroup = CgroupOf(ref.data)] {
     if (!weak.lock()) return;
     TaskExit exit;
     if (auto rec = local::ReadExitRecord(exit_path, marker)) {
@@ -395,7 +447,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
       exit.ended_at = std::chrono::system_clock::now();
       exit.detail = "ended while the daemon was down; no exit record";
     }
-    on_exit_(task_id, exit);
+    DrainThenReport(cgroup, task_id, std::move(exit));  // what it left behind (a kill -9'd shim's command) goes
   });
   log::Info("local", "task gone on reattach task={} pid={}", ref.task_id, r.pid);
   return Status::Ok();

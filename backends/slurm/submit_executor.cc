@@ -127,14 +127,17 @@ StatusOr<TaskRef> SlurmSubmitExecutor::Start(const LaunchRequest& req) {
     Batch* known = batches_[it->second].get();
     if (!known->cancelled && !(known->state.ended() && !known->state.state.empty())) b = known;
   }
-  if (!b && !submitting_.count(req.job_id)) TANDEM_RETURN_IF_ERROR(SubmitAsync(req.job_id), "slurm submit " + req.job_id);
   const fs::path exit_path = req.exit_path.empty() ? req.exit_path : fs::absolute(req.exit_path);
   LaunchRequest r = req;
   r.exit_path = exit_path;
   std::error_code ec;
   fs::remove(Sibling(exit_path, ".step.json"), ec);
   fs::remove(Sibling(exit_path, ".step-intent.json"), ec);
-  WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r));
+  // The launch record first: without it a restarted daemon cannot start a
+  // task that was still queued. Nothing is submitted when it cannot be written.
+  TANDEM_RETURN_IF_ERROR(WriteJson(Sibling(exit_path, ".launch.json"), RequestToJson(r)),
+                         "start task " + req.task_id + ": launch record");
+  if (!b && !submitting_.count(req.job_id)) TANDEM_RETURN_IF_ERROR(SubmitAsync(req.job_id), "slurm submit " + req.job_id);
   if (!b) submitting_[req.job_id].queued.push_back(r);
   else if (b->state.running() && b->queued.empty() && (b->devices == 0 || !b->alloc.gpus.empty())) Launch(*b, r);
   else b->queued.push_back(r);
@@ -173,13 +176,16 @@ void SlurmSubmitExecutor::OnSubmitted(const std::string& tandem_job, StatusOr<st
     return;
   }
   log::Info("slurm", "batch submitted job={} tandem_job={} api={}", *id, tandem_job, options_.control->name());
-  // Fault point for the lost-submit test only (submit_test.sh lost-submit):
-  // the daemon dies before it records the batch job anywhere.
-  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT"); crash && std::string(crash) == "1") {
-    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT: killing tandemd before recording batch job={}", *id);
-    ::kill(::getpid(), SIGKILL);
-  }
-  if (!sub.run_dir.empty()) WriteJson(sub.run_dir / "slurm-batch.json", {{"job_id", *id}, {"tandem_job", tandem_job}});
+  // Fault point (fault_injection.h; submit_test.sh lost-submit): the daemon
+  // dies before it records the batch job anywhere.
+  if (options_.faults) options_.faults->CrashIfArmed("slurm.after_submit", "before recording batch job=" + *id);
+  // Without this record a restarted daemon still finds the batch job by its
+  // name (squeue on a worker, submit_reattach.cc): slower, not lost.
+  if (!sub.run_dir.empty())
+    if (Status st = WriteJson(sub.run_dir / "slurm-batch.json", {{"job_id", *id}, {"tandem_job", tandem_job}});
+        !st.ok())
+      log::Error("slurm", "batch job={} tandem_job={}: not recorded in the run dir (a restart finds it by name): {}",
+                 *id, tandem_job, st.ToString());
   auto b = Adopt(*id, tandem_job);
   if (!b.ok()) {
     for (const auto& r : sub.queued) PostExit(r.task_id, Ended("slurm submit " + tandem_job + ": " + b.status().ToString()));
@@ -219,20 +225,26 @@ void SlurmSubmitExecutor::Launch(Batch& b, const LaunchRequest& req) {
                              std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<int> devices;  // the batch job's GPU ids the step runs on
   if (auto ids = slurm::ParseIndexList(EnvValue(r.env, "CUDA_VISIBLE_DEVICES")); ids.ok()) devices = *ids;
-  WriteJson(Sibling(req.exit_path, ".step-intent.json"),
-            {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}, {"devices", devices}});
-  auto ref = b.steps->StartNamed(r, step_name);
-  // Fault point for the crash-window test only (submit_test.sh crash-window).
-  if (const char* crash = std::getenv("TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START"); crash && std::string(crash) == "1") {
-    log::Warn("slurm", "TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START: killing tandemd after starting step={}", step_name);
-    ::kill(::getpid(), SIGKILL);
+  // Without the intent a daemon killed now could neither adopt the step nor
+  // know it must not start it again: no intent, no step.
+  if (Status st = WriteJson(Sibling(req.exit_path, ".step-intent.json"),
+                            {{"job_id", b.id}, {"step_name", step_name}, {"at_ms", now_ms}, {"devices", devices}});
+      !st.ok()) {
+    PostExit(req.task_id, Ended("slurm: cannot record the step's intent, step not started: " + st.ToString()));
+    return;
   }
+  auto ref = b.steps->StartNamed(r, step_name);
+  // Fault point (fault_injection.h; submit_test.sh crash-window).
+  if (options_.faults) options_.faults->CrashIfArmed("slurm.after_step_start", "after starting step=" + step_name);
   if (!ref.ok()) {
     PostExit(req.task_id, Ended("slurm: could not start the step in batch job " + b.id + ": " + ref.status().ToString()));
     return;
   }
   b.launched[req.task_id] = *ref;
-  WriteJson(Sibling(req.exit_path, ".step.json"), ref->ToJson());
+  // The intent record still names the step: a restart adopts it by name.
+  if (Status st = WriteJson(Sibling(req.exit_path, ".step.json"), ref->ToJson()); !st.ok())
+    log::Error("slurm", "task={} step={}: step record not written (a restart adopts it by name): {}", req.task_id,
+               step_name, st.ToString());
 }
 
 void SlurmSubmitExecutor::Poll(const std::string& batch_id) {

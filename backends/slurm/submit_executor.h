@@ -56,6 +56,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/executor.h"
+#include "backends/fault_injection.h"
 #include "backends/slurm/adopted_step.h"
 #include "backends/slurm/allocation.h"
 #include "backends/slurm/batch_control.h"
@@ -86,6 +87,9 @@ struct SlurmSubmitOptions {
   // task started again (step_intent.h). Tests lower it with
   // TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS.
   std::chrono::milliseconds step_create_wait{60000};
+  // Test-only fault points (fault_injection.h): "slurm.after_submit",
+  // "slurm.after_step_start". Null in production.
+  std::shared_ptr<const FaultPoints> faults;
 };
 
 class SlurmSubmitExecutor final : public Executor {

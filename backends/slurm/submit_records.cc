@@ -1,9 +1,8 @@
 // Submit mode's run-dir records: see submit_records.h.
 #include "backends/slurm/submit_records.h"
 
+#include <cerrno>
 #include <fstream>
-
-#include "common/log.h"
 
 namespace tandem::backends::submit {
 
@@ -49,16 +48,34 @@ fs::path Sibling(const fs::path& p, const std::string& suffix) {
   return p.empty() ? p : fs::path(p.string() + suffix);
 }
 
-void WriteJson(const fs::path& path, const json& j) {
-  if (path.empty()) return;
+Status WriteJson(const fs::path& path, const json& j) {
+  if (path.empty()) return Status::Ok();
   const fs::path tmp = Sibling(path, ".tmp");
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << '\n';
-  }
   std::error_code ec;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return ErrnoStatus("write " + tmp.string());
+    out << j.dump() << '\n';
+    out.flush();
+    if (!out) {
+      const int err = errno ? errno : EIO;
+      out.close();
+      fs::remove(tmp, ec);
+      return ErrnoStatus("write " + tmp.string(), err);
+    }
+    out.close();
+    if (out.fail()) {
+      fs::remove(tmp, ec);
+      return ErrnoStatus("close " + tmp.string(), errno ? errno : EIO);
+    }
+  }
   fs::rename(tmp, path, ec);
-  if (ec) log::Warn("slurm", "write {}: {}", path.string(), ec.message());
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    return ErrnoStatus("rename " + tmp.string() + " to " + path.string(), ec.value());
+  }
+  return Status::Ok();
 }
 
 std::optional<json> ReadJson(const fs::path& path) {

@@ -30,8 +30,11 @@ StatusOr<LaunchRequest> RequestFromJson(const nlohmann::json& j);
 
 // `p` + suffix ("" stays "").
 std::filesystem::path Sibling(const std::filesystem::path& p, const std::string& suffix);
-// Written whole or not at all (rename), so a reader never sees half a file.
-void WriteJson(const std::filesystem::path& path, const nlohmann::json& j);
+// Written whole or not at all (write <path>.tmp, flush, rename), so a reader
+// never sees half a file. Crash safety depends on these records: an error
+// (a full disk, a missing run dir) is returned, and the tmp file removed.
+// An empty path writes nothing (Ok).
+Status WriteJson(const std::filesystem::path& path, const nlohmann::json& j);
 // nullopt when missing or malformed.
 std::optional<nlohmann::json> ReadJson(const std::filesystem::path& path);
 

@@ -136,8 +136,9 @@ void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
   if (req.path == "/healthz") {
     if (!get) return method_not_allowed();
     const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    return ex->RespondJson(200, {{"status", "ok"}, {"version", kVersion}, {"uptime_s", up},
-                                 {"jobs", jobs_.table().jobs.size()}});
+    json health = {{"status", "ok"}, {"version", kVersion}, {"uptime_s", up}, {"jobs", jobs_.table().jobs.size()}};
+    if (!containment_.is_null()) health["process_containment"] = containment_;
+    return ex->RespondJson(200, health);
   }
   if (req.path == "/metrics") {
     if (!get) return method_not_allowed();

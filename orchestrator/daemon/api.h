@@ -37,6 +37,9 @@ class Api {
   // stderr from the node that ran it, given the task's ref and the stream.
   using RemoteTail = std::function<StatusOr<std::string>(const nlohmann::json& ref, const std::string& stream)>;
   void SetRemoteTail(RemoteTail tail) { remote_tail_ = std::move(tail); }
+  // How the local backend contains task processes (docs/processes.md), shown
+  // in /healthz as "process_containment".
+  void SetProcessContainment(nlohmann::json containment) { containment_ = std::move(containment); }
 
  private:
   void Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex);
@@ -50,6 +53,7 @@ class Api {
   HandoffService& handoff_;
   DaemonMetrics& metrics_;
   RemoteTail remote_tail_;
+  nlohmann::json containment_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

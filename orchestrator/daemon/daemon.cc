@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -25,6 +26,24 @@
 namespace tandem::daemon {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// "tandemd-<16 hex digits of the FNV-1a hash of the state dir's path>".
+std::string CgroupSubtreeName(const fs::path& state) {
+  std::error_code ec;
+  const std::string key = fs::weakly_canonical(state, ec).string();
+  uint64_t h = 1469598103934665603ull;
+  for (char c : ec ? state.string() : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "tandemd-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace
 
 Daemon::Daemon(boost::asio::io_context& io, DaemonSettings settings)
     : io_(io), settings_(std::move(settings)) {}
@@ -60,6 +79,16 @@ Status Daemon::Start(const fs::path& run_root) {
     if (token.size() < 16) return InvalidArgument("--token-file: token must be at least 16 characters");
   }
 
+  // Test-only fault points (backends/fault_injection.h): never set in production.
+  if (const char* f = std::getenv("TANDEM_TEST_FAULTS"); f && *f) {
+    auto faults = backends::FaultPoints::Parse(f);
+    if (!faults.ok()) return faults.status().WithContext("TANDEM_TEST_FAULTS");
+    faults_ = std::move(faults).value();
+    std::string names;
+    for (const auto& p : faults_->armed()) names += (names.empty() ? "" : ",") + p;
+    log::Warn("fault", "test fault points armed: {}", names);
+  }
+
   store::Recovered recovered;
   auto log = store::DurableLog::Open(io_, state / "store", &recovered);
   if (!log.ok()) return log.status().WithContext("open journal");
@@ -71,6 +100,9 @@ Status Daemon::Start(const fs::path& run_root) {
   backends::LocalExecutorOptions lopts;
   lopts.exec_shim = settings_.exec_shim;
   lopts.reap_orphans = true;  // the daemon waits for no children of its own
+  // One cgroup subtree per state dir (docs/processes.md): a restarted daemon
+  // finds its tasks' cgroups again; two daemons never share one.
+  lopts.cgroup_name = CgroupSubtreeName(state);
   auto local = backends::LocalExecutor::Create(
       io_, [this](const std::string& task_id, const backends::TaskExit& exit) {
         if (jobs_) jobs_->OnTaskExit(task_id, exit);
@@ -115,6 +147,7 @@ Status Daemon::Start(const fs::path& run_root) {
     auto control = backends::slurm::MakeBatchJobControl(settings_.slurm_api);
     if (!control.ok()) return control.status().WithContext("--slurm-api " + settings_.slurm_api);
     sopts.control = std::move(control).value();
+    sopts.faults = faults_;
     sopts.job_info = [this](const std::string& job_id) -> StatusOr<backends::SlurmJobInfo> {
       const Job* job = jobs_ ? jobs_->Find(job_id) : nullptr;
       if (!job) return NotFound("no job " + job_id);
@@ -198,6 +231,12 @@ Status Daemon::Start(const fs::path& run_root) {
     return FailedPrecondition("--redis: this tandemd was built without hiredis");
 #endif
   }
+  if (faults_) {
+    for (auto& [kind, ex] : executors) {
+      fault_wrappers_.push_back(std::make_unique<backends::FaultInjectingExecutor>(*ex, faults_));
+      ex = fault_wrappers_.back().get();
+    }
+  }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state, settings_.compact_every);
   handoff_->SetControlKeys(control_keys_);
@@ -212,10 +251,15 @@ Status Daemon::Start(const fs::path& run_root) {
     if (ep.port() != 0 && !ep.address().is_unspecified()) remote_control_ = "tcp:" + control::HostPort(ep);
   }
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
+  // Every task the journal knows is re-attached (or relaunched) now: what is
+  // left in the local cgroups belongs to no task (a crash between a start and
+  // its journal record) and goes.
+  local_->KillUnclaimed();
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock", settings_.control_listen), "handoff");
   TANDEM_RETURN_IF_ERROR(PublishControlAddress(state), "control address");
 
   api_ = std::make_unique<Api>(io_, *jobs_, *handoff_, metrics_);
+  api_->SetProcessContainment(local_->containment().ToJson());
 #ifdef TANDEM_HAVE_REDIS
   if (redis_) {
     auto* redis = static_cast<backends::redis::RedisExecutor*>(redis_.get());
@@ -232,7 +276,9 @@ Status Daemon::Start(const fs::path& run_root) {
     TANDEM_RETURN_IF_ERROR(server_->ListenTcp(settings_.listen, token, settings_.allow_remote));
   std::string gpus;
   for (int g : settings_.gpu_ids) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-  log::Info("daemon", "ready state_dir={} gpus=[{}] pid={}", state.string(), gpus, ::getpid());
+  const auto& contain = local_->containment();
+  log::Info("daemon", "ready state_dir={} gpus=[{}] pid={} containment={} {}", state.string(), gpus, ::getpid(),
+            contain.mode, contain.mode == "cgroup" ? contain.cgroup : contain.reason);
   return Status::Ok();
 }
 

@@ -20,9 +20,11 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
+#include "backends/fault_injection.h"
 #include "backends/local/local_executor.h"
 #include "orchestrator/daemon/daemon_metrics.h"
 #include "backends/port_lease.h"
@@ -67,6 +69,10 @@ class Daemon {
   std::unique_ptr<backends::LocalExecutor> local_;
   std::unique_ptr<backends::Executor> slurm_;  // allocation mode (backends/slurm), when enabled
   std::unique_ptr<backends::Executor> redis_;  // with --redis (backends/redis)
+  // Test-only: with TANDEM_TEST_FAULTS, each executor above seen through a
+  // FaultInjectingExecutor (backends/fault_injection.h).
+  std::shared_ptr<const backends::FaultPoints> faults_;
+  std::vector<std::unique_ptr<backends::Executor>> fault_wrappers_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<HandoffService> handoff_;
   std::unique_ptr<Api> api_;

@@ -9,9 +9,19 @@
 //   escape SECONDS            double-forks a grandchild that calls setsid()
 //                             (its own session and group, reparented away),
 //                             prints "grandchild PID", and then both sleep.
+//   escape-clean SECONDS      the same, but the grandchild re-executes this
+//                             helper as `sleep SECONDS` with an empty
+//                             environment (no marker left to find), and the
+//                             parent exits at once.
+//   background SECONDS CODE   forks a child that sleeps SECONDS, prints
+//                             "child PID", and exits CODE at once.
+//   stubborn-child SECONDS    forks a child that ignores SIGTERM and sleeps,
+//                             prints "child PID", and sleeps (SIGTERM ends it).
+//   sleep SECONDS             sleeps.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +80,60 @@ int Escape(int seconds) {
   return 0;
 }
 
+void PrintPid(const char* what, pid_t pid) {
+  printf("%s %d\n", what, pid);
+  fflush(stdout);
+}
+
+int EscapeClean(const char* self, const char* seconds) {
+  pid_t child = fork();
+  if (child == 0) {
+    setsid();
+    if (fork() == 0) {
+      PrintPid("grandchild", getpid());
+      char* argv[] = {const_cast<char*>(self), const_cast<char*>("sleep"), const_cast<char*>(seconds), nullptr};
+      char* envp[] = {nullptr};
+      execve(self, argv, envp);
+      _exit(127);
+    }
+    _exit(0);
+  }
+  waitpid(child, nullptr, 0);
+  return 0;
+}
+
+int Background(int seconds, int code) {
+  pid_t child = fork();
+  if (child == 0) {
+    sleep(static_cast<unsigned>(seconds));
+    _exit(0);
+  }
+  PrintPid("child", child);
+  return code;
+}
+
+int StubbornChild(int seconds) {
+  pid_t child = fork();
+  if (child == 0) {
+    signal(SIGTERM, SIG_IGN);
+    sleep(static_cast<unsigned>(seconds));
+    _exit(0);
+  }
+  PrintPid("child", child);
+  sleep(static_cast<unsigned>(seconds));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && strcmp(argv[1], "escape-clean") == 0) return EscapeClean(argv[0], argv[2]);
+  if (argc >= 4 && strcmp(argv[1], "background") == 0) return Background(atoi(argv[2]), atoi(argv[3]));
+  if (argc >= 3 && strcmp(argv[1], "stubborn-child") == 0) return StubbornChild(atoi(argv[2]));
+  if (argc >= 3 && strcmp(argv[1], "sleep") == 0) {
+    sleep(static_cast<unsigned>(atoi(argv[2])));
+    return 0;
+  }
   if (argc >= 3 && strcmp(argv[1], "hold-ports") == 0) return HoldPorts(argv[2]);
   if (argc >= 3 && strcmp(argv[1], "escape") == 0) return Escape(atoi(argv[2]));
   fprintf(stderr, "usage: tandem_task_helper hold-ports RELEASE_FILE | escape SECONDS\n");

@@ -161,7 +161,7 @@ SH
 crash_after_step_start() {
   kill -9 "$DPID"
   wait "$DPID" 2>/dev/null || true
-  TANDEM_TEST_SLURM_CRASH_AFTER_STEP_START=1 start_submit_daemon
+  TANDEM_TEST_FAULTS=slurm.after_step_start start_submit_daemon
   id=$(T submit "$SCRATCH/job.json" | tail -1)
   wait_for 30 "tandemd to kill itself after the first step start" bash -c "! kill -0 $DPID 2>/dev/null"
   wait "$DPID" 2>/dev/null || true
@@ -301,7 +301,7 @@ case $CASE in
   lost-submit)
     kill -9 "$DPID"
     wait "$DPID" 2>/dev/null || true
-    TANDEM_TEST_SLURM_CRASH_AFTER_SUBMIT=1 start_submit_daemon
+    TANDEM_TEST_FAULTS=slurm.after_submit start_submit_daemon
     spec 2
     id=$(T submit "$SCRATCH/job.json" | tail -1)
     wait_for 30 "tandemd to kill itself after the submit" bash -c "! kill -0 $DPID 2>/dev/null"
