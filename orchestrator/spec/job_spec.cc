@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/bounded_json.h"
 #include "orchestrator/spec/colocation.h"
 #include "orchestrator/spec/handoff_parser.h"
 #include "orchestrator/spec/role_parser.h"
@@ -214,6 +215,12 @@ ParseResult ParseJobSpec(const nlohmann::ordered_json& doc) { return ParseDocume
 ParseResult ParseJobSpec(const nlohmann::json& doc) { return ParseDocument(Json(doc)); }
 
 ParseResult ParseJobSpecText(std::string_view text) {
+  if (!JsonDepthWithin(text)) {
+    ParseResult result;
+    result.errors.push_back({"", fmt::format("not a job spec: JSON nested deeper than {} levels (the limit)",
+                                             kMaxJsonDepth)});
+    return result;
+  }
   Json doc;
   try {
     doc = Json::parse(text.begin(), text.end());
