@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/bounded_json.h"
 #include "orchestrator/spec/job_spec.h"
 
 namespace tandem::cli {
@@ -101,8 +102,9 @@ StatusOr<nlohmann::ordered_json> LoadSpecForSubmit(const std::string& path) {
   if (!in) return NotFound("cannot read " + path);
   std::stringstream ss;
   ss << in.rdbuf();
-  auto spec = nlohmann::ordered_json::parse(ss.str(), nullptr, false);
-  if (spec.is_discarded()) return InvalidArgument(path + ": not valid JSON (run `tandem validate " + path + "`)");
+  auto parsed = ParseJsonBounded<nlohmann::ordered_json>(ss.str());
+  if (!parsed.ok()) return InvalidArgument(path + ": " + parsed.status().message() + " (run `tandem validate " + path + "`)");
+  nlohmann::ordered_json spec = std::move(parsed).value();
   if (spec.is_object() && spec.contains("run_dir") && spec["run_dir"].is_string()) {
     fs::path rd = spec["run_dir"].get<std::string>();
     if (!rd.empty() && rd.is_relative()) spec["run_dir"] = (fs::current_path() / rd).lexically_normal().string();

@@ -2,10 +2,12 @@
 #include "orchestrator/daemon/api.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/bounded_json.h"
 #include "common/log.h"
 
 namespace tandem::daemon {
@@ -51,7 +53,9 @@ json DetailsOf(const std::string& message) {
 }
 
 // Follows one task's output file, in chunks, until the task has ended and the
-// file is drained (or the client goes away).
+// file is drained (or the client goes away). Reads only as the client takes
+// the bytes (Exchange::backlogged / OnDrain): a follower that does not read
+// holds no more than the stream's bound, however big the file grows.
 class LogFollower : public std::enable_shared_from_this<LogFollower> {
  public:
   LogFollower(boost::asio::io_context& io, JobManager& jobs, std::string job_id, std::string task,
@@ -70,13 +74,18 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
     std::ifstream in(file_, std::ios::binary);
     if (in) {
       in.seekg(static_cast<std::streamoff>(offset_));
-      std::string buf(64 * 1024, '\0');
-      while (in) {
+      std::string buf(kChunkBytes, '\0');
+      while (in && !ex_->backlogged()) {
         in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
         const auto n = static_cast<size_t>(in.gcount());
         if (n == 0) break;
         offset_ += n;
         ex_->Write(buf.substr(0, n));
+        if (ex_->closed()) return;
+      }
+      if (ex_->backlogged()) {
+        // The client has not taken what it has: read on when it does.
+        return ex_->OnDrain([self = shared_from_this()] { self->Pump(); });
       }
     }
     const Job* job = jobs_.Find(job_id_);
@@ -93,6 +102,7 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
     });
   }
 
+  static constexpr size_t kChunkBytes = 64 * 1024;
   boost::asio::steady_timer timer_;
   JobManager& jobs_;
   std::string job_id_, task_;
@@ -103,12 +113,171 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
   uint64_t offset_ = 0;
 };
 
-std::string SseEvent(const json& body) {
-  return "id: " + std::to_string(body.value("seq", 0)) + "\nevent: " + body.value("type", "event") +
-         "\ndata: " + body.dump() + "\n\n";
+std::string SseEvent(uint64_t seq, const std::string& type, const json& body) {
+  return "id: " + std::to_string(seq) + "\nevent: " + type + "\ndata: " +
+         body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+// GET /v1/jobs/{id}/events: the job's history from events.jsonl, read as the
+// client takes it, then (following) its live events. The file is read to its
+// end and the live subscription starts in the same io turn: the daemon writes
+// each event's line before it publishes it, so nothing is missed or repeated.
+// Live events are queued; a client over the stream's bound is dropped.
+class EventStream : public std::enable_shared_from_this<EventStream> {
+ public:
+  EventStream(JobManager& jobs, std::string job_id, fs::path file, bool follow, std::shared_ptr<Exchange> ex)
+      : jobs_(jobs), job_id_(std::move(job_id)), file_(std::move(file)), follow_(follow), ex_(std::move(ex)) {}
+
+  void Start() {
+    ex_->BeginStream("text/event-stream");
+    std::weak_ptr<EventStream> weak = shared_from_this();
+    ex_->OnClose([weak] {
+      if (auto self = weak.lock()) self->StopLive();
+    });
+    Replay();
+  }
+
+ private:
+  static constexpr size_t kChunkBytes = 64 * 1024;
+  static constexpr size_t kMaxLineBytes = 1024 * 1024;  // longer lines are not events: skipped
+
+  void Replay() {
+    if (ex_->closed()) return;
+    std::ifstream in(file_, std::ios::binary);
+    if (in) {
+      in.seekg(static_cast<std::streamoff>(offset_));
+      std::string buf(kChunkBytes, '\0');
+      while (in && !ex_->backlogged()) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        const auto n = static_cast<size_t>(in.gcount());
+        if (n == 0) break;
+        offset_ += n;
+        TakeBytes(std::string_view(buf.data(), n));
+        if (ex_->closed()) return;
+      }
+      if (ex_->backlogged()) return ex_->OnDrain([self = shared_from_this()] { self->Replay(); });
+    }
+    // The end of the file: a last line without its newline counts too.
+    if (!partial_.empty() && !skipping_) EmitLine(partial_);
+    partial_.clear();
+    skipping_ = false;
+    if (skipped_ > 0) {
+      log::Debug("http", "events.jsonl lines that are not events skipped job={} skipped={}", job_id_, skipped_);
+      ex_->Write(": skipped " + std::to_string(skipped_) + " lines of events.jsonl that are not events\n\n");
+    }
+    const Job* job = jobs_.Find(job_id_);
+    if (!follow_ || !job || IsTerminal(job->state)) return ex_->End();
+    Subscribe();
+  }
+
+  void TakeBytes(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const size_t nl = bytes.find('\n');
+      const std::string_view piece = bytes.substr(0, nl);
+      if (!skipping_) {
+        if (partial_.size() + piece.size() > kMaxLineBytes) {
+          skipping_ = true;
+          partial_.clear();
+          ++skipped_;
+        } else {
+          partial_.append(piece);
+        }
+      }
+      if (nl == std::string_view::npos) return;
+      if (!skipping_) EmitLine(partial_);
+      partial_.clear();
+      skipping_ = false;
+      bytes.remove_prefix(nl + 1);
+    }
+  }
+
+  void EmitLine(const std::string& line) {
+    if (line.empty()) return;
+    std::string event = SseEventOfLine(line);
+    if (event.empty()) { ++skipped_; return; }
+    ex_->Write(std::move(event));
+  }
+
+  // The subscription holds the stream until StopLive (or the job manager's end).
+  void Subscribe() {
+    token_ = jobs_.Subscribe([self = shared_from_this()](const Event& ev) { self->OnLive(ev); });
+  }
+
+  void OnLive(const Event& ev) {
+    if (ex_->closed()) return StopLive();
+    try {
+      const json& b = ev.body;
+      auto job = b.find("job");
+      if (job == b.end()) return;
+      const bool mine = (job->is_string() && *job == job_id_) ||
+                        (job->is_object() && job->contains("id") && (*job)["id"].is_string() &&
+                         (*job)["id"] == job_id_);
+      if (!mine) return;
+      json out = b;
+      if (out["job"].is_object()) out["job"] = job_id_;
+      const auto type = b.find("type");
+      const std::string type_text = type != b.end() && type->is_string() ? type->get<std::string>() : "event";
+      ex_->Write(SseEvent(ev.seq, type_text, out));
+      const auto state = b.find("state");
+      if (type_text == "job_state" && state != b.end() && state->is_string() &&
+          IsTerminal(ParseJobState(state->get<std::string>()).value_or(JobState::kPending))) {
+        ex_->End();
+        StopLive();
+      }
+    } catch (const std::exception& e) {
+      log::Error("http", "event stream failed job={} error={}", job_id_, e.what());
+      ex_->End();
+      StopLive();
+    }
+  }
+
+  // Ends the live part; the stream is freed once nothing refers to it.
+  void StopLive() {
+    if (token_) jobs_.Unsubscribe(*token_);
+    token_.reset();
+  }
+
+  JobManager& jobs_;
+  std::string job_id_;
+  fs::path file_;
+  bool follow_;
+  std::shared_ptr<Exchange> ex_;
+  std::optional<uint64_t> token_;
+  uint64_t offset_ = 0;
+  std::string partial_;  // the line read so far
+  bool skipping_ = false;  // in a line over kMaxLineBytes
+  size_t skipped_ = 0;
+};
+
+// The method as a metric label: one of HTTP's, else "other" (a label value
+// per made-up method would grow /metrics without bound).
+std::string MethodLabel(const std::string& method) {
+  for (const char* m : {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
+    if (method == m) return method;
+  return "other";
 }
 
 }  // namespace
+
+// The daemon writes these lines, but the job's tasks can write the file too:
+// an object, "seq" an integer >= 0 and "type" a one-line string when present.
+std::string SseEventOfLine(std::string_view line) {
+  auto ev = ParseJsonBounded(line);
+  if (!ev.ok() || !ev->is_object()) return "";
+  uint64_t seq = 0;
+  std::string type = "event";
+  if (auto it = ev->find("seq"); it != ev->end()) {
+    if (!it->is_number_unsigned()) return "";
+    seq = it->get<uint64_t>();
+  }
+  if (auto it = ev->find("type"); it != ev->end()) {
+    if (!it->is_string()) return "";
+    type = it->get<std::string>();
+    // A type is one SSE field: no line breaks.
+    if (type.find_first_of("\r\n") != std::string::npos) return "";
+  }
+  return SseEvent(seq, type, *ev);
+}
 
 int HttpStatusFor(const Status& st) {
   switch (st.code()) {
@@ -128,7 +297,7 @@ Api::Api(boost::asio::io_context& io, JobManager& jobs, HandoffService& handoff,
     : io_(io), jobs_(jobs), handoff_(handoff), metrics_(metrics) {}
 
 void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
-  metrics_.http_requests->WithLabels({req.method.size() <= 10 ? req.method : "other"}).Inc();
+  metrics_.http_requests->WithLabels({MethodLabel(req.method)}).Inc();
   const auto parts = SplitPath(req.path);
   const bool get = req.method == "GET", post = req.method == "POST";
   auto method_not_allowed = [&] { ex->RespondError(405, "method_not_allowed", req.method + " " + req.path); };
@@ -195,10 +364,10 @@ void Api::Handle(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
 }
 
 void Api::Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
-  auto spec = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (spec.is_discarded())
-    return ex->RespondError(400, "invalid_json", "request body is not valid JSON");
-  jobs_.Submit(spec, [ex](StatusOr<json> result) {
+  auto spec = ParseJsonBounded<nlohmann::ordered_json>(req.body);
+  if (!spec.ok())
+    return ex->RespondError(400, "invalid_json", "request body: " + spec.status().message());
+  jobs_.Submit(*spec, [ex](StatusOr<json> result) {
     if (!result.ok()) {
       const Status& st = result.status();
       json details = st.code() == StatusCode::kInvalidArgument ? DetailsOf(st.message()) : json();
@@ -209,8 +378,9 @@ void Api::Submit(const HttpRequest& req, std::shared_ptr<Exchange> ex) {
 }
 
 void Api::Phase(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex) {
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object() || !body.contains("phase") || !body["phase"].is_string())
+  auto parsed = ParseJsonBounded(req.body);
+  json body = parsed.ok() ? std::move(parsed).value() : json();
+  if (!body.is_object() || !body.contains("phase") || !body["phase"].is_string())
     return ex->RespondError(400, "bad_request", "expected {\"phase\": \"rollout|train|sync|teacher[:ROLE]\", \"version\"?: N, \"group\"?: NAME}");
   const int64_t version = body.contains("version") && body["version"].is_number_integer() ? body["version"].get<int64_t>() : 0;
   const std::string group = body.contains("group") && body["group"].is_string() ? body["group"].get<std::string>() : "";
@@ -246,34 +416,7 @@ void Api::Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange>
 
 void Api::Events(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex) {
   const bool follow = !(req.query.count("follow") && req.query.at("follow") == "0");
-  ex->BeginStream("text/event-stream");
-  // History from the run dir, then live events (same io turn: nothing is missed).
-  uint64_t last_seq = 0;
-  std::ifstream in(fs::path(job.run_dir) / "events.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    json ev = json::parse(line, nullptr, false);
-    if (ev.is_discarded()) continue;
-    last_seq = std::max<uint64_t>(last_seq, ev.value("seq", 0));
-    ex->Write(SseEvent(ev));
-  }
-  if (!follow || IsTerminal(job.state)) return ex->End();
-  const std::string id = job.id;
-  auto token = std::make_shared<uint64_t>(0);
-  *token = jobs_.Subscribe([this, ex, id, token, last_seq](const Event& ev) {
-    const json& b = ev.body;
-    const bool mine = (b.contains("job") && b["job"].is_string() && b["job"] == id) ||
-                      (b.contains("job") && b["job"].is_object() && b["job"].value("id", "") == id);
-    if (!mine || ev.seq <= last_seq) return;
-    json out = b;
-    if (out["job"].is_object()) out["job"] = id;
-    ex->Write(SseEvent(out));
-    if (b.value("type", "") == "job_state" && IsTerminal(ParseJobState(b.value("state", "")).value_or(JobState::kPending))) {
-      ex->End();
-      jobs_.Unsubscribe(*token);
-    }
-  });
-  ex->OnClose([this, token] { jobs_.Unsubscribe(*token); });
+  std::make_shared<EventStream>(jobs_, job.id, fs::path(job.run_dir) / "events.jsonl", follow, ex)->Start();
 }
 
 void Api::Metrics(std::shared_ptr<Exchange> ex) {

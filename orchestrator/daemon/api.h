@@ -60,4 +60,10 @@ class Api {
 // Maps a Status to an HTTP status code (400 invalid, 404 not found, 409 conflict, ...).
 int HttpStatusFor(const Status& st);
 
+// One line of <run_dir>/events.jsonl as a server-sent event ("id: SEQ\nevent:
+// TYPE\ndata: JSON\n\n"), or "" when the line is not an event. The job's
+// tasks can write that file: every field is type-checked, nesting is bounded,
+// and no line makes this throw.
+std::string SseEventOfLine(std::string_view line);
+
 }  // namespace tandem::daemon

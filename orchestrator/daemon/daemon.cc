@@ -270,7 +270,8 @@ Status Daemon::Start(const fs::path& run_root) {
   }
 #endif
   server_ = std::make_unique<HttpServer>(
-      io_, [this](const HttpRequest& req, std::shared_ptr<Exchange> ex) { api_->Handle(req, std::move(ex)); });
+      io_, [this](const HttpRequest& req, std::shared_ptr<Exchange> ex) { api_->Handle(req, std::move(ex)); },
+      HttpLimitsFrom(settings_));
   TANDEM_RETURN_IF_ERROR(server_->ListenUnix(settings_.socket));
   if (!settings_.listen.empty())
     TANDEM_RETURN_IF_ERROR(server_->ListenTcp(settings_.listen, token, settings_.allow_remote));

@@ -8,6 +8,7 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -131,20 +132,27 @@ Status ParseHttpRequest(std::string_view bytes, const HttpLimits& limits, HttpRe
   return ToHttpRequest(p.get(), out);
 }
 
+enum class Listener { kUnix, kTcp };
+
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   asio::io_context& io;
   HttpHandler handler;
   HttpLimits limits;
   std::unique_ptr<unix_proto::acceptor> unix_acceptor;
   std::unique_ptr<tcp::acceptor> tcp_acceptor;
+  asio::steady_timer unix_retry, tcp_retry;  // after a failed accept (EMFILE): wait, then accept again
   std::string token;
-  size_t connections = 0;
+  size_t unix_connections = 0;
+  size_t tcp_connections = 0;         // authenticated
+  size_t tcp_unauthenticated = 0;
+  uint64_t tcp_refused = 0;           // closed at once: too many unauthenticated
   bool closed = false;
 
-  Impl(asio::io_context& i, HttpHandler h, HttpLimits l) : io(i), handler(std::move(h)), limits(l) {}
+  Impl(asio::io_context& i, HttpHandler h, HttpLimits l)
+      : io(i), handler(std::move(h)), limits(l), unix_retry(i), tcp_retry(i) {}
 
   template <typename Socket>
-  void StartSession(Socket socket, bool needs_token);
+  void StartSession(Socket socket, Listener listener);
   void AcceptUnix();
   void AcceptTcp();
 };
@@ -152,15 +160,22 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
 namespace {
 
 // One connection. Holds itself alive through the handlers it has in flight.
+// A TCP connection counts as unauthenticated until a request header carries
+// the token; the unix socket's are authenticated by the socket's file mode.
 template <typename Socket>
 class Session : public Exchange, public std::enable_shared_from_this<Session<Socket>> {
  public:
-  Session(std::shared_ptr<HttpServer::Impl> server, Socket socket, bool needs_token)
-      : server_(std::move(server)), socket_(std::move(socket)), timer_(server_->io),
-        needs_token_(needs_token) {
-    ++server_->connections;
+  Session(std::shared_ptr<HttpServer::Impl> server, Socket socket, Listener listener)
+      : server_(std::move(server)), socket_(std::move(socket)), timer_(server_->io), listener_(listener),
+        authenticated_(listener == Listener::kUnix) {
+    if (listener_ == Listener::kUnix) ++server_->unix_connections;
+    else ++server_->tcp_unauthenticated;
   }
-  ~Session() override { --server_->connections; }
+  ~Session() override {
+    if (listener_ == Listener::kUnix) --server_->unix_connections;
+    else if (authenticated_) --server_->tcp_connections;
+    else --server_->tcp_unauthenticated;
+  }
 
   void Start() { ReadRequest(); }
 
@@ -170,7 +185,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "tandemd");
     res->set(http::field::content_type, content_type);
-    res->keep_alive(keep_alive_ && status < 500 && status != 400 && status != 413);
+    res->keep_alive(keep_alive_ && status < 500 && status != 400 && status != 401 && status != 413 && status != 431);
     res->body() = std::move(body);
     res->prepare_payload();
     auto self = this->shared_from_this();
@@ -184,16 +199,14 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     if (responded_ || closed_) return;
     responded_ = true;
     streaming_ = true;
-    timer_.cancel();
+    CancelTimer();
     Enqueue("HTTP/1.1 200 " + std::string(ReasonPhrase(200)) + "\r\nServer: tandemd\r\nContent-Type: " +
             content_type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
     // Notice a client that goes away even while we have nothing to write.
     auto self = this->shared_from_this();
     socket_.async_wait(Socket::wait_read, [self](boost::system::error_code) {
-      char c;
       boost::system::error_code ec;
       if (self->socket_.is_open() && self->socket_.available(ec) == 0) self->Shutdown();
-      (void)c;
     });
   }
 
@@ -212,10 +225,22 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
 
   bool closed() const override { return closed_; }
   void OnClose(std::function<void()> cb) override { on_close_ = std::move(cb); }
+  bool backlogged() const override { return queued_bytes_ >= server_->limits.max_stream_queue_bytes / 2; }
+  void OnDrain(std::function<void()> cb) override {
+    if (closed_) return;
+    if (queue_.empty()) return asio::post(server_->io, std::move(cb));
+    on_drain_ = std::move(cb);
+  }
 
  private:
   void Enqueue(std::string bytes) {
+    queued_bytes_ += bytes.size();
     queue_.push_back(std::move(bytes));
+    if (queued_bytes_ > server_->limits.max_stream_queue_bytes) {
+      log::Warn("http", "dropped a client that does not read its stream target={} queued_bytes={} limit={}",
+                target_, queued_bytes_, server_->limits.max_stream_queue_bytes);
+      return Shutdown();
+    }
     if (queue_.size() == 1) WriteNext();
   }
 
@@ -223,67 +248,140 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     auto self = this->shared_from_this();
     asio::async_write(socket_, asio::buffer(queue_.front()), [self](boost::system::error_code ec, size_t) {
       if (ec) return self->Shutdown();
+      self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
       if (!self->queue_.empty()) return self->WriteNext();
-      if (self->ended_) self->Shutdown();
+      if (self->ended_) return self->Shutdown();
+      if (self->on_drain_) {
+        auto cb = std::move(self->on_drain_);
+        self->on_drain_ = nullptr;
+        cb();
+      }
     });
   }
 
-  void ArmTimer() {
-    timer_.expires_after(std::chrono::seconds(server_->limits.read_timeout_s));
+  // A timer generation, so that a deadline that already fired for an earlier
+  // read cannot close the connection during a later one.
+  void ArmTimer(int seconds) {
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(std::chrono::seconds(seconds));
     std::weak_ptr<Session> weak = this->shared_from_this();
-    timer_.async_wait([weak](boost::system::error_code ec) {
+    timer_.async_wait([weak, gen](boost::system::error_code ec) {
       if (ec) return;
-      if (auto self = weak.lock()) self->Shutdown();
+      auto self = weak.lock();
+      if (!self || self->timer_gen_ != gen) return;
+      if (!self->authenticated_)
+        log::Debug("http", "closed an unauthenticated connection: no request header in time timeout_s={}",
+                   self->server_->limits.auth_timeout_s);
+      self->Shutdown();
     });
   }
+  void CancelTimer() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
 
+  // Handles a failed read; false when `ec` is no error.
+  bool ReadFailed(boost::system::error_code ec) {
+    CancelTimer();
+    if (!ec) return false;
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || closed_) {
+      Shutdown();
+      return true;
+    }
+    keep_alive_ = false;
+    if (ec == http::error::body_limit) RespondError(413, "payload_too_large", "request body over the limit");
+    else if (ec == http::error::header_limit) RespondError(431, "headers_too_large", "request headers over the limit");
+    else RespondError(400, "bad_request", ec.message());
+    return true;
+  }
+
+  // The header is read first, under the short deadline while unauthenticated,
+  // so that no body is read before the token is checked.
   void ReadRequest() {
     if (closed_) return;
     responded_ = false;
     parser_.emplace();
     ConfigureParser(*parser_, server_->limits);
-    ArmTimer();
+    ArmTimer(authenticated_ ? server_->limits.read_timeout_s : server_->limits.auth_timeout_s);
+    auto self = this->shared_from_this();
+    http::async_read_header(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
+      if (self->ReadFailed(ec)) return;
+      self->OnHeader();
+    });
+  }
+
+  void OnHeader() {
+    const auto& msg = parser_->get();
+    keep_alive_ = msg.keep_alive();
+    if (listener_ == Listener::kTcp) {
+      const auto auth = msg[http::field::authorization];
+      const std::string expected = "Bearer " + server_->token;
+      if (!ConstantTimeEquals(std::string_view(auth.data(), auth.size()), expected)) {
+        keep_alive_ = false;
+        return RespondError(401, "unauthorized", "missing or wrong bearer token");
+      }
+      if (!authenticated_) {
+        if (server_->tcp_connections >= server_->limits.max_tcp_connections) {
+          keep_alive_ = false;
+          log::Warn("http", "refused a tcp client: too many connections tcp_connections={} limit={}",
+                    server_->tcp_connections, server_->limits.max_tcp_connections);
+          return RespondError(503, "overloaded", "too many connections");
+        }
+        --server_->tcp_unauthenticated;
+        ++server_->tcp_connections;
+        authenticated_ = true;
+      }
+    }
+    if (parser_->is_done()) return Dispatch();
+    ArmTimer(server_->limits.read_timeout_s);
     auto self = this->shared_from_this();
     http::async_read(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
-      self->timer_.cancel();
-      if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
-          ec == asio::error::connection_reset)
-        return self->Shutdown();
-      self->keep_alive_ = false;
-      if (ec == http::error::body_limit)
-        return self->RespondError(413, "payload_too_large", "request body over the limit");
-      if (ec == http::error::header_limit)
-        return self->RespondError(431, "headers_too_large", "request headers over the limit");
-      if (ec) return self->RespondError(400, "bad_request", ec.message());
+      if (self->ReadFailed(ec)) return;
       self->Dispatch();
     });
   }
 
   void Dispatch() {
     auto& msg = parser_->get();
-    keep_alive_ = msg.keep_alive();
     HttpRequest req;
     if (Status st = ToHttpRequest(msg, &req); !st.ok()) {
       keep_alive_ = false;
       return RespondError(400, "bad_request", st.message());
     }
-    if (needs_token_) {
-      auto it = req.headers.find("authorization");
-      const std::string expected = "Bearer " + server_->token;
-      if (it == req.headers.end() || !ConstantTimeEquals(it->second, expected))
-        return RespondError(401, "unauthorized", "missing or wrong bearer token");
+    target_ = req.path;
+    // The last line of defence: a handler that throws (it should not) is
+    // answered 500 and logged; the daemon goes on.
+    try {
+      server_->handler(req, this->shared_from_this());
+    } catch (const std::exception& e) {
+      HandlerThrew(req, e.what());
+    } catch (...) {
+      HandlerThrew(req, "unknown exception");
     }
-    server_->handler(req, this->shared_from_this());
+  }
+
+  void HandlerThrew(const HttpRequest& req, const std::string& what) {
+    log::Error("http", "handler failed method={} path={} error={}", req.method, req.path, what);
+    if (!responded_) {
+      keep_alive_ = false;
+      RespondError(500, "internal", "internal error: " + what);
+    } else {
+      Shutdown();
+    }
   }
 
   void Shutdown() {
     if (closed_) return;
     closed_ = true;
-    timer_.cancel();
+    CancelTimer();
     boost::system::error_code ec;
     socket_.shutdown(Socket::shutdown_both, ec);
     socket_.close(ec);
+    // Free what will never be sent; the front is the buffer of the write in flight.
+    if (queue_.size() > 1) queue_.erase(queue_.begin() + 1, queue_.end());
+    on_drain_ = nullptr;
     if (on_close_) {
       auto cb = std::move(on_close_);
       cb();
@@ -293,33 +391,59 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   std::shared_ptr<HttpServer::Impl> server_;
   Socket socket_;
   asio::steady_timer timer_;
-  bool needs_token_;
+  uint64_t timer_gen_ = 0;
+  Listener listener_;
+  bool authenticated_;
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> queue_;
-  std::function<void()> on_close_;
+  size_t queued_bytes_ = 0;
+  std::string target_;
+  std::function<void()> on_close_, on_drain_;
   bool keep_alive_ = false, responded_ = false, streaming_ = false, ended_ = false, closed_ = false;
 };
 
 }  // namespace
 
 template <typename Socket>
-void HttpServer::Impl::StartSession(Socket socket, bool needs_token) {
-  auto s = std::make_shared<Session<Socket>>(shared_from_this(), std::move(socket), needs_token);
-  if (connections > limits.max_connections) {
+void HttpServer::Impl::StartSession(Socket socket, Listener listener) {
+  if (listener == Listener::kTcp && tcp_unauthenticated >= limits.max_tcp_unauthenticated) {
+    // Closed without a word: answering would cost more than the flood.
+    ++tcp_refused;
+    if ((tcp_refused & (tcp_refused - 1)) == 0)  // the 1st, 2nd, 4th, 8th, ...: a flood is logged, not echoed
+      log::Warn("http", "closed a tcp connection: too many unauthenticated unauthenticated={} limit={} refused={}",
+                tcp_unauthenticated, limits.max_tcp_unauthenticated, tcp_refused);
+    boost::system::error_code ec;
+    socket.close(ec);
+    return;
+  }
+  auto s = std::make_shared<Session<Socket>>(shared_from_this(), std::move(socket), listener);
+  if (listener == Listener::kUnix && unix_connections > limits.max_unix_connections) {
     s->RespondError(503, "overloaded", "too many connections");
     return;
   }
   s->Start();
 }
 
+namespace {
+// Out of file descriptors (EMFILE, ENFILE) or another accept error: accepting
+// again at once would spin; wait a little.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+}  // namespace
+
 void HttpServer::Impl::AcceptUnix() {
   auto self = shared_from_this();
   unix_acceptor->async_accept([self](boost::system::error_code ec, unix_proto::socket sock) {
     if (self->closed || !self->unix_acceptor || !self->unix_acceptor->is_open()) return;
-    if (!ec) self->StartSession(std::move(sock), false);
-    else log::Warn("http", "accept failed: {}", ec.message());
-    self->AcceptUnix();
+    if (!ec) {
+      self->StartSession(std::move(sock), Listener::kUnix);
+      return self->AcceptUnix();
+    }
+    log::Warn("http", "accept failed listener=unix error={}", ec.message());
+    self->unix_retry.expires_after(kAcceptRetry);
+    self->unix_retry.async_wait([self](boost::system::error_code wec) {
+      if (!wec) self->AcceptUnix();
+    });
   });
 }
 
@@ -330,11 +454,14 @@ void HttpServer::Impl::AcceptTcp() {
     if (!ec) {
       boost::system::error_code ignore;
       sock.set_option(tcp::no_delay(true), ignore);
-      self->StartSession(std::move(sock), true);
-    } else {
-      log::Warn("http", "accept failed: {}", ec.message());
+      self->StartSession(std::move(sock), Listener::kTcp);
+      return self->AcceptTcp();
     }
-    self->AcceptTcp();
+    log::Warn("http", "accept failed listener=tcp error={}", ec.message());
+    self->tcp_retry.expires_after(kAcceptRetry);
+    self->tcp_retry.async_wait([self](boost::system::error_code wec) {
+      if (!wec) self->AcceptTcp();
+    });
   });
 }
 
@@ -403,6 +530,8 @@ void HttpServer::Close() {
   boost::system::error_code ec;
   if (impl_->unix_acceptor) impl_->unix_acceptor->close(ec);
   if (impl_->tcp_acceptor) impl_->tcp_acceptor->close(ec);
+  impl_->unix_retry.cancel();
+  impl_->tcp_retry.cancel();
 }
 
 }  // namespace tandem::daemon

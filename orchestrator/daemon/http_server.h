@@ -5,15 +5,25 @@
 // carry `Authorization: Bearer <token>` (401 otherwise). Binding a
 // non-loopback address is refused unless the caller explicitly allows it.
 //
-// Limits: request headers 16 KiB, bodies 1 MiB (413), 30 s to read a request
-// (then the connection is closed), at most `max_connections` at once (503).
-// A malformed request is answered 400 and closed; nothing a client sends can
-// take the daemon down. Runs on the daemon's io_context; handlers run there.
+// Limits (HttpLimits; the daemon's settings table sets them, docs/api.md
+// lists them): request headers 16 KiB (431), bodies 1 MiB (413), 30 s to read
+// a request (then the connection is closed). Connections are capped per
+// listener, so a flood on TCP cannot starve the unix socket: at most
+// `max_unix_connections` on the unix socket (503 beyond), and on TCP at most
+// `max_tcp_unauthenticated` connections that have not yet sent a request with
+// the right token (closed at once beyond; each has `auth_timeout_s` to send
+// its request header) plus `max_tcp_connections` authenticated ones (503).
+// A malformed request is answered 400 and closed; a handler that throws is
+// answered 500 and logged; nothing a client sends can take the daemon down.
+// Runs on the daemon's io_context; handlers run there.
 //
 // A handler answers with Exchange::Respond (a whole response) or streams with
 // Exchange::BeginStream + Write... + End (chunked transfer encoding; used by
 // log following and server-sent events). OnClose tells a streaming handler
-// that the client went away.
+// that the client went away. A stream's unsent bytes are bounded: a Write
+// that takes them over `max_stream_queue_bytes` drops the client (logged).
+// A producer that can wait (a file being followed) writes while !backlogged()
+// and resumes from OnDrain, so a client that does not read costs nothing.
 #pragma once
 
 #include <cstddef>
@@ -42,8 +52,9 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
   virtual void Respond(int status, const std::string& content_type, std::string body) = 0;
+  // Invalid UTF-8 in `body` (a path a client sent) is replaced, never thrown on.
   void RespondJson(int status, const nlohmann::json& body) {
-    Respond(status, "application/json", body.dump() + "\n");
+    Respond(status, "application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   }
   // {"error": {"code": "...", "message": "...", "details": [...]?}}
   void RespondError(int status, std::string_view code, std::string_view message,
@@ -53,6 +64,11 @@ class Exchange {
   virtual void End() = 0;
   virtual bool closed() const = 0;
   virtual void OnClose(std::function<void()> cb) = 0;
+  // True while the stream's unsent bytes are at least half its bound: a
+  // producer that can wait should stop writing and resume from OnDrain.
+  virtual bool backlogged() const = 0;
+  // Called once, the next time every queued byte has been sent.
+  virtual void OnDrain(std::function<void()> cb) = 0;
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, std::shared_ptr<Exchange>)>;
@@ -61,7 +77,11 @@ struct HttpLimits {
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 1024 * 1024;
   int read_timeout_s = 30;
-  size_t max_connections = 1024;
+  size_t max_unix_connections = 256;
+  size_t max_tcp_connections = 256;       // authenticated
+  size_t max_tcp_unauthenticated = 64;    // accepted, no request with the token yet
+  int auth_timeout_s = 5;                 // for those to send their request header
+  size_t max_stream_queue_bytes = 4 * 1024 * 1024;
 };
 
 class HttpServer {

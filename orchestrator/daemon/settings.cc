@@ -66,6 +66,35 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
                  "HOST:PORT that remote tasks connect to (default: --control-listen's bound address, unless it is "
                  "0.0.0.0 or ::)")
       ->envname("TANDEM_CONTROL_ADVERTISE");
+  app.add_option("--http-max-unix-connections", s.http_max_unix_connections,
+                 "Most open connections on the API's unix socket (503 beyond)")
+      ->envname("TANDEM_HTTP_MAX_UNIX_CONNECTIONS")->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-max-tcp-connections", s.http_max_tcp_connections,
+                 "Most authenticated connections on --listen (503 beyond)")
+      ->envname("TANDEM_HTTP_MAX_TCP_CONNECTIONS")->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-max-unauthenticated", s.http_max_unauthenticated,
+                 "Most --listen connections that have not yet sent a request with the token (closed beyond)")
+      ->envname("TANDEM_HTTP_MAX_UNAUTHENTICATED")->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-auth-timeout", s.http_auth_timeout_s,
+                 "Seconds a new --listen connection has to send its request header")
+      ->envname("TANDEM_HTTP_AUTH_TIMEOUT_S")->check(CLI::Range(1, 3600));
+  app.add_option("--http-read-timeout", s.http_read_timeout_s,
+                 "Seconds to read a request (and an idle keep-alive connection's next one)")
+      ->envname("TANDEM_HTTP_READ_TIMEOUT_S")->check(CLI::Range(1, 3600));
+  app.add_option("--http-stream-queue", s.http_stream_queue_bytes,
+                 "Bytes a streaming client (events, logs -f) may leave unread before it is dropped")
+      ->envname("TANDEM_HTTP_STREAM_QUEUE_BYTES")->check(CLI::Range(size_t{64} << 10, size_t{1} << 32));
+}
+
+HttpLimits HttpLimitsFrom(const DaemonSettings& s) {
+  HttpLimits l;
+  l.max_unix_connections = s.http_max_unix_connections;
+  l.max_tcp_connections = s.http_max_tcp_connections;
+  l.max_tcp_unauthenticated = s.http_max_unauthenticated;
+  l.auth_timeout_s = s.http_auth_timeout_s;
+  l.read_timeout_s = s.http_read_timeout_s;
+  l.max_stream_queue_bytes = s.http_stream_queue_bytes;
+  return l;
 }
 
 std::string DefaultStateDir() {

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
+#include "orchestrator/daemon/http_server.h"
 
 namespace tandem::daemon {
 
@@ -36,6 +37,13 @@ struct DaemonSettings {
   std::string cluster_key_file;  // --cluster-key-file TANDEM_CLUSTER_KEY_FILE "" (required with --redis)
   std::string control_listen;     // --control-listen TANDEM_CONTROL_LISTEN "" (control socket only; HOST:PORT, port 0 = any)
   std::string control_advertise;  // --control-advertise TANDEM_CONTROL_ADVERTISE "" (= --control-listen's bound address unless 0.0.0.0/::)
+  // HTTP API limits (docs/api.md "Limits"; HttpLimits in http_server.h).
+  size_t http_max_unix_connections = 256;  // --http-max-unix-connections TANDEM_HTTP_MAX_UNIX_CONNECTIONS 256
+  size_t http_max_tcp_connections = 256;   // --http-max-tcp-connections TANDEM_HTTP_MAX_TCP_CONNECTIONS 256 (authenticated)
+  size_t http_max_unauthenticated = 64;    // --http-max-unauthenticated TANDEM_HTTP_MAX_UNAUTHENTICATED 64 (TCP, no token yet)
+  int http_auth_timeout_s = 5;             // --http-auth-timeout TANDEM_HTTP_AUTH_TIMEOUT_S 5
+  int http_read_timeout_s = 30;            // --http-read-timeout TANDEM_HTTP_READ_TIMEOUT_S 30
+  size_t http_stream_queue_bytes = 4u << 20;  // --http-stream-queue TANDEM_HTTP_STREAM_QUEUE_BYTES 4 MiB
 
   // Resolved values, filled by Resolve().
   std::vector<int> gpu_ids;
@@ -49,6 +57,8 @@ Status Resolve(DaemonSettings& s);
 std::string DefaultStateDir();
 // "0,1,3" -> {0,1,3}; "" -> {}; errors name the bad item.
 StatusOr<std::vector<int>> ParseGpuList(const std::string& text);
+// The HTTP server's limits from the settings.
+HttpLimits HttpLimitsFrom(const DaemonSettings& s);
 // Physical GPU ids from `nvidia-smi`, or {} when it is absent or fails.
 std::vector<int> DetectGpus();
 

@@ -60,6 +60,14 @@ std::vector<std::string> FamilyBase::Fit(std::vector<std::string> values) {
   return values;
 }
 
+std::vector<std::string> FamilyBase::Overflow(size_t limit) {
+  if (!overflowed_) {
+    log::Warn("metrics", "too many label values: further ones count as \"other\" metric={} limit={}", name_, limit);
+    overflowed_ = true;
+  }
+  return std::vector<std::string>(label_names_.size(), "other");
+}
+
 void FamilyBase::Render(std::string* out) const {
   static constexpr const char* kTypeNames[] = {"counter", "gauge", "histogram"};
   *out += "# HELP " + name_ + " " + text::EscapeHelp(help_) + "\n";

@@ -10,6 +10,9 @@
 //
 // Families render in registration order; their series sorted by label values.
 // References returned by WithLabels stay valid until that series is Removed.
+// A family holds at most kMaxSeries series: label values beyond that (which
+// would grow /metrics without bound) all land in one series whose every label
+// is "other", and the first such overflow is logged.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +88,8 @@ class FamilyBase {
  protected:
   // `values` fitted to the label names (a programming error otherwise: logged once).
   std::vector<std::string> Fit(std::vector<std::string> values);
+  // The label values of the overflow series ("other" for each); logs once.
+  std::vector<std::string> Overflow(size_t limit);
   virtual void RenderSeries(std::string* out) const = 0;
 
  private:
@@ -93,6 +98,7 @@ class FamilyBase {
   MetricType type_;
   std::vector<std::string> label_names_;
   bool warned_ = false;
+  bool overflowed_ = false;
 };
 
 // All series of one metric name, one per combination of label values.
@@ -105,11 +111,17 @@ class Family final : public FamilyBase {
     if (this->label_names().empty()) WithLabels({});  // a label-less metric exists from the start, at 0
   }
 
+  static constexpr size_t kMaxSeries = 1000;
+
   // The series for these label values (in label-name order), created at 0.
   M& WithLabels(std::vector<std::string> values) {
     values = Fit(std::move(values));
     auto it = series_.find(values);
-    if (it == series_.end()) it = series_.emplace(std::move(values), Make()).first;
+    if (it == series_.end()) {
+      if (series_.size() >= kMaxSeries) values = Overflow(kMaxSeries);
+      it = series_.find(values);
+      if (it == series_.end()) it = series_.emplace(std::move(values), Make()).first;
+    }
     return *it->second;
   }
   // The only series of a family without labels.

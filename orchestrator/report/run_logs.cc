@@ -1,11 +1,14 @@
 // Tolerant readers of handoff.jsonl and residency.jsonl (run_logs.h).
 #include "orchestrator/report/run_logs.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "common/bounded_json.h"
 
 namespace tandem::report {
 namespace {
@@ -14,6 +17,28 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kVersion = 1;
+constexpr size_t kMaxLineBytes = 1 << 20;
+constexpr double kMaxSeconds = 1e12;  // longer lines are not ours: skipped, not held
+
+// One line into `text` (without its newline); of a line longer than
+// kMaxLineBytes only the start is kept and `too_long` is set. False at the end.
+bool ReadLine(std::istream& in, std::string& text, bool& too_long) {
+  text.clear();
+  too_long = false;
+  std::streambuf* sb = in.rdbuf();
+  bool any = false;
+  for (;;) {
+    const int c = sb->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      return any;
+    }
+    any = true;
+    if (c == '\n') return true;
+    if (text.size() < kMaxLineBytes) text.push_back(static_cast<char>(c));
+    else too_long = true;
+  }
+}
 
 // Each getter returns false (and names the key) when the key is missing or
 // of the wrong type.
@@ -34,9 +59,15 @@ struct Fields {
   }
   bool Int(const char* key, int& out) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer()) return Fail(key, "an integer");
+    if (it == j.end() || !FitsInt(*it)) return Fail(key, "an integer");
     out = it->get<int>();
     return true;
+  }
+  static bool FitsInt(const json& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t{INT32_MAX};
+    if (!v.is_number_integer()) return false;
+    const int64_t i = v.get<int64_t>();
+    return i >= INT32_MIN && i <= INT32_MAX;
   }
   bool I64(const char* key, int64_t& out) {
     auto it = j.find(key);
@@ -50,9 +81,12 @@ struct Fields {
     out = it->get<uint64_t>();
     return true;
   }
+  // Times and durations in seconds: beyond kMaxSeconds (year 33658) a line is
+  // not ours, and a clock time of it would not fit a time_t.
   bool Num(const char* key, double& out) {
     auto it = j.find(key);
-    if (it == j.end() || !it->is_number() || it->get<double>() < 0) return Fail(key, "a number >= 0");
+    if (it == j.end() || !it->is_number() || !(it->get<double>() >= 0 && it->get<double>() <= kMaxSeconds))
+      return Fail(key, "a number of seconds >= 0");
     out = it->get<double>();
     return true;
   }
@@ -60,7 +94,7 @@ struct Fields {
     auto it = j.find("gpus");
     if (it == j.end() || !it->is_array()) return Fail("gpus", "an array of GPU ids");
     for (const json& g : *it) {
-      if (!g.is_number_unsigned()) return Fail("gpus", "an array of GPU ids");
+      if (!g.is_number_unsigned() || !FitsInt(g)) return Fail("gpus", "an array of GPU ids");
       out.push_back(g.get<int>());
     }
     return true;
@@ -68,6 +102,8 @@ struct Fields {
 };
 
 StatusOr<json> ParseVersioned(std::string_view text) {
+  if (text.size() > kMaxLineBytes) return InvalidArgument(fmt::format("line over {} bytes", kMaxLineBytes));
+  if (!JsonDepthWithin(text)) return InvalidArgument(fmt::format("nested deeper than {} levels", kMaxJsonDepth));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return DataLoss("not JSON (torn line?)");
   if (!j.is_object()) return InvalidArgument("not a JSON object");
@@ -85,11 +121,13 @@ Status ReadFile(const fs::path& path, const char* name, Parse parse, std::vector
   if (!in) return ErrnoStatus("open " + path.string());
   std::string text;
   size_t line_no = 0;
-  while (std::getline(in, text)) {
+  bool too_long = false;
+  while (ReadLine(in, text, too_long)) {
     ++line_no;
-    const bool last_unterminated = in.eof();  // getline hit EOF before a newline
+    const bool last_unterminated = in.eof();  // the end came before a newline
     if (text.empty()) continue;
-    StatusOr<Line> line = parse(text);
+    StatusOr<Line> line = too_long ? StatusOr<Line>(InvalidArgument(fmt::format("line over {} bytes", kMaxLineBytes)))
+                                   : parse(text);
     if (!line.ok()) {
       ++logs.skipped;
       if (logs.warnings.size() < RunLogs::kMaxWarnings) {

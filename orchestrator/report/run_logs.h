@@ -4,8 +4,11 @@
 //
 // Reading is tolerant: a line that is not JSON (a torn last line after a
 // crash), of another version than 1 (a newer tandem), or missing a required
-// key is skipped and counted as a warning, never an error. Only a run dir
-// with neither log file is an error (NotFound).
+// key is skipped and counted as a warning, never an error. The job's tasks
+// can write these files, so every field is type-checked, a line over 1 MiB or
+// nested deeper than kMaxJsonDepth (common/bounded_json.h) is skipped too,
+// and no input makes a reader throw. Only a run dir with neither log file is
+// an error (NotFound).
 #pragma once
 
 #include <cstdint>

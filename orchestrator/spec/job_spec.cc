@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/native_workers.h"
+#include "common/bounded_json.h"
 #include "orchestrator/spec/colocation.h"
 #include "orchestrator/spec/handoff_parser.h"
 #include "orchestrator/spec/parse_options.h"
@@ -232,6 +233,12 @@ ParseResult ParseJobSpec(const nlohmann::json& doc) { return ParseJobSpec(doc, P
 ParseResult ParseJobSpecText(std::string_view text) { return ParseJobSpecText(text, ParseOptions{}); }
 
 ParseResult ParseJobSpecText(std::string_view text, const ParseOptions& options) {
+  if (!JsonDepthWithin(text)) {
+    ParseResult result;
+    result.errors.push_back({"", fmt::format("not a job spec: JSON nested deeper than {} levels (the limit)",
+                                             kMaxJsonDepth)});
+    return result;
+  }
   Json doc;
   try {
     doc = Json::parse(text.begin(), text.end());

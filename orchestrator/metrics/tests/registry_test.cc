@@ -138,6 +138,17 @@ TEST(Registry, WrongLabelCountIsFittedNotFatal) {
   EXPECT_NE(out.find("g{a=\"1\",b=\"2\"} 2\n"), std::string::npos) << out;
 }
 
+TEST(Registry, SeriesBeyondTheLimitCountAsOther) {
+  Registry r;
+  auto* c = Ok(r.AddCounter("reqs", "x", {"method"}));
+  for (size_t i = 0; i < Family<Counter>::kMaxSeries + 500; ++i) c->WithLabels({"m" + std::to_string(i)}).Inc();
+  EXPECT_EQ(c->size(), Family<Counter>::kMaxSeries + 1);  // the limit, plus "other"
+  EXPECT_NE(r.Render().find("reqs{method=\"other\"} 500\n"), std::string::npos);
+  // Series that exist keep counting under their own labels.
+  c->WithLabels({"m0"}).Inc();
+  EXPECT_NE(r.Render().find("reqs{method=\"m0\"} 2\n"), std::string::npos);
+}
+
 TEST(Registry, RemovedSeriesDisappear) {
   Registry r;
   auto* g = Ok(r.AddGauge("job_tasks", "x", {"job"}));
