@@ -83,11 +83,19 @@ void LocalExecutor::ForceCgroupKillMethod(local::CgroupKillMethod m) {
   containment_.kill_method = std::string(ToString(m));
 }
 
-std::filesystem::path LocalExecutor::CgroupOf(const nlohmann::json& data) const {
+std::filesystem::path LocalExecutor::CgroupOf(const TaskRef& ref) const {
+  const nlohmann::json& data = ref.data;
   if (!cgroups_ || !data.is_object() || !data.contains("cgroup") || !data["cgroup"].is_string()) return {};
   std::filesystem::path cg = data["cgroup"].get<std::string>();
   if (!cgroups_->IsTaskCgroup(cg)) {
     log::Warn("local", "ignoring a task ref's cgroup outside any tandem subtree cgroup={}", cg.string());
+    return {};
+  }
+  // A task's cgroup is named after its id: a ref naming another task's cgroup
+  // (a copied or stale record) must never kill that task.
+  if (cg.filename() != local::TaskCgroupName(ref.task_id)) {
+    log::Warn("local", "ignoring a task ref's cgroup named for another task task={} cgroup={}", ref.task_id,
+              cg.string());
     return {};
   }
   return cg;

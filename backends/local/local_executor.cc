@@ -220,8 +220,8 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   const char* err = req.stderr_path.empty() ? "/dev/null" : req.stderr_path.c_str();
   const int wflags = O_WRONLY | O_CREAT | O_APPEND;
   posix_spawn_file_actions_addopen(&sp.fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&sp.fa, STDOUT_FILENO, out, wflags, 0644);
-  posix_spawn_file_actions_addopen(&sp.fa, STDERR_FILENO, err, wflags, 0644);
+  posix_spawn_file_actions_addopen(&sp.fa, STDOUT_FILENO, out, wflags, 0600);  // output may echo the environment
+  posix_spawn_file_actions_addopen(&sp.fa, STDERR_FILENO, err, wflags, 0600);
   posix_spawn_file_actions_addclosefrom_np(&sp.fa, STDERR_FILENO + 1);
   if (!req.cwd.empty()) posix_spawn_file_actions_addchdir_np(&sp.fa, req.cwd.c_str());
   sigset_t none, all;
@@ -345,7 +345,7 @@ Status LocalExecutor::Signal(const TaskRef& ref, int sig) {
 
   // The command's own group: the group of the shim's direct child. The
   // task's processes: its cgroup's members, else those with its marker.
-  auto procs = TaskProcesses(CgroupOf(ref.data), r.mark_entry());
+  auto procs = TaskProcesses(CgroupOf(ref), r.mark_entry());
   pid_t command_group = 0;
   if (shim)
     for (const auto& p : procs)
@@ -363,7 +363,7 @@ Status LocalExecutor::Kill(const TaskRef& ref) {
   TANDEM_ASSIGN_OR_RETURN(LocalRef r, ParseRef(ref), "kill");
   const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
   const std::string entry = r.mark_entry();
-  const std::filesystem::path cgroup = CgroupOf(ref.data);
+  const std::filesystem::path cgroup = CgroupOf(ref);
   auto step = std::chrono::microseconds(500);
   std::optional<std::chrono::steady_clock::time_point> shim_alone_since;
   for (;;) {
@@ -429,7 +429,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   if (pidfd >= 0) {
     auto st = local::ReadProcStat(r.pid);
     if (st && st->start_time == r.start_time) {
-      Supervise(r.pid, pidfd, ref.task_id, r.exit_path, r.marker, CgroupOf(ref.data));
+      Supervise(r.pid, pidfd, ref.task_id, r.exit_path, r.marker, CgroupOf(ref));
       log::Info("local", "task reattached task={} pid={}", ref.task_id, r.pid);
       return Status::Ok();
     }
@@ -437,7 +437,7 @@ Status LocalExecutor::Reattach(const TaskRef& ref) {
   }
   // Gone (or a different process now holds the pid): report what is known.
   boost::asio::post(io_, [weak = std::weak_ptr<int>(alive_), this, task_id = ref.task_id,
-                          exit_path = r.exit_path, marker = r.marker, cgroup = CgroupOf(ref.data)] {
+                          exit_path = r.exit_path, marker = r.marker, cgroup = CgroupOf(ref)] {
     if (!weak.lock()) return;
     TaskExit exit;
     if (auto rec = local::ReadExitRecord(exit_path, marker)) {

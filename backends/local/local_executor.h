@@ -185,7 +185,7 @@ class LocalExecutor final : public Executor {
   void PollDrain(uint64_t id);
   // The task cgroup of a ref, when this executor uses cgroups and the ref's
   // path is one it may kill; empty otherwise.
-  std::filesystem::path CgroupOf(const nlohmann::json& data) const;
+  std::filesystem::path CgroupOf(const TaskRef& ref) const;
   std::vector<local::ProcStat> TaskProcesses(const std::filesystem::path& cgroup, const std::string& mark_entry);
   void WaitForChildren();
   void ReapOrphans();

@@ -1,36 +1,16 @@
 // The control protocol's line codec (control_codec.h).
 #include "common/control/control_codec.h"
 
+#include "common/bounded_json.h"
+
 namespace tandem::control {
 
 using nlohmann::json;
 
-int NestingDepth(std::string_view text, int limit) {
-  int depth = 0, max = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-      continue;
-    }
-    if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      if (++depth > max) max = depth;
-      if (max > limit) return max;
-    } else if (ch == ']' || ch == '}') {
-      --depth;
-    }
-  }
-  return max;
-}
-
 StatusOr<ParsedObject> ParseLine(std::string_view line, std::optional<int64_t>* id_out) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   if (line.size() >= kDefaultMaxLineBytes) return InvalidArgument("malformed: line longer than the limit");
-  if (NestingDepth(line) > kMaxDepth)
+  if (!JsonDepthWithin(line, kMaxDepth))
     return InvalidArgument("malformed: nested deeper than " + std::to_string(kMaxDepth) + " levels");
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("malformed: expected a JSON object with a string \"type\"");

@@ -25,11 +25,8 @@ inline constexpr int kProtocolVersion = 1;
 // Longest line either side accepts, newline included.
 inline constexpr size_t kDefaultMaxLineBytes = 1 << 20;
 // Deepest nesting of arrays and objects in a line (a hello is 4 deep).
-inline constexpr int kMaxDepth = 32;
-
-// The nesting depth of a JSON text, counted without parsing it (brackets
-// inside strings do not count). Stops counting past `limit`.
-int NestingDepth(std::string_view text, int limit = kMaxDepth);
+// (common/bounded_json.h counts it.)
+inline constexpr size_t kMaxDepth = 32;
 
 // One line (without its newline; a trailing '\r' is dropped) as a JSON object
 // with a string `type`. Errors are kInvalidArgument whose message says what

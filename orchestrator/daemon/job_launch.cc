@@ -79,9 +79,13 @@ JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
   std::error_code ec;
   fs::remove(req.exit_path, ec);
   // Output may echo the spec's environment: 0600 (the executor appends to what is there).
-  for (const fs::path& p : {req.stdout_path, req.stderr_path}) {
-    store::UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (fd) (void)::fchmod(fd.get(), 0600);
+  // Not for Redis jobs: an agent writes them on its node, under its own run root, 0600
+  // (the local executor's mode); a file here would hide the agent's from `tandem logs`.
+  if (job.backend != "redis") {
+    for (const fs::path& p : {req.stdout_path, req.stderr_path}) {
+      store::UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (fd) (void)::fchmod(fd.get(), 0600);
+    }
   }
 
   backends::Executor* ex = ExecutorOf(job);

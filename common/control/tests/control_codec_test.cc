@@ -3,6 +3,7 @@
 // field and name the bad one; encoders and decoders agree.
 #include <gtest/gtest.h>
 
+#include "common/bounded_json.h"
 #include "common/control/control_codec.h"
 #include "common/control/control_messages.h"
 
@@ -12,7 +13,8 @@ namespace {
 using json = nlohmann::json;
 
 TEST(ControlCodecTest, ParseLineBoundsNestingAndNeedsAStringType) {
-  EXPECT_EQ(NestingDepth(R"({"a":[1,{"b":"[[[["}]})"), 3);
+  EXPECT_TRUE(JsonDepthWithin(R"({"a":[1,{"b":"[[[["}]})", 3));
+  EXPECT_FALSE(JsonDepthWithin(R"({"a":[1,{"b":"[[[["}]})", 2));
   EXPECT_TRUE(ParseLine(R"({"type":"metrics","v":)" + std::string(kMaxDepth - 1, '[') +
                         std::string(kMaxDepth - 1, ']') + "}")
                   .ok());
