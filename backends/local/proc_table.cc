@@ -13,22 +13,6 @@
 namespace tandem::backends::local {
 namespace {
 
-// Reads a whole small /proc file into `out`; false when it cannot be opened.
-bool ReadFile(const char* path, std::string& out) {
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out.clear();
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return true;
-}
-
 // Whether a NUL-separated list (/proc/<pid>/environ or cmdline) holds `entry`.
 bool ListHas(const std::string& list, std::string_view entry) {
   size_t pos = 0;
@@ -55,7 +39,7 @@ std::vector<ProcStat> FindProcessesHolding(const char* file, const std::string& 
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid == self) continue;
     std::snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);
-    if (!ReadFile(path, list) || !ListHas(list, entry)) continue;
+    if (!ReadKernelFile(path, list) || !ListHas(list, entry)) continue;
     auto st = ReadProcStat(static_cast<pid_t>(pid));
     if (st && !st->dead()) found.push_back(*st);
   }
@@ -65,11 +49,26 @@ std::vector<ProcStat> FindProcessesHolding(const char* file, const std::string& 
 
 }  // namespace
 
+bool ReadKernelFile(const std::filesystem::path& path, std::string& out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out.clear();
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
 std::optional<ProcStat> ReadProcStat(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
   std::string text;
-  if (!ReadFile(path, text)) return std::nullopt;
+  if (!ReadKernelFile(path, text)) return std::nullopt;
   // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
   //  majflt cmajflt utime stime cutime cstime priority nice num_threads
   //  itrealvalue starttime ..."; comm may hold spaces and ')'.
@@ -100,7 +99,7 @@ std::optional<ProcStat> ReadProcStat(pid_t pid) {
 
 StatusOr<std::string> ReadBootId() {
   std::string text;
-  if (!ReadFile("/proc/sys/kernel/random/boot_id", text))
+  if (!ReadKernelFile("/proc/sys/kernel/random/boot_id", text))
     return ErrnoStatus("read /proc/sys/kernel/random/boot_id");
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;

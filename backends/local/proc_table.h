@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct ProcStat {
 
 // Parses /proc/<pid>/stat; nullopt when the process does not exist.
 std::optional<ProcStat> ReadProcStat(pid_t pid);
+
+// Reads a whole small kernel file (/proc, /sys/fs/cgroup) into `out`; false
+// when it cannot be opened.
+bool ReadKernelFile(const std::filesystem::path& path, std::string& out);
 
 // /proc/sys/kernel/random/boot_id, without the newline.
 StatusOr<std::string> ReadBootId();

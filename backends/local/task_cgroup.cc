@@ -12,24 +12,11 @@
 #include <sstream>
 #include <thread>
 
+#include "backends/local/proc_table.h"
+
 namespace tandem::backends::local {
 namespace fs = std::filesystem;
 namespace {
-
-bool ReadSmallFile(const fs::path& path, std::string& out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out.clear();
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return true;
-}
 
 Status WriteSmallFile(const fs::path& path, std::string_view text) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -82,7 +69,7 @@ std::vector<fs::path> ChildCgroups(const fs::path& cg) {
 
 bool EventsSay(const fs::path& cg, std::string_view key) {
   std::string text;
-  if (!ReadSmallFile(cg / "cgroup.events", text)) return false;
+  if (!ReadKernelFile(cg / "cgroup.events", text)) return false;
   std::istringstream in(text);
   for (std::string k, v; in >> k >> v;)
     if (k == key) return v == "1";
@@ -153,10 +140,10 @@ StatusOr<TaskCgroups> TaskCgroups::Open(const std::string& name) {
   if (name.empty() || name.find('/') != std::string::npos || name.rfind("tandem", 0) != 0)
     return InvalidArgument("cgroup subtree name '" + name + "' must start with \"tandem\" and hold no '/'");
   std::string text;
-  if (!ReadSmallFile("/proc/self/mountinfo", text)) return ErrnoStatus("read /proc/self/mountinfo");
+  if (!ReadKernelFile("/proc/self/mountinfo", text)) return ErrnoStatus("read /proc/self/mountinfo");
   auto mount = FindCgroup2Mount(text);
   if (!mount) return NotFound("no cgroup2 file system is mounted");
-  if (!ReadSmallFile("/proc/self/cgroup", text)) return ErrnoStatus("read /proc/self/cgroup");
+  if (!ReadKernelFile("/proc/self/cgroup", text)) return ErrnoStatus("read /proc/self/cgroup");
   auto own = UnifiedCgroupPath(text);
   if (!own) return NotFound("/proc/self/cgroup has no cgroup2 (\"0::\") line");
   // Our path relative to what the mount shows.
@@ -201,7 +188,7 @@ std::vector<fs::path> TaskCgroups::List() const { return ChildCgroups(subtree_);
 std::vector<pid_t> TaskCgroups::Procs(const fs::path& cg) {
   std::vector<pid_t> out;
   std::string text;
-  if (ReadSmallFile(cg / "cgroup.procs", text)) {
+  if (ReadKernelFile(cg / "cgroup.procs", text)) {
     std::istringstream in(text);
     for (long pid; in >> pid;)
       if (pid > 0) out.push_back(static_cast<pid_t>(pid));

@@ -71,6 +71,15 @@ Status MoeExpertsForwardCpu(const MoeShape& s, const PermutePlan& p, const float
 Status MoeExpertsBackwardCpu(const MoeShape& s, const PermutePlan& p, const float* x, const float* w_gate_up,
                              const float* w_down, const float* topk_weight, const float* dout, float* dx,
                              float* dw_gate_up, float* dw_down, float* dtopk_weight, int threads = 0);
+// Row moves (moe_permute_cpu.cc), the CPU twins of moe_cuda.h's: xp[r] = x[perm_src[r] / k];
+// dx[t] = sum_j dxp[perm_pos[t*k+j]]; out[t] = sum_j w[t, j] yp[perm_pos[t*k+j]], and its
+// gradients dyp and dtopk_weight. `inter` is not used. An index out of range is an error.
+Status MoePermuteRowsCpu(const MoeShape& s, const float* x, const int32_t* perm_src, float* xp);
+Status MoePermuteRowsBackwardCpu(const MoeShape& s, const float* dxp, const int32_t* perm_pos, float* dx);
+Status MoeUnpermuteCpu(const MoeShape& s, const float* yp, const float* topk_weight, const int32_t* perm_pos,
+                       float* out);
+Status MoeUnpermuteBackwardCpu(const MoeShape& s, const float* dout, const float* yp, const float* topk_weight,
+                               const int32_t* perm_pos, float* dyp, float* dtopk_weight);
 
 }  // namespace tandem::kernels
 

@@ -188,12 +188,8 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
     const int64_t rows = p.tokens * p.top_k, H = s.hidden;
     at::Tensor xp = NewOutput({rows, H}, x.options());
     if (x.device().is_cpu()) {
-      const float* src = x.data_ptr<float>();
-      const int32_t* perm_src = p.perm_src.data_ptr<int32_t>();
-      float* dst = xp.data_ptr<float>();
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(dst + r * H, src + (perm_src[r] / p.top_k) * H, H * sizeof(float));
-      }
+      ThrowIfError(MoePermuteRowsCpu(s, x.data_ptr<float>(), p.perm_src.data_ptr<int32_t>(), xp.data_ptr<float>()),
+                   kPermute);
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(x.device());
@@ -212,17 +208,9 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
     const at::Tensor dxp = grads[0].contiguous();
     at::Tensor dx = NewOutput({p.tokens, H}, dxp.options());
     if (dxp.device().is_cpu()) {
-      const float* g = dxp.data_ptr<float>();
-      const int32_t* pos = p.perm_pos.data_ptr<int32_t>();
-      float* out = dx.data_ptr<float>();
-      for (int64_t t = 0; t < p.tokens; ++t) {
-        float* row = out + t * H;
-        std::fill(row, row + H, 0.f);
-        for (int64_t j = 0; j < p.top_k; ++j) {
-          const float* in = g + static_cast<int64_t>(pos[t * p.top_k + j]) * H;
-          for (int64_t c = 0; c < H; ++c) row[c] += in[c];
-        }
-      }
+      ThrowIfError(
+          MoePermuteRowsBackwardCpu(s, dxp.data_ptr<float>(), p.perm_pos.data_ptr<int32_t>(), dx.data_ptr<float>()),
+          kPermute);
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(dxp.device());
@@ -230,7 +218,6 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
                    kPermute);
 #endif
     }
-    (void)s;
     return {dx, at::Tensor()};
   }
 };
@@ -341,22 +328,11 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
                 p.tokens, ", ", p.top_k, "], got ", w_in.sizes());
     const MoeShape s = Shape(p.tokens, yp_in.size(1), kUnusedInter, p.experts, p.top_k, kUnpermute);
     const at::Tensor yp = yp_in.contiguous(), w = w_in.contiguous();
-    const int64_t H = s.hidden, K = p.top_k;
-    at::Tensor out = NewOutput({p.tokens, H}, yp.options());
+    at::Tensor out = NewOutput({p.tokens, s.hidden}, yp.options());
     if (yp.device().is_cpu()) {
-      const float* y = yp.data_ptr<float>();
-      const float* wt = w.data_ptr<float>();
-      const int32_t* pos = p.perm_pos.data_ptr<int32_t>();
-      float* o = out.data_ptr<float>();
-      for (int64_t t = 0; t < p.tokens; ++t) {
-        float* row = o + t * H;
-        std::fill(row, row + H, 0.f);
-        for (int64_t j = 0; j < K; ++j) {
-          const float* in = y + static_cast<int64_t>(pos[t * K + j]) * H;
-          const float wj = wt[t * K + j];
-          for (int64_t c = 0; c < H; ++c) row[c] += wj * in[c];
-        }
-      }
+      ThrowIfError(MoeUnpermuteCpu(s, yp.data_ptr<float>(), w.data_ptr<float>(), p.perm_pos.data_ptr<int32_t>(),
+                                   out.data_ptr<float>()),
+                   kUnpermute);
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(yp.device());
@@ -375,29 +351,13 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &yp = saved[0], &w = saved[1];
     const MoeShape s = Shape(p.tokens, yp.size(1), kUnusedInter, p.experts, p.top_k, kUnpermute);
-    const int64_t H = s.hidden, K = p.top_k;
     const at::Tensor dout = grads[0].to(yp.scalar_type()).contiguous();
     at::Tensor dyp = NewOutput(yp.sizes(), yp.options());
     at::Tensor dw = NewOutput(w.sizes(), w.options());
     if (yp.device().is_cpu()) {
-      const float* y = yp.data_ptr<float>();
-      const float* wt = w.data_ptr<float>();
-      const float* g = dout.data_ptr<float>();
-      const int32_t* pos = p.perm_pos.data_ptr<int32_t>();
-      float* gy = dyp.data_ptr<float>();
-      float* gw = dw.data_ptr<float>();
-      for (int64_t t = 0; t < p.tokens; ++t) {
-        for (int64_t j = 0; j < K; ++j) {
-          const int64_t r = pos[t * K + j];
-          const float wj = wt[t * K + j];
-          double dot = 0;
-          for (int64_t c = 0; c < H; ++c) {
-            gy[r * H + c] = wj * g[t * H + c];
-            dot += static_cast<double>(g[t * H + c]) * y[r * H + c];
-          }
-          gw[t * K + j] = static_cast<float>(dot);
-        }
-      }
+      ThrowIfError(MoeUnpermuteBackwardCpu(s, dout.data_ptr<float>(), yp.data_ptr<float>(), w.data_ptr<float>(),
+                                           p.perm_pos.data_ptr<int32_t>(), dyp.data_ptr<float>(), dw.data_ptr<float>()),
+                   kUnpermute);
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(yp.device());

@@ -81,6 +81,58 @@ TEST(MoePermute, StableGroupingWithEmptyAndFullExperts) {
   EXPECT_FALSE(MoeRouterCpu(MoeShape{4, 4, 4, 2, 3}, logits.data()).ok());  // top_k > experts
 }
 
+// The row moves of the LibTorch glue's CPU path: permute puts token t's row at
+// each of its k rows; unpermute of a permuted x is (sum_j w[t, j]) x[t]; the
+// backward passes are the adjoints (<Px, g> = <x, P^T g>, likewise for U).
+TEST(MoePermute, RowMovesAndTheirAdjoints) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const MoeShape s{23, 5, 4, 6, 2};
+  const int64_t T = s.tokens, H = s.hidden, K = s.top_k, R = T * K;
+  std::vector<int32_t> idx(R);
+  std::uniform_int_distribution<int32_t> pick(0, 5);
+  for (int64_t t = 0; t < T; ++t) {
+    idx[t * K] = pick(rng);
+    do idx[t * K + 1] = pick(rng); while (idx[t * K + 1] == idx[t * K]);
+  }
+  const PermutePlan p = MoePermutePlanRef(s, idx.data());
+  auto x = RandomVector(rng, T * H), w = RandomVector(rng, T * K), gxp = RandomVector(rng, R * H),
+       gout = RandomVector(rng, T * H);
+  std::vector<float> xp(R * H), dx(T * H), out(T * H), dyp(R * H), dw(T * K);
+  ASSERT_TRUE(MoePermuteRowsCpu(s, x.data(), p.perm_src.data(), xp.data()).ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j)
+      for (int64_t c = 0; c < H; ++c) ASSERT_EQ(xp[p.perm_pos[t * K + j] * H + c], x[t * H + c]);
+  ASSERT_TRUE(MoePermuteRowsBackwardCpu(s, gxp.data(), p.perm_pos.data(), dx.data()).ok());
+  double lhs = 0, rhs = 0;
+  for (int64_t i = 0; i < R * H; ++i) lhs += double(xp[i]) * gxp[i];
+  for (int64_t i = 0; i < T * H; ++i) rhs += double(x[i]) * dx[i];
+  EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::abs(lhs)));
+
+  ASSERT_TRUE(MoeUnpermuteCpu(s, xp.data(), w.data(), p.perm_pos.data(), out.data()).ok());
+  std::vector<float> expect(T * H);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < H; ++c) expect[t * H + c] = (w[t * K] + w[t * K + 1]) * x[t * H + c];
+  EXPECT_EQ(CheckClose(out, expect, testing::kFp32), "");
+  ASSERT_TRUE(MoeUnpermuteBackwardCpu(s, gout.data(), xp.data(), w.data(), p.perm_pos.data(), dyp.data(), dw.data()).ok());
+  lhs = rhs = 0;
+  for (int64_t i = 0; i < T * H; ++i) lhs += double(out[i]) * gout[i];
+  for (int64_t i = 0; i < R * H; ++i) rhs += double(xp[i]) * dyp[i];  // out is linear in yp
+  EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::abs(lhs)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j) {
+      double d = 0;  // d out / d w[t, j] . gout = <yp[perm_pos], gout[t]>
+      for (int64_t c = 0; c < H; ++c) d += double(xp[p.perm_pos[t * K + j] * H + c]) * gout[t * H + c];
+      EXPECT_NEAR(dw[t * K + j], d, 1e-4 * (1 + std::abs(d)));
+    }
+
+  std::vector<int32_t> bad = p.perm_src;
+  bad[3] = static_cast<int32_t>(R);
+  EXPECT_FALSE(MoePermuteRowsCpu(s, x.data(), bad.data(), xp.data()).ok());
+  EXPECT_FALSE(MoeUnpermuteCpu(s, xp.data(), w.data(), bad.data(), out.data()).ok());
+}
+
 TEST(MoeExperts, CpuMatchesOracleAndOracleMatchesFiniteDifferences) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
