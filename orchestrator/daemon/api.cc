@@ -2,6 +2,7 @@
 #include "orchestrator/daemon/api.h"
 
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -52,6 +53,26 @@ json DetailsOf(const std::string& message) {
   return out;
 }
 
+// Reads `file` from `offset` in 64 KiB chunks, handing each to `take`, while
+// the client keeps up with what it was sent (the streams' back-pressure).
+enum class FileRead { kAtEnd, kBacklogged, kClosed };
+FileRead ReadWhileDrained(const fs::path& file, uint64_t& offset, Exchange& ex,
+                          const std::function<void(std::string_view)>& take) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return FileRead::kAtEnd;
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string buf(64 * 1024, '\0');
+  while (in && !ex.backlogged()) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    if (n == 0) break;
+    offset += n;
+    take(std::string_view(buf.data(), n));
+    if (ex.closed()) return FileRead::kClosed;
+  }
+  return ex.backlogged() ? FileRead::kBacklogged : FileRead::kAtEnd;
+}
+
 // Follows one task's output file, in chunks, until the task has ended and the
 // file is drained (or the client goes away). Reads only as the client takes
 // the bytes (Exchange::backlogged / OnDrain): a follower that does not read
@@ -71,22 +92,11 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
  private:
   void Pump() {
     if (ex_->closed()) return;
-    std::ifstream in(file_, std::ios::binary);
-    if (in) {
-      in.seekg(static_cast<std::streamoff>(offset_));
-      std::string buf(kChunkBytes, '\0');
-      while (in && !ex_->backlogged()) {
-        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        const auto n = static_cast<size_t>(in.gcount());
-        if (n == 0) break;
-        offset_ += n;
-        ex_->Write(buf.substr(0, n));
-        if (ex_->closed()) return;
-      }
-      if (ex_->backlogged()) {
-        // The client has not taken what it has: read on when it does.
-        return ex_->OnDrain([self = shared_from_this()] { self->Pump(); });
-      }
+    switch (ReadWhileDrained(file_, offset_, *ex_, [this](std::string_view b) { ex_->Write(std::string(b)); })) {
+      case FileRead::kClosed: return;
+      // The client has not taken what it has: read on when it does.
+      case FileRead::kBacklogged: return ex_->OnDrain([self = shared_from_this()] { self->Pump(); });
+      case FileRead::kAtEnd: break;
     }
     const Job* job = jobs_.Find(job_id_);
     const Task* t = job ? job->FindTask(task_) : nullptr;
@@ -102,7 +112,6 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
     });
   }
 
-  static constexpr size_t kChunkBytes = 64 * 1024;
   boost::asio::steady_timer timer_;
   JobManager& jobs_;
   std::string job_id_, task_;
@@ -138,24 +147,14 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
   }
 
  private:
-  static constexpr size_t kChunkBytes = 64 * 1024;
   static constexpr size_t kMaxLineBytes = 1024 * 1024;  // longer lines are not events: skipped
 
   void Replay() {
     if (ex_->closed()) return;
-    std::ifstream in(file_, std::ios::binary);
-    if (in) {
-      in.seekg(static_cast<std::streamoff>(offset_));
-      std::string buf(kChunkBytes, '\0');
-      while (in && !ex_->backlogged()) {
-        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-        const auto n = static_cast<size_t>(in.gcount());
-        if (n == 0) break;
-        offset_ += n;
-        TakeBytes(std::string_view(buf.data(), n));
-        if (ex_->closed()) return;
-      }
-      if (ex_->backlogged()) return ex_->OnDrain([self = shared_from_this()] { self->Replay(); });
+    switch (ReadWhileDrained(file_, offset_, *ex_, [this](std::string_view b) { TakeBytes(b); })) {
+      case FileRead::kClosed: return;
+      case FileRead::kBacklogged: return ex_->OnDrain([self = shared_from_this()] { self->Replay(); });
+      case FileRead::kAtEnd: break;
     }
     // The end of the file: a last line without its newline counts too.
     if (!partial_.empty() && !skipping_) EmitLine(partial_);
