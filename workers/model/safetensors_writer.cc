@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <set>
@@ -293,7 +294,9 @@ Status WriteSafetensorsCheckpoint(const std::string& dir, std::span<const Tensor
   const std::string ctx = "write checkpoint " + dir;
   TANDEM_RETURN_IF_ERROR(ValidateAll(tensors), ctx);
   if (options.max_shard_bytes == 0) return InvalidArgument(ctx + ": max_shard_bytes is 0");
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("create directory " + dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InvalidArgument(ctx + ": cannot create the directory: " + ec.message());
   std::map<std::string, std::string> metadata = options.metadata;
   metadata.emplace("format", "pt");
 

@@ -24,7 +24,7 @@
 // {"metadata": {"total_size": bytes of tensor data}, "weight_map": {...}}
 // (SafetensorsIndexJson). Each file carries `metadata` plus "format": "pt"
 // (transformers refuses a file whose metadata lacks a known format). `dir`
-// is created if missing. Rewriting a checkpoint replaces it: files of the
+// (and its parents) are created if missing. Rewriting a checkpoint replaces it: files of the
 // old layout that the new one does not use (model.safetensors, the index,
 // model-*-of-*.safetensors) are removed, in an order such that a reader
 // (transformers' rule: model.safetensors first) sees the old checkpoint, the
@@ -47,7 +47,7 @@ struct TensorToWrite {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  const void* data = nullptr;  // nbytes, row-major, little-endian
+  const void* data = nullptr;  // nbytes in host memory, row-major, little-endian
   size_t nbytes = 0;
 };
 

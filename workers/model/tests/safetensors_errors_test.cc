@@ -3,7 +3,9 @@
 // and says what was wrong; nothing crashes. Files are built by hand.
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -294,6 +296,31 @@ TEST(SafetensorsWriterErrors, RefusesBadTensorsAndLeavesNothing) {
   EXPECT_THAT(WriteSafetensors(dir.File("absent/w.safetensors"), {}, {}).message(),
               HasSubstr("create a temporary file in " + dir.File("absent")));
   EXPECT_THAT(WriteSafetensorsCheckpoint(dir.path(), {}, WriteOptions{0, {}}).message(), HasSubstr("max_shard_bytes is 0"));
+}
+
+// The fuzz seeds (tests/fuzz/safetensors/, make_seeds.py) say what they are:
+// valid_* parse, bad_* are refused.
+TEST(SafetensorsErrors, FuzzSeedsAreWhatTheirNamesSay) {
+  const char* src = std::getenv("TANDEM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "TANDEM_SOURCE_DIR is not set (ctest sets it)";
+  const std::filesystem::path seeds = std::filesystem::path(src) / "tests/fuzz/safetensors";
+  size_t valid = 0, bad = 0;
+  for (const auto& e : std::filesystem::directory_iterator(seeds)) {
+    const std::string name = e.path().filename().string();
+    const std::string bytes = ReadBytes(e.path().string());
+    if (name.rfind("valid_", 0) == 0) {
+      const auto h = ParseSafetensorsHeader(AsBytes(bytes), name);
+      EXPECT_TRUE(h.ok()) << h.status().ToString();
+      ++valid;
+    } else if (name.rfind("bad_", 0) == 0) {
+      EXPECT_FALSE(ParseSafetensorsHeader(AsBytes(bytes), name).ok()) << name;
+      ++bad;
+    }
+  }
+  EXPECT_GE(valid, 4u);
+  EXPECT_GE(bad, 8u);
+  EXPECT_TRUE(ParseSafetensorsIndex(ReadBytes((seeds / "index_valid.json").string()), "index").ok());
+  EXPECT_FALSE(ParseSafetensorsIndex(ReadBytes((seeds / "index_escaping.json").string()), "index").ok());
 }
 
 }  // namespace
