@@ -9,10 +9,16 @@
 #include <set>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
+#include "common/bounded_json.h"
 #include "workers/model/safetensors_index.h"
 
 namespace tandem::model {
 namespace {
+
+// A tensor name as JSON text: quoted, control bytes escaped.
+std::string Quoted(std::string_view s) { return DumpJson(nlohmann::json(std::string(s))); }
 
 std::string Join(const std::string& dir, std::string_view name) {
   std::string out = dir;
@@ -77,7 +83,7 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
     auto f = SafetensorsFile::Open(path);
     if (!f.ok()) {
       if (f.status().code() == StatusCode::kNotFound)
-        return NotFound(index_path + ": maps tensor \"" + first_tensor + "\" to shard " + file +
+        return NotFound(index_path + ": maps tensor " + Quoted(first_tensor) + " to shard " + file +
                         ", which does not exist");
       return f.status().WithContext(index_path + ": shard " + file);
     }
@@ -87,17 +93,17 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
   for (const auto& [name, file] : idx.weight_map) {
     const size_t i = shard_index.at(file);
     if (!ck.files_[i].Contains(name))
-      return InvalidArgument(index_path + ": maps tensor \"" + name + "\" to shard " + file +
+      return InvalidArgument(index_path + ": maps tensor " + Quoted(name) + " to shard " + file +
                              ", which does not hold it");
   }
   for (size_t i = 0; i < ck.files_.size(); ++i) {
     for (const std::string& name : ck.files_[i].names()) {
       const auto it = idx.weight_map.find(name);
       if (it == idx.weight_map.end())
-        return InvalidArgument(ck.files_[i].path() + ": holds tensor \"" + name + "\", which " + index_path +
+        return InvalidArgument(ck.files_[i].path() + ": holds tensor " + Quoted(name) + ", which " + index_path +
                                " does not list");
       if (shard_index.at(it->second) != i)
-        return InvalidArgument(ck.files_[i].path() + ": holds tensor \"" + name + "\", which " + index_path +
+        return InvalidArgument(ck.files_[i].path() + ": holds tensor " + Quoted(name) + ", which " + index_path +
                                " maps to shard " + it->second);
       ck.names_.push_back(name);
       ck.where_.emplace(name, i);
@@ -108,7 +114,7 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& d
 
 StatusOr<TensorView> SafetensorsCheckpoint::Get(std::string_view name) const {
   const auto it = where_.find(name);
-  if (it == where_.end()) return NotFound(dir_ + ": no tensor \"" + std::string(name) + "\"");
+  if (it == where_.end()) return NotFound(dir_ + ": no tensor " + Quoted(name));
   return files_[it->second].Get(name);
 }
 

@@ -10,6 +10,10 @@
 #include <span>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
+#include "common/bounded_json.h"
+
 namespace tandem::model {
 
 StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
@@ -61,7 +65,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
 StatusOr<TensorView> SafetensorsFile::Get(std::string_view name) const {
   const auto it = index_.find(name);
-  if (it == index_.end()) return NotFound(path_ + ": no tensor \"" + std::string(name) + "\"");
+  if (it == index_.end()) return NotFound(path_ + ": no tensor " + DumpJson(nlohmann::json(std::string(name))));
   const SafetensorsEntry& e = header_.tensors[it->second];
   TensorView v;
   v.name = e.name;

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
+
 #include "workers/model/safetensors_header.h"
 #include "workers/model/safetensors_index.h"
 
@@ -55,7 +57,7 @@ int OfficialRank(DType t) {
 }
 
 Status ValidateTensor(const TensorToWrite& t) {
-  const std::string where = "tensor \"" + t.name + "\"";
+  const std::string where = "tensor " + DumpJson(json(t.name));
   if (t.name.empty()) return InvalidArgument("a tensor has the empty name");
   if (t.name == "__metadata__") return InvalidArgument("a tensor is named __metadata__ (reserved)");
   uint64_t elements = 1;
@@ -79,7 +81,7 @@ Status ValidateAll(std::span<const TensorToWrite> tensors) {
   std::set<std::string_view> seen;
   for (const TensorToWrite& t : tensors) {
     TANDEM_RETURN_IF_ERROR(ValidateTensor(t));
-    if (!seen.insert(t.name).second) return InvalidArgument("tensor \"" + t.name + "\" is given twice");
+    if (!seen.insert(t.name).second) return InvalidArgument("tensor " + DumpJson(json(t.name)) + " is given twice");
   }
   return Status::Ok();
 }
