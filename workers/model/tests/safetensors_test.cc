@@ -4,6 +4,8 @@
 // against the official library's documented outputs, the data layout and
 // alignment, sharded checkpoints and their index exactly as transformers
 // writes it, and rewriting a checkpoint in another layout.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -284,6 +286,40 @@ TEST(SafetensorsCheckpoint, RewritingSwitchesLayoutAndRemovesStaleFiles) {
   for (const auto& t : ts) ExpectSame(*ck->Get(t.name), t);
 }
 
+// The states a crash can leave while a checkpoint is rewritten in another
+// layout (the writer's order: see safetensors_writer.h) read as the old
+// checkpoint, the new one, or an error.
+TEST(SafetensorsCheckpoint, StatesOfAnInterruptedRewriteReadAsOldNewOrError) {
+  auto ts = ShardedTensors();
+  const auto w = ToWrite(ts);
+  TempDir old_single, new_sharded;
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(old_single.path(), w, {}).ok());
+  WriteOptions sharded;
+  sharded.max_shard_bytes = 100;
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(new_sharded.path(), w, sharded).ok());
+
+  // single -> sharded, crashed after the new index, before model.safetensors went: the old one.
+  TempDir dir;
+  for (const auto& name : new_sharded.List()) WriteBytes(dir.File(name), ReadBytes(new_sharded.File(name)));
+  WriteBytes(dir.File("model.safetensors"), ReadBytes(old_single.File("model.safetensors")));
+  auto ck = SafetensorsCheckpoint::Open(dir.path());
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  EXPECT_FALSE(ck->sharded());
+
+  // sharded -> sharded, crashed after the old index went, before the new one: an error.
+  ::unlink(dir.File("model.safetensors").c_str());
+  ::unlink(dir.File("model.safetensors.index.json").c_str());
+  EXPECT_EQ(SafetensorsCheckpoint::Open(dir.path()).status().code(), StatusCode::kNotFound);
+
+  // A write refused for bad input leaves the old checkpoint as it was.
+  const std::string before = ReadBytes(old_single.File("model.safetensors"));
+  std::vector<TensorToWrite> bad = w;
+  bad.back().nbytes += 1;
+  EXPECT_FALSE(WriteSafetensorsCheckpoint(old_single.path(), bad, sharded).ok());
+  EXPECT_THAT(old_single.List(), ElementsAre("model.safetensors"));
+  EXPECT_EQ(ReadBytes(old_single.File("model.safetensors")), before);
+}
+
 TEST(SafetensorsCheckpoint, CreatesTheDirectoryAndPrefersTheSingleFile) {
   const auto ts = ShardedTensors();
   const auto w = ToWrite(ts);
@@ -298,8 +334,8 @@ TEST(SafetensorsCheckpoint, CreatesTheDirectoryAndPrefersTheSingleFile) {
   EXPECT_EQ(ck->names().size(), ts.size());
 }
 
-// A Qwen3-30B-A3B-sized header (48 layers x 128 experts x 3 projections:
-// ~18.9k tensors, 2 MB of JSON) parses in linear time: nlohmann's parser
+// A Qwen3-30B-A3B-sized header (48 layers x (128 experts x 3 projections +
+// the router): 18,480 tensors, 2 MB of JSON) parses in linear time: nlohmann's parser
 // callback, once used for duplicate keys, took 30 s for this at -O2.
 TEST(Safetensors, ManyTensorsParseInLinearTime) {
   std::vector<std::string> names;
