@@ -7,14 +7,15 @@
 //    "data_offsets": [begin, end]}, ...}
 // (offsets relative to byte 8 + N), then the data, up to the end of the file.
 //
-// Contract: ParseSafetensorsHeader accepts exactly the files the official
-// library accepts (safetensors 0.4/0.5 `read_metadata` + `validate`) among
-// those whose dtypes tandem loads, and is stricter where the official parser
-// is lenient on nonsense: N <= 100,000,000 and 8 + N <= file size; the JSON
-// nested at most kMaxJsonDepth levels, an object at the top, no key twice in
-// any object, no NUL byte, no keys but dtype/shape/data_offsets in a tensor entry, no
-// empty tensor name, no byte-order mark; dtype one of DType's names; shape
-// and offsets non-negative integers (dims <= INT64_MAX); prod(shape) *
+// Contract: ParseSafetensorsHeader accepts what the official library
+// accepts (safetensors `read_metadata` + `validate`), for the dtypes tandem
+// loads, except three deliberate refusals of nonsense the official parser
+// lets through: a key twice in one object, a key other than
+// dtype/shape/data_offsets in a tensor entry, an empty tensor name. So:
+// N <= 100,000,000 and 8 + N <= file size; the JSON nested at most
+// kMaxJsonDepth levels, an object at the top, no NUL byte, no byte-order
+// mark; dtype one of DType's names; shape and offsets non-negative integers
+// (dims <= INT64_MAX, every partial product of the dims too); prod(shape) *
 // DTypeSize == end - begin, computed without overflow; sorted by offsets,
 // the tensors tile [0, file size - 8 - N) exactly: the first begins at 0,
 // each begins where the previous ended (no hole, no overlap), the last ends
