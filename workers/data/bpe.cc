@@ -228,6 +228,10 @@ void BpeModel::MergeWord(std::string_view word, bool use_heap, std::vector<Token
 
 void BpeModel::EncodeWord(std::string_view word, std::vector<TokenId>* out) const {
   if (word.empty()) return;
+  if (word.size() == 1 && byte_id_[static_cast<uint8_t>(word[0])] >= 0) {  // one symbol: nothing to merge
+    out->push_back(byte_id_[static_cast<uint8_t>(word[0])]);
+    return;
+  }
   if (word.size() > kMaxCachedWordBytes) {
     MergeWord(word, /*use_heap=*/true, out);
     return;

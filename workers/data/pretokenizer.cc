@@ -24,10 +24,11 @@ struct CodePoints {
   std::vector<uint8_t> cls;
   std::vector<size_t> offset;  // byte offset of each code point, plus the end
 
-  explicit CodePoints(std::string_view text) {
-    cp.reserve(text.size());
-    cls.reserve(text.size());
-    offset.reserve(text.size() + 1);
+  // Refills the buffers (kept between calls: their capacity is reused).
+  void Assign(std::string_view text) {
+    cp.clear();
+    cls.clear();
+    offset.clear();
     size_t pos = 0;
     while (pos < text.size()) {
       offset.push_back(pos);
@@ -121,7 +122,8 @@ std::optional<SplitPattern> RecognizeSplitPattern(std::string_view regex) {
 
 void SplitPreTokens(SplitPattern pattern, std::string_view text, std::vector<PreToken>* out) {
   if (text.empty()) return;
-  const CodePoints t(text);
+  thread_local CodePoints t;
+  t.Assign(text);
   size_t i = 0;
   while (i < t.size()) {
     size_t n = pattern == SplitPattern::kQwen2 ? MatchQwen2(t, i) : MatchGpt2(t, i);

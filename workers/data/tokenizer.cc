@@ -53,7 +53,8 @@ struct Tokenizer::Impl {
 
 void Tokenizer::Impl::EncodeWords(std::string_view text, size_t base, std::vector<TokenId>* ids,
                                   std::vector<size_t>* ends) const {
-  std::vector<PreToken> words;
+  thread_local std::vector<PreToken> words;
+  words.clear();
   if (split) SplitPreTokens(*split, text, &words);
   else if (!text.empty()) words.push_back({0, text.size()});
   for (const auto& w : words) {
@@ -74,7 +75,7 @@ StatusOr<size_t> Tokenizer::Impl::EncodePiece(std::string_view piece, bool split
                                               std::vector<TokenId>* ids, std::vector<size_t>* ends) const {
   if (piece.empty()) return size_t{0};
   std::string normalized;
-  if (nfc) {
+  if (nfc && !IsNfc(piece)) {
     TANDEM_ASSIGN_OR_RETURN(normalized, NormalizeNfc(piece));
     piece = normalized;
   }

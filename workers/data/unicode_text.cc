@@ -86,14 +86,25 @@ StatusOr<std::string> NormalizeNfc(std::string_view text) {
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
   if (U_FAILURE(err)) return Internal(std::string("ICU NFC normalizer unavailable: ") + u_errorName(err));
+  if (IsNfc(text)) return std::string(text);
   const icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
-  if (nfc->isNormalizedUTF8(piece, err) && U_SUCCESS(err)) return std::string(text);
-  err = U_ZERO_ERROR;
   std::string out;
   icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text.size()));
   nfc->normalizeUTF8(0, piece, sink, nullptr, err);
   if (U_FAILURE(err)) return InvalidArgument(std::string("NFC normalization failed: ") + u_errorName(err));
   return out;
+}
+
+bool IsNfc(std::string_view text) {
+  if (text.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) return false;
+  bool ascii = true;
+  for (const char c : text) ascii = ascii && static_cast<uint8_t>(c) < 0x80;
+  if (ascii) return true;
+  UErrorCode err = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(err);
+  if (U_FAILURE(err)) return false;
+  const bool yes = nfc->isNormalizedUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), err);
+  return U_SUCCESS(err) && yes;
 }
 
 char32_t NextCodePoint(std::string_view text, size_t* pos) {

@@ -31,6 +31,10 @@ StatusOr<std::string> NormalizeNfc(std::string_view text);
 
 // Decodes the code point starting at text[*pos] and advances *pos past it.
 // The text must be valid UTF-8 and *pos < text.size().
+// True when valid UTF-8 `text` is already in NFC (ICU's quick check,
+// resolved exactly when it answers "maybe").
+bool IsNfc(std::string_view text);
+
 char32_t NextCodePoint(std::string_view text, size_t* pos);
 
 // The classes of the split patterns.

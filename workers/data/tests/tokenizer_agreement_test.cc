@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "workers/data/byte_tokenizer.h"
 #include "workers/data/chat_template.h"
 #include "workers/data/tests/tokenizer_test_files.h"
 #include "workers/data/tokenizer.h"
@@ -62,6 +63,8 @@ std::string Show(const std::vector<TokenId>& ids) {
 struct Reference {
   std::vector<std::string> inputs;
   std::vector<std::vector<TokenId>> ids;
+  std::vector<std::vector<TokenId>> byte_ids;  // the reference over our byte-level tokenizer's files
+  fs::path byte_dir;
   std::vector<std::vector<ChatMessage>> chats;  // their formatted text is inputs[chat_base + i]
   size_t chat_base = 0;
   std::vector<std::string> gsm8k;  // also among inputs
@@ -123,19 +126,28 @@ Reference ComputeReference() {
     std::ofstream f(in, std::ios::binary);
     for (const auto& s : r.inputs) f << Json(s).dump() << "\n";
   }
-  const std::string cmd =
-      "node '" + (SourceDir() / "tests/tokenizer/encode.js").string() + "' '" + in.string() + "' '" + out.string() + "'";
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    r.error = "the reference encoder failed (exit " + std::to_string(rc) + "): " + cmd;
+  r.byte_dir = dir.path() / "byte";
+  if (const Status st = WriteByteTokenizer(r.byte_dir); !st.ok()) {
+    r.error = "writing the byte-level tokenizer: " + st.ToString();
     return r;
   }
-  std::ifstream ids(out);
-  while (std::getline(ids, line)) r.ids.push_back(Json::parse(line).get<std::vector<TokenId>>());
-  if (r.ids.size() != r.inputs.size()) {
-    r.error = "the reference encoder wrote " + std::to_string(r.ids.size()) + " lines for " +
-              std::to_string(r.inputs.size()) + " inputs";
-    return r;
+  for (const bool byte_level : {false, true}) {
+    std::string cmd = "node '" + (SourceDir() / "tests/tokenizer/encode.js").string() + "' '" + in.string() + "' '" +
+                      out.string() + "'";
+    if (byte_level) cmd += " '" + r.byte_dir.string() + "'";
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      r.error = "the reference encoder failed (exit " + std::to_string(rc) + "): " + cmd;
+      return r;
+    }
+    auto& dest = byte_level ? r.byte_ids : r.ids;
+    std::ifstream ids(out);
+    while (std::getline(ids, line)) dest.push_back(Json::parse(line).get<std::vector<TokenId>>());
+    if (dest.size() != r.inputs.size()) {
+      r.error = "the reference encoder wrote " + std::to_string(dest.size()) + " lines for " +
+                std::to_string(r.inputs.size()) + " inputs: " + cmd;
+      return r;
+    }
   }
   auto tok = Tokenizer::FromDirectory(PackageModels());
   if (!tok.ok()) {
@@ -218,6 +230,25 @@ TEST(TokenizerAgreement, ChatMlEncodingMatchesTheReferenceOnTheFormattedText) {
   EXPECT_EQ(sp.eos, r.tokenizer->TokenToId("<|im_end|>"));
   EXPECT_EQ(sp.pad, r.tokenizer->TokenToId("<|endoftext|>"));
   EXPECT_FALSE(sp.bos.has_value());
+}
+
+// Our byte-level tokenizer's files, loaded by the reference library
+// (transformers.js) and by us, give the same ids: the format is right.
+TEST(TokenizerAgreement, ByteLevelTokenizerFilesLoadInTheReference) {
+  REQUIRE_REFERENCE();
+  const auto& r = Ref();
+  const auto tok = Tokenizer::FromDirectory(r.byte_dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  size_t mismatches = 0;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    const auto ours = tok->Encode(r.inputs[i]);
+    ASSERT_TRUE(ours.ok());
+    if (*ours != r.byte_ids[i] && ++mismatches <= 5)
+      ADD_FAILURE() << "input " << i << " " << Json(r.inputs[i]).dump() << "\n ours:      " << Show(*ours)
+                    << "\n reference: " << Show(r.byte_ids[i]);
+    EXPECT_EQ(*tok->Decode(*ours), r.inputs[i]);
+  }
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST(TokenizerAgreement, EncodeThroughputOnGsm8k) {
