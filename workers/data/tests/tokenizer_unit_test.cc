@@ -78,8 +78,9 @@ BpeSpec AbcSpec() {
       {"a", "b"}, {"ab", "c"}, {"b", "c"}, {"a", "a"}, {"aa", "a"}, {"c", "c"}, {"cc", "cc"}, {"aa", "aa"}, {"bc", "ab"}};
   TokenId next = 256;
   for (const auto& [a, b] : merges) {
-    if (std::none_of(spec.vocab.begin(), spec.vocab.end(), [&](const auto& v) { return v.first == a + b; }))
-      spec.vocab.emplace_back(a + b, next++);
+    const std::string ab = a + b;  // (clang 14 cannot capture structured bindings)
+    if (std::none_of(spec.vocab.begin(), spec.vocab.end(), [&](const auto& v) { return v.first == ab; }))
+      spec.vocab.emplace_back(ab, next++);
     spec.merges.emplace_back(a, b);
   }
   return spec;
