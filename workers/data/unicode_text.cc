@@ -145,6 +145,8 @@ bool IsWhitespace(char32_t c) {
   return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE) != 0;
 }
 
+bool IsAssigned(char32_t c) { return u_charType(static_cast<UChar32>(c)) != U_UNASSIGNED; }
+
 bool IsWordCharacter(char32_t c) { return c == '_' || IsLetter(c) || IsNumber(c); }
 
 void AppendUtf8(char32_t c, std::string* out) {

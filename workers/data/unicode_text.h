@@ -41,6 +41,9 @@ char32_t NextCodePoint(std::string_view text, size_t* pos);
 bool IsLetter(char32_t c);      // \p{L}
 bool IsNumber(char32_t c);      // \p{N}
 bool IsWhitespace(char32_t c);  // \s
+// Whether `c` is assigned a character in this ICU's Unicode version (tests
+// use it: the classes of unassigned code points change between versions).
+bool IsAssigned(char32_t c);
 // Letters, numbers and '_', as Hugging Face's added tokens take "word"
 // characters for single_word.
 bool IsWordCharacter(char32_t c);

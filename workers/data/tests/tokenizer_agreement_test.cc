@@ -5,7 +5,8 @@
 // files and must give the same ids for: the hand-written corpus
 // (tests/tokenizer/corpus.json: accents, combining marks, NFC/NFD pairs,
 // CJK, emoji with ZWJ sequences, numbers, whitespace runs, contractions,
-// code, special tokens inside text), fresh random strings, ChatML
+// code, special tokens inside text), fresh random strings (from a pool of
+// tricky characters, and from all assigned code points), ChatML
 // conversations, and the first GSM8K questions and answers. And
 // decode(encode(x)) == NFC(x) on all of it.
 //
@@ -105,6 +106,7 @@ Reference ComputeReference() {
   }
   for (const auto& s : corpus) r.inputs.push_back(s.get<std::string>());
   for (int i = 0; i < 100; ++i) r.inputs.push_back(testing::RandomText(1 + static_cast<size_t>(i) * 3));
+  for (int i = 0; i < 100; ++i) r.inputs.push_back(testing::RandomAssignedText(1 + static_cast<size_t>(i) % 50));
   r.chats = Conversations();
   r.chat_base = r.inputs.size();
   for (const auto& c : r.chats) {

@@ -110,4 +110,20 @@ inline std::string RandomText(size_t n) {
   return s;
 }
 
+// A random valid UTF-8 string of `n` code points: half ASCII, half any code
+// point below U+40000 that this ICU knows as assigned (not a surrogate),
+// leaving out U+0085, U+FEFF and U+017F, on which JavaScript's regular
+// expressions and Oniguruma differ (docs/model.md "Tokenizer").
+inline std::string RandomAssignedText(size_t n) {
+  std::uniform_int_distribution<uint32_t> any(0, 0x3FFFF), ascii(0x20, 0x7E), coin(0, 1);
+  std::string s;
+  while (n > 0) {
+    const char32_t c = coin(Rng()) ? ascii(Rng()) : any(Rng());
+    if ((c >= 0xD800 && c <= 0xDFFF) || c == 0x85 || c == 0xFEFF || c == 0x17F || !IsAssigned(c)) continue;
+    AppendUtf8(c, &s);
+    --n;
+  }
+  return s;
+}
+
 }  // namespace tandem::data::testing
