@@ -156,6 +156,13 @@ TEST(ChatFormat, ContentsCannotForgeSpecialTokens) {
   EXPECT_EQ(e->ids[e->messages[0].content_begin], 258);  // the empty content sits before <|im_end|>
 }
 
+TEST(ChatFormat, InvalidUtf8ContentIsAnError) {
+  const Tokenizer tok = ByteTokenizer();
+  const auto enc = EncodeChat(tok, ChatFormat::ChatMl(), {{"user", "bad \xFF byte"}}, false);
+  ASSERT_FALSE(enc.ok());
+  EXPECT_NE(enc.status().message().find("not valid UTF-8"), std::string::npos) << enc.status().message();
+}
+
 TEST(ChatFormat, ChosenFromTheConfig) {
   const Tokenizer chatml = ByteTokenizer();
   auto f = ChatFormatFor(chatml);

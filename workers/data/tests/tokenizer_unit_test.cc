@@ -1,6 +1,8 @@
 // Unit tests of the tokenizer's parts on small hand-made tokenizers:
 // split patterns, BPE merge order (scan and heap held to each other), merges
 // in both JSON forms, added tokens, NFC, decode (docs/model.md "Tokenizer").
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "workers/data/bpe.h"
@@ -209,6 +211,33 @@ TEST(Tokenizer, RoundTripsRandomText) {
     ASSERT_TRUE(back.ok());
     ASSERT_EQ(*back, *nfc);
   }
+}
+
+TEST(Tokenizer, SharedAcrossThreadsGivesTheSameIds) {
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {Ch(' '), Ch('a')}, {Ch('a'), Ch('b')}, {Ch('b'), Ch('c')}, {Ch(' ') + Ch('a'), Ch('b')}};
+  auto tok = Tokenizer::FromJson(SmallBpeJson(merges).dump());
+  ASSERT_TRUE(tok.ok());
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back(testing::RandomText(20) + " ab abc bc " + std::to_string(i));
+  std::vector<std::vector<TokenId>> expected;
+  {
+    auto fresh = Tokenizer::FromJson(SmallBpeJson(merges).dump());  // its own cache
+    ASSERT_TRUE(fresh.ok());
+    for (const auto& t : texts) expected.push_back(*fresh->Encode(t));
+  }
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      const Tokenizer copy = *tok;  // copies share tables and cache
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < texts.size(); ++i)
+          if (*copy.Encode(texts[(i + k * 7) % texts.size()]) != expected[(i + k * 7) % texts.size()]) ++wrong[k];
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, (std::vector<int>{0, 0, 0, 0}));
 }
 
 TEST(Unicode, ReplacesMaximalSubparts) {
