@@ -46,7 +46,7 @@ class ConfigReader {
                            (got ? ", got " + Describe(*got) : ""));
   }
 
-  // An integer in [lo, hi]; `dflt` when absent or null.
+  // An integer in [lo, hi] into *out; *out (the default) stays when absent or null.
   Status Int(const std::string& key, int64_t lo, int64_t hi, int64_t* out) {
     const json* v = Get(key);
     if (!v) return Status::Ok();
