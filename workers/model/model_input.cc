@@ -22,7 +22,7 @@ at::Tensor ToDevice(const std::vector<int64_t>& v, at::Device device) {
 
 StatusOr<ForestBatch> BuildForestBatch(const std::vector<std::vector<int32_t>>& sequences,
                                        const std::vector<int32_t>& score_from, int64_t vocab_size,
-                                       at::Device device) {
+                                       at::Device device, bool share_prefixes) {
   if (sequences.empty()) return InvalidArgument("forest batch: no sequences");
   if (!score_from.empty() && score_from.size() != sequences.size())
     return InvalidArgument("forest batch: score_from has " + std::to_string(score_from.size()) +
@@ -40,7 +40,8 @@ StatusOr<ForestBatch> BuildForestBatch(const std::vector<std::vector<int32_t>>& 
       return InvalidArgument("forest batch: score_from[" + std::to_string(s) + "] = " + std::to_string(from) +
                              ", expected in [1, " + std::to_string(seq.size()) + "]");
   }
-  TANDEM_ASSIGN_OR_RETURN(kernels::PackedForest packed, kernels::BuildPackedForest(sequences), "forest batch");
+  TANDEM_ASSIGN_OR_RETURN(kernels::PackedForest packed, kernels::BuildPackedForest(sequences, share_prefixes),
+                          "forest batch");
 
   ForestBatch b;
   std::vector<int64_t> tokens(packed.tokens.begin(), packed.tokens.end());

@@ -50,10 +50,12 @@ struct ForestBatch {
 // Packs `sequences` (each non-empty, every token in [0, vocab_size)) and
 // selects the pairs: score_from[s] in [1, len(s)] (len(s) scores nothing);
 // an empty score_from means 1 for every sequence (every next token).
-// InvalidArgument naming the sequence and token on bad input.
+// InvalidArgument naming the sequence and token on bad input. With
+// share_prefixes false nothing is shared: every sequence is whole (the flat
+// batch, through the same kernels; benchmarks and checks compare the two).
 StatusOr<ForestBatch> BuildForestBatch(const std::vector<std::vector<int32_t>>& sequences,
                                        const std::vector<int32_t>& score_from, int64_t vocab_size,
-                                       at::Device device);
+                                       at::Device device, bool share_prefixes = true);
 
 struct KvCache {
   std::vector<at::Tensor> keys;    // per layer [B, P, Hkv, D], model dtype and device

@@ -65,9 +65,7 @@ int Run(std::map<std::string, std::string>& v) {
       score_from.push_back(plen);  // the response tokens only
     }
   }
-  tm::ForestBuildOptions build;
-  build.share_prefixes = v["--mode"] != "flat";
-  auto batch = tm::BuildForestBatch(seqs, score_from, m.config().vocab_size, device, build);
+  auto batch = tm::BuildForestBatch(seqs, score_from, m.config().vocab_size, device, v["--mode"] != "flat");
   if (!batch.ok()) { std::cerr << "tandem-model-bench: " << batch.status().ToString() << "\n"; return 1; }
   m.parameters().EnableGrad();
   auto step = [&] {

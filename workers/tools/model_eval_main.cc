@@ -117,9 +117,7 @@ int Run(const Flags& f) {
   Outputs out;
 
   // Forward over the packed (or flat) forest; pairs score every next token.
-  tm::ForestBuildOptions build;
-  build.share_prefixes = f.mode == "packed";
-  auto batch = tm::BuildForestBatch(*seqs, {}, m.config().vocab_size, device, build);
+  auto batch = tm::BuildForestBatch(*seqs, {}, m.config().vocab_size, device, f.mode == "packed");
   if (!batch.ok()) { std::cerr << "tandem-model-eval: " << batch.status().ToString() << "\n"; return 1; }
   if (f.grads) m.parameters().EnableGrad();
   tm::ForestOutput fwd = m.Forward(*batch);
