@@ -2,6 +2,8 @@
 // dtypes checked tensor by tensor, conversions through a host staging copy.
 #include "workers/model/checkpoint.h"
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <fcntl.h>

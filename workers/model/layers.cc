@@ -1,6 +1,8 @@
 // The decoder's layers (layers.h), on ATen and the workers/ops autograd ops.
 #include "workers/model/layers.h"
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <cmath>

@@ -2,6 +2,8 @@
 // and scoring pairs; the contiguous decode cache.
 #include "workers/model/model_input.h"
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>

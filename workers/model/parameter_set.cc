@@ -3,6 +3,8 @@
 // them.
 #include "workers/model/parameter_set.h"
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <c10/util/Exception.h>

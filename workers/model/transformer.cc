@@ -3,6 +3,8 @@
 // attention over the forest, or the cache) and in the LM head.
 #include "workers/model/transformer.h"
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 

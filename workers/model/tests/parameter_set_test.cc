@@ -5,6 +5,8 @@
 // flat gradient buffer.
 #include <gtest/gtest.h>
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>

@@ -6,6 +6,8 @@
 // gives the forest's logits at every position.
 #include <gtest/gtest.h>
 
+// IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
 #include <random>
