@@ -13,6 +13,7 @@
 // backward into the flat gradient buffer. --mode packed stores each prompt
 // once (a trie); flat keeps every sequence whole. Prints one JSON line:
 // seconds_per_step, tokens (the flat batch's), packed_tokens, pairs.
+#include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #ifdef TANDEM_TORCH_CUDA
@@ -29,7 +30,7 @@
 
 #include "workers/model/checkpoint.h"
 
-namespace tm = tandem::model;
+namespace mdl = tandem::model;
 
 namespace {
 
@@ -47,9 +48,9 @@ int Run(std::map<std::string, std::string>& v) {
   const int prompts = std::stoi(v["--prompts"]), plen = std::stoi(v["--prompt-len"]);
   const int group = std::stoi(v["--group"]), rlen = std::stoi(v["--response-len"]);
   const int iters = std::stoi(v["--iters"]), warmup = std::stoi(v["--warmup"]);
-  auto model = tm::LoadPretrained(v["--model"], device, dtype);
+  auto model = mdl::LoadPretrained(v["--model"], device, dtype);
   if (!model.ok()) { std::cerr << "tandem-model-bench: " << model.status().ToString() << "\n"; return 1; }
-  tm::Transformer& m = **model;
+  mdl::Transformer& m = **model;
 
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.config().vocab_size - 1));
@@ -65,12 +66,12 @@ int Run(std::map<std::string, std::string>& v) {
       score_from.push_back(plen);  // the response tokens only
     }
   }
-  auto batch = tm::BuildForestBatch(seqs, score_from, m.config().vocab_size, device, v["--mode"] != "flat");
+  auto batch = mdl::BuildForestBatch(seqs, score_from, m.config().vocab_size, device, v["--mode"] != "flat");
   if (!batch.ok()) { std::cerr << "tandem-model-bench: " << batch.status().ToString() << "\n"; return 1; }
   m.parameters().EnableGrad();
   auto step = [&] {
     m.parameters().ZeroGrad();
-    tm::ForestOutput out = m.Forward(*batch);
+    mdl::ForestOutput out = m.Forward(*batch);
     at::Tensor loss = -out.logprob.sum() / static_cast<double>(batch->num_pairs());
     torch::autograd::backward({loss});
   };

@@ -16,6 +16,7 @@
 //                              sequence token by token (--decode).
 // --mode packed shares common prefixes (a trie); flat keeps every sequence
 // whole. --save writes the loaded model back with SavePretrained.
+#include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -31,7 +32,7 @@
 #include "workers/model/checkpoint.h"
 #include "workers/model/safetensors.h"
 
-namespace tm = tandem::model;
+namespace mdl = tandem::model;
 
 namespace {
 
@@ -97,11 +98,11 @@ tandem::StatusOr<std::vector<std::vector<int32_t>>> ReadBatch(const std::string&
 // Outputs as host F32 tensors, kept alive until written.
 struct Outputs {
   std::vector<at::Tensor> keep;
-  std::vector<tm::TensorToWrite> tensors;
+  std::vector<mdl::TensorToWrite> tensors;
   void Add(const std::string& name, const at::Tensor& t) {
     at::Tensor host = t.detach().to(at::kCPU, at::kFloat).contiguous();
     keep.push_back(host);
-    tensors.push_back({name, tm::DType::kF32, host.sizes().vec(), host.data_ptr(),
+    tensors.push_back({name, mdl::DType::kF32, host.sizes().vec(), host.data_ptr(),
                        static_cast<size_t>(host.numel()) * sizeof(float)});
   }
 };
@@ -111,16 +112,16 @@ int Run(const Flags& f) {
   const at::ScalarType dtype = f.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   auto seqs = ReadBatch(f.batch);
   if (!seqs.ok()) { std::cerr << "tandem-model-eval: " << seqs.status().ToString() << "\n"; return 1; }
-  auto model = tm::LoadPretrained(f.model, device, dtype);
+  auto model = mdl::LoadPretrained(f.model, device, dtype);
   if (!model.ok()) { std::cerr << "tandem-model-eval: " << model.status().ToString() << "\n"; return 1; }
-  tm::Transformer& m = **model;
+  mdl::Transformer& m = **model;
   Outputs out;
 
   // Forward over the packed (or flat) forest; pairs score every next token.
-  auto batch = tm::BuildForestBatch(*seqs, {}, m.config().vocab_size, device, f.mode == "packed");
+  auto batch = mdl::BuildForestBatch(*seqs, {}, m.config().vocab_size, device, f.mode == "packed");
   if (!batch.ok()) { std::cerr << "tandem-model-eval: " << batch.status().ToString() << "\n"; return 1; }
   if (f.grads) m.parameters().EnableGrad();
-  tm::ForestOutput fwd = m.Forward(*batch);
+  mdl::ForestOutput fwd = m.Forward(*batch);
   const int64_t pairs = batch->num_pairs();
   at::Tensor loss = -fwd.logprob.sum() / static_cast<double>(pairs);
   if (f.grads) torch::autograd::backward({loss});
@@ -138,13 +139,13 @@ int Run(const Flags& f) {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> last;
     for (const auto& seq : *seqs) {
-      tm::KvCache cache = tm::KvCache::Empty(m.config(), 1, device, dtype);
+      mdl::KvCache cache = mdl::KvCache::Empty(m.config(), 1, device, dtype);
       at::Tensor logits;
       for (size_t i = 0; i < seq.size(); ++i) {
         auto opts = at::TensorOptions().dtype(at::kLong).device(device);
         at::Tensor tok = at::full({1}, seq[i], opts);
         at::Tensor pos = at::full({1}, static_cast<int64_t>(i), opts);
-        tm::DecodeOutput d = m.Decode(tok, pos, cache);
+        mdl::DecodeOutput d = m.Decode(tok, pos, cache);
         cache.Append(d.new_keys, d.new_values);
         logits = d.logits;
       }
@@ -154,10 +155,10 @@ int Run(const Flags& f) {
   }
 
   if (!f.save.empty()) {
-    tandem::Status s = tm::SavePretrained(m, f.save);
+    tandem::Status s = mdl::SavePretrained(m, f.save);
     if (!s.ok()) { std::cerr << "tandem-model-eval: " << s.ToString() << "\n"; return 1; }
   }
-  tandem::Status w = tm::WriteSafetensors(f.out, out.tensors, {});
+  tandem::Status w = mdl::WriteSafetensors(f.out, out.tensors, {});
   if (!w.ok()) { std::cerr << "tandem-model-eval: " << w.ToString() << "\n"; return 1; }
   std::printf("{\"sequences\": %zu, \"pairs\": %lld, \"packed_tokens\": %lld, \"loss\": %.8f}\n", seqs->size(),
               static_cast<long long>(pairs), static_cast<long long>(batch->num_tokens()), loss.item<double>());
