@@ -86,7 +86,7 @@ Status WriteFileAtomically(const std::string& dir, const std::string& name, cons
 }  // namespace
 
 Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& ckpt) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const ParameterSet& params = model.parameters();
   std::set<std::string, std::less<>> expected;
   for (const ParameterSet::Named& n : params.named()) expected.insert(n.name);
@@ -132,7 +132,7 @@ StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at
 }
 
 Status SavePretrained(const Transformer& model, const std::string& dir, const SaveOptions& options) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::optional<ConfigDtype> cdtype = options.dtype ? options.dtype : ConfigTypeOf(model.dtype());
   if (!cdtype) return InvalidArgument("save " + dir + ": cannot save a model of dtype " + c10::toString(model.dtype()));
   const DType dtype = SaveType(*cdtype);

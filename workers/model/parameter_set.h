@@ -25,7 +25,7 @@
 //     aliasing its slot's bytes with no autograd history; the per-expert
 //     views are strided (a transpose of a slice of the slot), so copy them
 //     with .contiguous() to serialise. Writing into a view (under
-//     at::NoGradGuard) writes the parameter.
+//     c10::NoGradGuard) writes the parameter.
 //
 // Gradients: EnableGrad() allocates one gradient buffer per parameter buffer
 // (same layout, zeroed) and makes each slot's .grad() a view of it, so

@@ -98,7 +98,7 @@ at::Tensor Transformer::HeadWeight() const {
 }
 
 void Transformer::InitRandom(uint64_t seed, double std) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (const ParameterSet::Slot& s : params_.slots()) {
     const bool norm = s.name.size() >= 11 && s.name.compare(s.name.size() - 11, 11, "norm.weight") == 0;

@@ -15,7 +15,7 @@
 //     caller-owned contiguous KvCache; returns that position's full logits
 //     [B, V] (fp32) and the new K/V per layer, which the caller appends
 //     (KvCache::Append). Decoding is for inference: run it under
-//     at::NoGradGuard (it is differentiable, but nothing needs that).
+//     c10::NoGradGuard (it is differentiable, but nothing needs that).
 //
 // Devices and dtypes: CPU with fp32, or CUDA with bf16 (builds with the ops'
 // CUDA path, TANDEM_TORCH_CUDA). Autograd runs through everything: after

@@ -136,7 +136,7 @@ int Run(const Flags& f) {
 
   // Incremental decoding, one sequence at a time, every token through Decode.
   if (f.decode) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     std::vector<at::Tensor> last;
     for (const auto& seq : *seqs) {
       mdl::KvCache cache = mdl::KvCache::Empty(m.config(), 1, device, dtype);

@@ -80,7 +80,7 @@ TEST_F(CheckpointTest, SaveLoadRoundTripIsBitExact) {
     }
     auto batch = BuildForestBatch({{1, 2, 3, 4}, {1, 2, 7}}, {}, c.vocab_size, at::Device(at::kCPU));
     ASSERT_TRUE(batch.ok());
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     EXPECT_TRUE(model->Forward(*batch).logprob.equal((*loaded)->Forward(*batch).logprob));
     auto ckpt = SafetensorsCheckpoint::Open(dir_.string());
     ASSERT_TRUE(ckpt.ok());

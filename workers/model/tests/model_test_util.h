@@ -64,7 +64,7 @@ inline std::unique_ptr<Transformer> MakeModel(const ModelConfig& c) {
 // the distributions are neither flat nor one-hot) and returns their float64 copies
 // under HF names (leaves requiring grad).
 inline std::map<std::string, at::Tensor> RandomizeParameters(Transformer& model, uint64_t seed) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::map<std::string, at::Tensor> ref;

@@ -84,7 +84,7 @@ TEST(ParameterSet, ViewsAliasOneAlignedBuffer) {
   for (const auto& n : ps.named()) EXPECT_TRUE(Aliases(n.view, buf)) << n.name;
 
   // Writing the buffer shows through the views; writing a view writes the slot.
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   buf.copy_(at::arange(buf.numel(), buf.options()));
   const at::Tensor& wgu = ps.Leaf("model.layers.0.mlp.experts.w_gate_up");
   const at::Tensor& wd = ps.Leaf("model.layers.0.mlp.experts.w_down");

@@ -205,7 +205,7 @@ TEST_P(TransformerDecodeTest, StepByStepEqualsForestLogits) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   RandomizeParameters(*model, seed);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto seqs = RandomSequences(rng, {7, 7}, c.vocab_size);
   auto batch = BuildForestBatch(seqs, {}, c.vocab_size, at::Device(at::kCPU));
   ASSERT_TRUE(batch.ok());
@@ -244,7 +244,7 @@ TEST_P(TransformerDecodeTest, RaggedPrefillThenDecode) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   RandomizeParameters(*model, seed);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto full = RandomSequences(rng, {5, 8}, c.vocab_size);
   const std::vector<std::vector<int32_t>> prompts{{full[0].begin(), full[0].end() - 1},
                                                   {full[1].begin(), full[1].end() - 1}};
