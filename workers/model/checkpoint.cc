@@ -3,6 +3,7 @@
 #include "workers/model/checkpoint.h"
 
 // IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
+#include <c10/core/GradMode.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 

@@ -17,6 +17,7 @@
 // --mode packed shares common prefixes (a trie); flat keeps every sequence
 // whole. --save writes the loaded model back with SavePretrained.
 #include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 

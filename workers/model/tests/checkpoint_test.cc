@@ -3,6 +3,7 @@
 // same forward; saving in bf16 rounds once; a missing, misshapen, extra or
 // integer tensor and a bad or missing config.json are errors naming the
 // file and the tensor or key.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 // IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.

@@ -5,6 +5,7 @@
 // chosen experts (HF's Qwen3-MoE math), HF names for every weight.
 #pragma once
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 // IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.

@@ -3,6 +3,7 @@
 // 256-byte aligned, non-overlapping offsets, expert views as strided slices
 // of the kernel-layout slots, and gradients accumulating in place into the
 // flat gradient buffer.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 // IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.

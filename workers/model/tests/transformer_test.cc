@@ -4,6 +4,7 @@
 // and untied; a forest of tries gives what each sequence gives alone; and
 // incremental decoding (from an empty cache, and after a ragged prefill)
 // gives the forest's logits at every position.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 // IValue complete before ATen.h: clang 14 in C++20 rejects ATen.h alone.
