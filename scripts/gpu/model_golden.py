@@ -36,6 +36,7 @@ BF16_SLACK = 1.5                          # tandem bf16 error <= 1.5x transforme
 BF16_FLOOR = 2e-3
 
 failures = []
+MODEL_DIR = [""]  # the model directory in use (checkpoint names of fused tensors)
 
 
 def check(name, ok, detail):
@@ -85,6 +86,40 @@ def make_sequences(gen, vocab):
     return seqs
 
 
+def checkpoint_view(model_dir, tensors):
+    """Maps transformers' in-memory parameters (or their gradients) to the
+    checkpoint's names: transformers 5.x keeps a MoE layer's experts fused
+    (experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]) but saves
+    them per expert; the layout is taken from the saved weights, exactly."""
+    saved = load_file(os.path.join(model_dir, "model.safetensors"))
+    out = {}
+    for name, t in tensors.items():
+        if name in saved:
+            out[name] = t
+            continue
+        prefix, leaf = name.rsplit(".", 1)
+        E = t.shape[0]
+        for e in range(E):
+            if leaf == "gate_up_proj":
+                g, u = f"{prefix}.{e}.gate_proj.weight", f"{prefix}.{e}.up_proj.weight"
+                I = saved[g].shape[0]
+                out[g], out[u] = t[e, :I], t[e, I:]
+            elif leaf == "down_proj":
+                out[f"{prefix}.{e}.down_proj.weight"] = t[e]
+            else:
+                raise KeyError(f"{name}: not in the checkpoint and not a fused expert tensor")
+    return out
+
+
+def check_fused_layout(model, model_dir):
+    """The split in checkpoint_view reproduces the saved per-expert weights."""
+    mine = checkpoint_view(model_dir, {n: p.detach().float().cpu() for n, p in model.named_parameters()})
+    saved = load_file(os.path.join(model_dir, "model.safetensors"))
+    bad = [n for n in saved if n in mine and not torch.equal(mine[n], saved[n].float())]
+    missing = [n for n in saved if n not in mine and not n.startswith("lm_head")]
+    check("fused-expert layout of transformers", not bad and not missing, f"{len(bad)} mismatched, {len(missing)} missing")
+
+
 def hf_reference(model, seqs, device, dtype, grads):
     """Per sequence (batch 1, no padding): log-probs of tokens 1.., entropy,
     loss = mean over all predicted tokens of all sequences, gradients."""
@@ -107,7 +142,9 @@ def hf_reference(model, seqs, device, dtype, grads):
         count += len(s) - 1
     out = {"logps": logps, "ents": ents, "loss": torch.tensor(nll_sum)}
     if grads:
-        out["grads"] = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
+        out["grads"] = checkpoint_view(MODEL_DIR[0],
+                                       {n: p.grad.detach().float().cpu() for n, p in model.named_parameters()
+                                        if p.grad is not None})
     # Last-position logits of every sequence (what incremental decoding returns).
     with torch.no_grad():
         out["last_logits"] = torch.stack([model(input_ids=torch.tensor([s], device=device)).logits[0, -1].float().cpu()
@@ -173,7 +210,9 @@ def main():
         model.save_pretrained(model_dir)
         gen = torch.Generator().manual_seed(99)
         seqs = make_sequences(gen, cfg.vocab_size)
-        names = [n for n, _ in model.named_parameters()]
+        MODEL_DIR[:] = [model_dir]
+        check_fused_layout(model, model_dir)
+        names = list(load_file(os.path.join(model_dir, "model.safetensors")).keys())
         ref32 = hf_reference(model, seqs, "cuda" if has_cuda else "cpu", torch.float32, grads=True)
         for mode in ("flat", "packed"):
             t = run_tandem(tool, model_dir, seqs, work, f"{kind}_cpu_{mode}", "cpu", "fp32", mode)

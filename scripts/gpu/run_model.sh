@@ -41,6 +41,10 @@ if [[ " $steps " == *" tests "* ]]; then
     rc=$?
     echo "[gpu] $t rc=$rc $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$WORK/$t.log" | tr '\n' ' ')"
     grep -E "^\[  FAILED  \]|Failure|error" "$WORK/$t.log" | head -12
+    if (( rc > 128 )) && command -v cuda-gdb >/dev/null; then  # a crash: where (no gdb on that image)
+      timeout 240 cuda-gdb -batch -ex run -ex bt "$b" >"$WORK/$t.gdb" 2>&1
+      grep -E "^#[0-9]+ |signal" "$WORK/$t.gdb" | head -25
+    fi
     [[ $rc -ne 0 ]] && status=1
   done
   cat "$WORK"/*_test.log > "$OUT/tests.log" 2>/dev/null
