@@ -28,9 +28,9 @@ class CheckpointTest : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("model_checkpoint_" + std::to_string(getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    RemoveTree(dir_.string());
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { RemoveTree(dir_.string()); }
 
   // Writes `tensors` (name -> CPU tensor) as a checkpoint and `config` as config.json.
   void WriteRaw(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const nlohmann::json& config) {
@@ -87,7 +87,7 @@ TEST_F(CheckpointTest, SaveLoadRoundTripIsBitExact) {
     ASSERT_TRUE(ckpt.ok());
     EXPECT_EQ(ckpt->names().size(), model->parameters().size());
     EXPECT_EQ(ckpt->Contains("lm_head.weight"), !k.tied);
-    fs::remove_all(dir_);
+    RemoveTree(dir_.string());
   }
 }
 

@@ -12,7 +12,10 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
 
+#include <ftw.h>
+
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
@@ -23,6 +26,15 @@
 #include "workers/model/transformer.h"
 
 namespace tandem::model::testing {
+
+
+// fs::remove_all without std::filesystem: PyTorch 2.11's wheels export
+// their own std::filesystem symbols, and remove_all called through them
+// crashed (a null call) in a test linking libtorch.so on the GPU machine.
+inline void RemoveTree(const std::string& path) {
+  nftw(path.c_str(), [](const char* p, const struct stat*, int, FTW*) { return std::remove(p); }, 16,
+       FTW_DEPTH | FTW_PHYS);
+}
 
 using kernels::testing::Tolerance;
 
