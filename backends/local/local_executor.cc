@@ -30,7 +30,8 @@ namespace {
 
 using local::ProcStat;
 
-constexpr std::string_view kMarkKey = "TANDEM_TASK_MARK";
+constexpr std::string_view kMarkKey = LocalExecutor::kMarkKey;
+constexpr std::string_view kSlotKey = LocalExecutor::kSlotKey;
 
 // The local part of a TaskRef.
 struct LocalRef {
@@ -143,12 +144,14 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(boost::asio::io_c
   std::unique_ptr<LocalExecutor> self(
       new LocalExecutor(io, std::move(on_exit), std::move(options), std::move(boot_id)));
   self->SetUpContainment();  // local_containment.cc
+  if (!self->cgroups_) self->FindEarlierRuns();
   return self;
 }
 
 LocalExecutor::LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit,
                              LocalExecutorOptions options, std::string boot_id)
     : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)), boot_id_(std::move(boot_id)) {
+  scope_ = options_.cgroup_name.empty() ? "tandem-" + std::to_string(::getpid()) : options_.cgroup_name;
   if (options_.reap_orphans) {
     sigchld_ = std::make_unique<boost::asio::signal_set>(io_, SIGCHLD);
     WaitForChildren();
@@ -192,6 +195,11 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
       if (::mkdir(cgroup.c_str(), 0755) != 0)
         return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
     }
+  } else if (earlier_runs_.erase(req.task_id) > 0 || req.launch > 1) {
+    // Marker mode: what an earlier run of this task id left (a daemon that
+    // died before journaling it, or an ended run's descendants) goes first.
+    TANDEM_ASSIGN_OR_RETURN(size_t n, KillEarlierRuns(req.task_id, ""), "start task " + req.task_id);
+    if (n > 0) log::Warn("local", "killed processes of an earlier run task={} processes={}", req.task_id, n);
   }
 
   std::vector<std::string> argv;
@@ -209,11 +217,14 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   argv.insert(argv.end(), req.argv.begin(), req.argv.end());
 
   std::vector<std::string> env;
-  env.reserve(req.env.size() + 1);
+  env.reserve(req.env.size() + 2);
   const std::string mark_prefix = std::string(kMarkKey) + "=";
+  const std::string slot_prefix = std::string(kSlotKey) + "=";
   for (const auto& e : req.env)
-    if (e.compare(0, mark_prefix.size(), mark_prefix) != 0) env.push_back(e);
+    if (e.compare(0, mark_prefix.size(), mark_prefix) != 0 && e.compare(0, slot_prefix.size(), slot_prefix) != 0)
+      env.push_back(e);
   env.push_back(mark_prefix + marker);
+  env.push_back(SlotPrefix() + req.task_id);
 
   SpawnArgs sp;
   const char* out = req.stdout_path.empty() ? "/dev/null" : req.stdout_path.c_str();
