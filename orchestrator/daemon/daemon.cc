@@ -118,6 +118,7 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.compact_every = settings_.compact_every;
   jopts.max_tasks_per_job = settings_.max_tasks_per_job;
   jopts.max_tasks = settings_.max_tasks;
+  jopts.launch_batch = settings_.launch_batch;
   jopts.run_root = run_root;
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();

@@ -124,17 +124,17 @@ Status JobManager::CheckTaskLimits(const spec::JobSpec& sp) const {
   uint64_t tasks = 0;
   for (const auto& role : sp.roles) tasks += static_cast<uint64_t>(std::max(role.replicas, 0));
   if (opts_.max_tasks_per_job && tasks > opts_.max_tasks_per_job)
-    return ResourceExhausted("roles: the job has " + std::to_string(tasks) + " tasks, over this daemon's limit of " +
-                             std::to_string(opts_.max_tasks_per_job) +
-                             " tasks per job (--max-tasks-per-job, TANDEM_MAX_TASKS_PER_JOB)");
+    return TaskLimitExceeded(TaskLimitKind::kPerJob, "roles: the job has " + std::to_string(tasks) +
+                                                         " tasks, over this daemon's limit of " +
+                                                         std::to_string(opts_.max_tasks_per_job) + " tasks per job");
   uint64_t live = 0;
   for (const auto& j : table_.jobs)
     if (!IsTerminal(j.state)) live += j.tasks.size();
   for (const auto& [id, sub] : submitting_) live += sub.tasks;
   if (opts_.max_tasks && live + tasks > opts_.max_tasks)
-    return ResourceExhausted("roles: the job's " + std::to_string(tasks) + " tasks and the " + std::to_string(live) +
-                             " of live jobs are over this daemon's limit of " + std::to_string(opts_.max_tasks) +
-                             " tasks (--max-tasks, TANDEM_MAX_TASKS); retry when jobs have ended");
+    return TaskLimitExceeded(TaskLimitKind::kDaemon, "roles: the job's " + std::to_string(tasks) + " tasks and the " +
+                                                         std::to_string(live) + " of live jobs are over this daemon's limit of " +
+                                                         std::to_string(opts_.max_tasks) + " tasks");
   return Status::Ok();
 }
 

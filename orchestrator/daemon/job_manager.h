@@ -104,7 +104,8 @@ struct JobManagerOptions {
   uint64_t max_tasks_per_job = 10000;
   uint64_t max_tasks = 50000;
   // Launches per scheduling pass; the next pass is posted behind whatever
-  // the io_context has queued (API requests), so a wide job does not stall it.
+  // the io_context has queued (API requests), so a wide job does not stall
+  // it (settings.h: TANDEM_LAUNCH_BATCH).
   size_t launch_batch = 32;
   // While the journal refuses records (disk full, I/O error), how often the
   // job manager tries to make its state durable again.
@@ -115,6 +116,14 @@ struct JobManagerOptions {
 // "journal unavailable: <cause>" (the API answers 503 journal_unavailable).
 Status JournalUnavailable(const Status& cause);
 bool IsJournalUnavailable(const Status& st);
+
+// A submit over a task limit: kResourceExhausted, its message naming the
+// limit's flag and variable (the API answers `task_limit`: 429 for the
+// daemon-wide limit, which frees as jobs end; 409 for the per-job one,
+// which no retry passes).
+enum class TaskLimitKind { kNone, kPerJob, kDaemon };
+Status TaskLimitExceeded(TaskLimitKind kind, const std::string& message);
+TaskLimitKind TaskLimitOf(const Status& st);
 
 // How a task ended, for people: "exit code 3", "killed by signal 9
 // (SIGKILL)", "exit status unknown", plus the executor's detail when it adds

@@ -35,6 +35,9 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--max-tasks", s.max_tasks,
                  "Most tasks of all live jobs together; a submit over it is refused (0: no limit)")
       ->envname("TANDEM_MAX_TASKS");
+  app.add_option("--launch-batch", s.launch_batch,
+                 "Task launches per scheduling pass; a wider job launches in passes with API requests between them")
+      ->envname("TANDEM_LAUNCH_BATCH")->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")

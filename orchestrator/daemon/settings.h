@@ -26,6 +26,7 @@ struct DaemonSettings {
   uint64_t compact_every = 20000;  // --compact-every TANDEM_COMPACT_EVERY 20000
   uint64_t max_tasks_per_job = 10000;  // --max-tasks-per-job TANDEM_MAX_TASKS_PER_JOB 10000 (0 = no limit)
   uint64_t max_tasks = 50000;  // --max-tasks       TANDEM_MAX_TASKS   50000 (tasks of all live jobs; 0 = no limit)
+  size_t launch_batch = 32;    // --launch-batch    TANDEM_LAUNCH_BATCH 32 (launches per scheduling pass)
   std::string log_level = "info";  // --log-level TANDEM_LOG_LEVEL   info
   std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
   std::string worker_bin;    // --worker-bin      TANDEM_WORKER_BIN  tandem-worker beside this binary
