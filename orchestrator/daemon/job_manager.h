@@ -63,6 +63,7 @@
 #include "common/status.h"
 #include "orchestrator/daemon/job_model.h"
 #include "orchestrator/daemon/daemon_metrics.h"
+#include "orchestrator/daemon/run_dir_lock.h"
 #include "orchestrator/spec/job_spec.h"
 #include "orchestrator/store/durable_log.h"
 
@@ -253,8 +254,11 @@ class JobManager {
   struct Submitting {
     std::string run_dir;
     size_t tasks = 0;
+    RunDirLock lock;
   };
   std::map<std::string, Submitting> submitting_;
+  // The run dir locks of live jobs (run_dir_lock.h), released when the job ends.
+  std::map<std::string, RunDirLock> run_dir_locks_;
   std::unique_ptr<boost::asio::steady_timer> batch_timer_;  // set while the next launch batch is queued
   uint64_t submit_seq_ = 1;
   bool journal_diverged_ = false;  // records applied in memory that the journal refused

@@ -23,6 +23,12 @@ Status JobManager::Recover(const store::Recovered& rec) {
   size_t reattached = 0;
   for (auto& job : table_.jobs) {
     if (IsTerminal(job.state)) continue;
+    // The run dir is the job's again; one another process took meanwhile
+    // (this daemon was down) is shared now: said, not fatal to the job.
+    if (auto lock = RunDirLock::Acquire(job.run_dir); lock.ok())
+      run_dir_locks_[job.id] = std::move(lock).value();
+    else
+      log::Warn("jobs", "run dir lock of job={} not taken again: {}", job.id, lock.status().ToString());
     if (!opts_.own_device_backends.count(job.backend))
       for (int g : job.physical_devices) busy_gpus_.insert(g);
     for (auto& t : job.tasks) {
