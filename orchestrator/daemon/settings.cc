@@ -78,6 +78,10 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--http-max-unauthenticated", s.http_max_unauthenticated,
                  "Most --listen connections that have not yet sent a request with the token (closed beyond)")
       ->envname("TANDEM_HTTP_MAX_UNAUTHENTICATED")->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-max-unauthenticated-per-peer", s.http_max_unauthenticated_per_peer,
+                 "Of those, most from one peer (an IPv4 address, an IPv6 /64; closed beyond), so one peer cannot "
+                 "take every slot")
+      ->envname("TANDEM_HTTP_MAX_UNAUTHENTICATED_PER_PEER")->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--http-auth-timeout", s.http_auth_timeout_s,
                  "Seconds a new --listen connection has to send its request header")
       ->envname("TANDEM_HTTP_AUTH_TIMEOUT_S")->check(CLI::Range(1, 3600));
@@ -94,6 +98,7 @@ HttpLimits HttpLimitsFrom(const DaemonSettings& s) {
   l.max_unix_connections = s.http_max_unix_connections;
   l.max_tcp_connections = s.http_max_tcp_connections;
   l.max_tcp_unauthenticated = s.http_max_unauthenticated;
+  l.max_tcp_unauthenticated_per_peer = s.http_max_unauthenticated_per_peer;
   l.auth_timeout_s = s.http_auth_timeout_s;
   l.read_timeout_s = s.http_read_timeout_s;
   l.max_stream_queue_bytes = s.http_stream_queue_bytes;

@@ -42,6 +42,7 @@ struct DaemonSettings {
   size_t http_max_unix_connections = 256;  // --http-max-unix-connections TANDEM_HTTP_MAX_UNIX_CONNECTIONS 256
   size_t http_max_tcp_connections = 256;   // --http-max-tcp-connections TANDEM_HTTP_MAX_TCP_CONNECTIONS 256 (authenticated)
   size_t http_max_unauthenticated = 64;    // --http-max-unauthenticated TANDEM_HTTP_MAX_UNAUTHENTICATED 64 (TCP, no token yet)
+  size_t http_max_unauthenticated_per_peer = 8;  // --http-max-unauthenticated-per-peer TANDEM_HTTP_MAX_UNAUTHENTICATED_PER_PEER 8
   int http_auth_timeout_s = 5;             // --http-auth-timeout TANDEM_HTTP_AUTH_TIMEOUT_S 5
   int http_read_timeout_s = 30;            // --http-read-timeout TANDEM_HTTP_READ_TIMEOUT_S 30
   size_t http_stream_queue_bytes = 4u << 20;  // --http-stream-queue TANDEM_HTTP_STREAM_QUEUE_BYTES 4 MiB
