@@ -39,7 +39,6 @@ struct LaunchRequest {
   std::filesystem::path stdout_path; // created/appended by the executor
   std::filesystem::path stderr_path;
   std::filesystem::path exit_path;   // where the exit record lands (see TaskExit)
-  int launch = 1;                    // 1: the task's first launch; n > 1: a relaunch (its n-th)
 };
 
 // A durable reference to a running task: what the daemon journals so that it

@@ -22,6 +22,7 @@
 
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
+#include "common/control/control_token.h"
 #include "common/hex.h"
 #include "common/log.h"
 
@@ -117,6 +118,15 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
   return out;
 }
 
+// A relaunch: the request's TANDEM_CONTROL_LAUNCH (the daemon's launch
+// number, common/control/control_token.h) is above 1.
+bool IsRelaunch(const LaunchRequest& req) {
+  const std::string key = std::string(control::kLaunchEnv) + "=";
+  for (const auto& e : req.env)
+    if (e.compare(0, key.size(), key) == 0) return std::atoll(e.c_str() + key.size()) > 1;
+  return false;
+}
+
 void SleepBackoff(std::chrono::microseconds& step) {
   std::this_thread::sleep_for(step);
   step = std::min(step * 2, std::chrono::microseconds(20000));
@@ -195,7 +205,7 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
       if (::mkdir(cgroup.c_str(), 0755) != 0)
         return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
     }
-  } else if (earlier_runs_.erase(req.task_id) > 0 || req.launch > 1) {
+  } else if (earlier_runs_.erase(req.task_id) > 0 || IsRelaunch(req)) {
     // Marker mode: what an earlier run of this task id left (a daemon that
     // died before journaling it, or an ended run's descendants) goes first.
     TANDEM_ASSIGN_OR_RETURN(size_t n, KillEarlierRuns(req.task_id, ""), "start task " + req.task_id);

@@ -59,8 +59,9 @@
 // Earlier runs in marker mode: an executor scans /proc once when it is
 // created for processes carrying its scope's TANDEM_TASK_SLOT (left by an
 // executor of the same scope that died: a daemon killed between a start and
-// its journal record). Start() of such a task id, or a relaunch
-// (LaunchRequest::launch > 1: what an ended run left behind), first SIGKILLs
+// its journal record). Start() of such a task id, or a relaunch (the
+// request's TANDEM_CONTROL_LAUNCH is above 1: what an ended run left behind;
+// the daemon sets it for every launch), first SIGKILLs
 // every process carrying the task's slot (one /proc scan per round, until
 // none is left, bounded by kill_timeout), and KillUnclaimed() kills those of
 // the slots no supervised task claims (a claimed slot keeps only the

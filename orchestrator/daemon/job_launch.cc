@@ -76,7 +76,6 @@ JobManager::Launch JobManager::LaunchTask(Job& job, Task& task) {
   req.stdout_path = TaskFile(job, task, ".out");
   req.stderr_path = TaskFile(job, task, ".err");
   req.exit_path = TaskFile(job, task, ".exit");
-  req.launch = task.launches + 1;
   std::error_code ec;
   fs::remove(req.exit_path, ec);
   // Output may echo the spec's environment: 0600 (the executor appends to what is there).
