@@ -11,10 +11,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <set>
-#include <thread>
+#include <utility>
 
 #include "backends/local/local_executor.h"
+#include "backends/local/task_slot.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -111,61 +113,32 @@ std::vector<ProcStat> LocalExecutor::TaskProcesses(const std::filesystem::path& 
   return out;
 }
 
-std::string LocalExecutor::SlotPrefix() const { return std::string(kSlotKey) + "=" + scope_ + "/"; }
-
-void LocalExecutor::FindEarlierRuns() {
-  for (const auto& m : local::FindProcessesWithEnvPrefix(SlotPrefix(), ""))
-    if (!m.rest.empty()) earlier_runs_.insert(m.rest);
-  if (!earlier_runs_.empty())
-    log::Info("local", "processes of earlier runs found scope={} tasks={} (killed before their task starts, or "
-              "once the daemon has re-attached what it knows)", scope_, earlier_runs_.size());
+namespace {
+// In marker mode (no cgroups): kills every process of this executor's slots
+// (task_slot.h) that no supervised run claims by its task id and marker: the
+// copy a daemon killed between a start and its journal record left, and
+// what runs that ended while no executor watched left behind. The daemon
+// calls it before it launches anything after a restart.
+size_t KillUnclaimedSlots(const std::string& scope, const std::set<std::pair<std::string, std::string>>& claimed,
+                          std::chrono::milliseconds timeout) {
+  std::map<std::string, size_t> by_task;
+  auto victim = [&](const local::SlotProcess& p) { return !claimed.count({p.task_id, p.marker}); };
+  for (const local::SlotProcess& p : local::FindSlotProcesses(scope))
+    if (victim(p)) ++by_task[p.task_id];
+  if (by_task.empty()) return 0;
+  auto n = local::KillSlotProcesses(scope, victim, timeout);
+  if (!n.ok()) log::Error("local", "cannot kill processes of no known run scope={}: {}", scope, n.status().ToString());
+  for (const auto& [task, count] : by_task)
+    log::Warn("local", "killed processes of an earlier run task={} processes={} (no known run)", task, count);
+  return by_task.size();
 }
-
-StatusOr<size_t> LocalExecutor::KillEarlierRuns(const std::string& task_id, const std::string& keep) {
-  const auto deadline = std::chrono::steady_clock::now() + options_.kill_timeout;
-  const std::string prefix = SlotPrefix();
-  auto step = std::chrono::microseconds(500);
-  size_t found = 0;
-  for (bool first = true;; first = false) {
-    std::vector<ProcStat> rest;
-    for (auto& m : local::FindProcessesWithEnvPrefix(prefix, std::string(kMarkKey)))
-      if (m.rest == task_id && (keep.empty() || m.other != keep)) rest.push_back(m.stat);
-    if (first) found = rest.size();
-    if (rest.empty()) return found;
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::string names;
-      for (const auto& p : rest) names += (names.empty() ? "" : ", ") + std::to_string(p.pid) + " (" + p.comm + ")";
-      return DeadlineExceeded("kill an earlier run of task " + task_id + ": still running after " +
-                              std::to_string(options_.kill_timeout.count()) + " ms: " + names);
-    }
-    // Their process groups (new sessions of the task: no one else's), then each.
-    std::set<pid_t> groups;
-    for (const auto& p : rest)
-      if (p.pgid > 1) groups.insert(p.pgid);
-    for (pid_t g : groups) ::kill(-g, SIGKILL);
-    for (const auto& p : rest) ::kill(p.pid, SIGKILL);
-    std::this_thread::sleep_for(step);
-    step = std::min(step * 2, std::chrono::microseconds(20000));
-  }
-}
+}  // namespace
 
 size_t LocalExecutor::KillUnclaimed() {
   if (!cgroups_) {
-    size_t killed = 0;
-    for (const std::string& id : earlier_runs_) {
-      std::string keep;  // a supervised (re-attached) run of the slot keeps its processes
-      for (const auto& [pid, t] : tracked_)
-        if (t.task_id == id) keep = t.marker;
-      auto n = KillEarlierRuns(id, keep);
-      if (!n.ok()) {
-        log::Error("local", "cannot kill an earlier run task={}: {}", id, n.status().ToString());
-      } else if (*n > 0) {
-        ++killed;
-        log::Warn("local", "killed processes of no known run task={} processes={}", id, *n);
-      }
-    }
-    earlier_runs_.clear();
-    return killed;
+    std::set<std::pair<std::string, std::string>> claimed;
+    for (const auto& [pid, t] : tracked_) claimed.insert({t.task_id, t.marker});
+    return KillUnclaimedSlots(local::SlotScope(options_.cgroup_name), claimed, options_.kill_timeout);
   }
   std::set<std::filesystem::path> claimed;
   for (const auto& [pid, t] : tracked_) claimed.insert(t.cgroup);

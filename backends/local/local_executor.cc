@@ -22,6 +22,7 @@
 
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
+#include "backends/local/task_slot.h"
 #include "common/control/control_token.h"
 #include "common/hex.h"
 #include "common/log.h"
@@ -31,8 +32,7 @@ namespace {
 
 using local::ProcStat;
 
-constexpr std::string_view kMarkKey = LocalExecutor::kMarkKey;
-constexpr std::string_view kSlotKey = LocalExecutor::kSlotKey;
+constexpr std::string_view kMarkKey = "TANDEM_TASK_MARK";
 
 // The local part of a TaskRef.
 struct LocalRef {
@@ -154,14 +154,12 @@ StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(boost::asio::io_c
   std::unique_ptr<LocalExecutor> self(
       new LocalExecutor(io, std::move(on_exit), std::move(options), std::move(boot_id)));
   self->SetUpContainment();  // local_containment.cc
-  if (!self->cgroups_) self->FindEarlierRuns();
   return self;
 }
 
 LocalExecutor::LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit,
                              LocalExecutorOptions options, std::string boot_id)
     : io_(io), on_exit_(std::move(on_exit)), options_(std::move(options)), boot_id_(std::move(boot_id)) {
-  scope_ = options_.cgroup_name.empty() ? "tandem-" + std::to_string(::getpid()) : options_.cgroup_name;
   if (options_.reap_orphans) {
     sigchld_ = std::make_unique<boost::asio::signal_set>(io_, SIGCHLD);
     WaitForChildren();
@@ -205,10 +203,15 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
       if (::mkdir(cgroup.c_str(), 0755) != 0)
         return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
     }
-  } else if (earlier_runs_.erase(req.task_id) > 0 || IsRelaunch(req)) {
-    // Marker mode: what an earlier run of this task id left (a daemon that
-    // died before journaling it, or an ended run's descendants) goes first.
-    TANDEM_ASSIGN_OR_RETURN(size_t n, KillEarlierRuns(req.task_id, ""), "start task " + req.task_id);
+  } else if (IsRelaunch(req)) {
+    // Marker mode: what an earlier run of this task id left behind goes
+    // first (task_slot.h); a daemon's crash copies went in KillUnclaimed().
+    const std::string scope = local::SlotScope(options_.cgroup_name);
+    TANDEM_ASSIGN_OR_RETURN(
+        size_t n,
+        local::KillSlotProcesses(scope, [&](const local::SlotProcess& p) { return p.task_id == req.task_id; },
+                                 options_.kill_timeout),
+        "start task " + req.task_id + ": kill its earlier run");
     if (n > 0) log::Warn("local", "killed processes of an earlier run task={} processes={}", req.task_id, n);
   }
 
@@ -229,12 +232,12 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   std::vector<std::string> env;
   env.reserve(req.env.size() + 2);
   const std::string mark_prefix = std::string(kMarkKey) + "=";
-  const std::string slot_prefix = std::string(kSlotKey) + "=";
+  const std::string slot_prefix = std::string(local::kSlotKey) + "=";
   for (const auto& e : req.env)
     if (e.compare(0, mark_prefix.size(), mark_prefix) != 0 && e.compare(0, slot_prefix.size(), slot_prefix) != 0)
       env.push_back(e);
   env.push_back(mark_prefix + marker);
-  env.push_back(SlotPrefix() + req.task_id);
+  env.push_back(local::SlotEntry(local::SlotScope(options_.cgroup_name), req.task_id));
 
   SpawnArgs sp;
   const char* out = req.stdout_path.empty() ? "/dev/null" : req.stdout_path.c_str();

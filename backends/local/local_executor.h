@@ -8,12 +8,9 @@
 // other fd closed, and the cwd set with posix_spawn_file_actions_addchdir_np.
 // The shim starts the command in its own process group, forwards
 // SIGTERM/SIGINT/SIGHUP to it, and writes the exit record (exit_record.h).
-// Every task process also inherits TANDEM_TASK_SLOT=<scope>/<task id>
-// (scope: LocalExecutorOptions::cgroup_name, else "tandem-<pid>"), the same
-// for every launch of the task id: in marker mode it is how earlier runs of
-// a task id are found (below). The daemon is never forked. A first launch
-// does no /proc scan, fsync or sleep: one mkdir (the task's cgroup), one
-// spawn, one pidfd_open, one read of /proc/<pid>/stat. (A record left at
+// The daemon is never forked. Start() does no /proc scan, fsync or sleep: one
+// mkdir (the task's cgroup), one spawn, one pidfd_open, one read of
+// /proc/<pid>/stat. (A record left at
 // exit_path by an earlier run is told apart by its marker, not unlinked.)
 //
 // TaskRef.data: {pid, pgid, sid (all the shim's pid), start_time (field 22 of
@@ -56,17 +53,6 @@
 // is left. Markers are found by scanning /proc/*/environ; a process that
 // rewrote its environment or runs as another user escapes this, and
 // descendants left behind by a task that ended by itself are not killed.
-// Earlier runs in marker mode: an executor scans /proc once when it is
-// created for processes carrying its scope's TANDEM_TASK_SLOT (left by an
-// executor of the same scope that died: a daemon killed between a start and
-// its journal record). Start() of such a task id, or a relaunch (the
-// request's TANDEM_CONTROL_LAUNCH is above 1: what an ended run left behind;
-// the daemon sets it for every launch), first SIGKILLs
-// every process carrying the task's slot (one /proc scan per round, until
-// none is left, bounded by kill_timeout), and KillUnclaimed() kills those of
-// the slots no supervised task claims (a claimed slot keeps only the
-// processes with its run's marker). So a task never runs twice in this mode
-// either, except for a process that rewrote its environment.
 // In both modes SIGTERM/SIGINT/SIGHUP reach the command through the shim so
 // that a signal sent right after Start() is not lost, and Kill() lets the
 // shim write its record. containment() says which mode is in use (the
@@ -87,9 +73,7 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
 #include <boost/asio/io_context.hpp>
@@ -143,10 +127,6 @@ class LocalExecutor final : public Executor {
   // Stops supervising; tasks keep running (a later executor can Reattach).
   ~LocalExecutor() override;
 
-  // The environment entries every task process carries (see "Launch").
-  static constexpr std::string_view kMarkKey = "TANDEM_TASK_MARK";
-  static constexpr std::string_view kSlotKey = "TANDEM_TASK_SLOT";
-
   std::string_view kind() const override { return "local"; }
   // The directories of stdout_path, stderr_path and exit_path, and cwd,
   // must exist: a missing one fails Start (nothing is started).
@@ -160,9 +140,7 @@ class LocalExecutor final : public Executor {
   // started: kills and removes every task cgroup of this executor's subtree
   // that belongs to no supervised task (left by a daemon that crashed between
   // starting a task and journaling it, or between a task's end and removing
-  // its cgroup). In marker mode: kills the processes of the slots found at
-  // creation (see "Earlier runs") that no supervised run claims. Returns how
-  // many cgroups (slots) held processes.
+  // its cgroup). Returns how many held processes.
   size_t KillUnclaimed();
 
   const Containment& containment() const { return containment_; }
@@ -209,14 +187,6 @@ class LocalExecutor final : public Executor {
   // path is one it may kill; empty otherwise.
   std::filesystem::path CgroupOf(const TaskRef& ref) const;
   std::vector<local::ProcStat> TaskProcesses(const std::filesystem::path& cgroup, const std::string& mark_entry);
-  // Marker mode: the slot entry prefix of this executor ("TANDEM_TASK_SLOT=<scope>/").
-  std::string SlotPrefix() const;
-  // Marker mode: the task ids whose slot holds processes now (one /proc scan).
-  void FindEarlierRuns();
-  // Marker mode: SIGKILLs every process carrying task_id's slot, except those
-  // with the marker `keep` (a supervised run), until none is left; how many
-  // processes it found, or an error when some survive kill_timeout.
-  StatusOr<size_t> KillEarlierRuns(const std::string& task_id, const std::string& keep);
   void WaitForChildren();
   void ReapOrphans();
 
@@ -230,8 +200,6 @@ class LocalExecutor final : public Executor {
   std::optional<local::TaskCgroups> cgroups_;
   Containment containment_;
   std::map<uint64_t, std::unique_ptr<DrainState>> drains_;  // exits waiting for their cgroup to empty
-  std::string scope_;                        // the slot scope (see "Launch")
-  std::set<std::string> earlier_runs_;       // marker mode: task ids with processes at creation
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // handlers hold a weak_ptr
 };
 

@@ -25,18 +25,6 @@ bool ListHas(const std::string& list, std::string_view entry) {
   return false;
 }
 
-// The entries of a NUL-separated list, in order.
-template <typename F>
-void ForEachEntry(const std::string& list, F&& f) {
-  size_t pos = 0;
-  while (pos < list.size()) {
-    size_t end = list.find('\0', pos);
-    if (end == std::string::npos) end = list.size();
-    f(std::string_view(list).substr(pos, end - pos));
-    pos = end + 1;
-  }
-}
-
 // Live processes whose /proc/<pid>/<file> (a NUL-separated list) holds `entry`.
 std::vector<ProcStat> FindProcessesHolding(const char* file, const std::string& entry) {
   std::vector<ProcStat> found;
@@ -119,41 +107,6 @@ StatusOr<std::string> ReadBootId() {
 
 std::vector<ProcStat> FindProcessesWithEnv(const std::string& env_entry) {
   return FindProcessesHolding("environ", env_entry);
-}
-
-std::vector<ProcEnvMatch> FindProcessesWithEnvPrefix(const std::string& prefix, const std::string& other_key) {
-  std::vector<ProcEnvMatch> found;
-  DIR* dir = ::opendir("/proc");
-  if (!dir) return found;
-  const pid_t self = ::getpid();
-  const std::string other = other_key + "=";
-  std::string list;
-  char path[64];
-  while (dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid == self) continue;
-    std::snprintf(path, sizeof path, "/proc/%ld/environ", pid);
-    if (!ReadKernelFile(path, list)) continue;
-    ProcEnvMatch m;
-    bool matched = false;
-    ForEachEntry(list, [&](std::string_view entry) {
-      if (!matched && entry.substr(0, prefix.size()) == prefix) {
-        matched = true;
-        m.rest = std::string(entry.substr(prefix.size()));
-      } else if (!other_key.empty() && entry.substr(0, other.size()) == other) {
-        m.other = std::string(entry.substr(other.size()));
-      }
-    });
-    if (!matched) continue;
-    auto st = ReadProcStat(static_cast<pid_t>(pid));
-    if (!st || st->dead()) continue;
-    m.stat = *st;
-    found.push_back(std::move(m));
-  }
-  ::closedir(dir);
-  return found;
 }
 
 std::vector<ProcStat> FindProcessesWithArg(const std::string& arg) { return FindProcessesHolding("cmdline", arg); }

@@ -42,17 +42,6 @@ StatusOr<std::string> ReadBootId();
 // (another user, already gone) are skipped. Costs one read per process.
 std::vector<ProcStat> FindProcessesWithEnv(const std::string& env_entry);
 
-// Every live process whose environment holds an entry starting with
-// `prefix`: its stat, the rest of that entry (the first one matching), and
-// the value of `other_key` ("" when absent or `other_key` is empty). One
-// scan of /proc, one read per process.
-struct ProcEnvMatch {
-  ProcStat stat;
-  std::string rest;
-  std::string other;
-};
-std::vector<ProcEnvMatch> FindProcessesWithEnvPrefix(const std::string& prefix, const std::string& other_key);
-
 // The same for a command-line argument: every live process one of whose
 // arguments is exactly `arg`.
 std::vector<ProcStat> FindProcessesWithArg(const std::string& arg);

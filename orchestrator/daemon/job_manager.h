@@ -161,8 +161,13 @@ class JobManager {
   ~JobManager();
 
   // Rebuilds state from what the log recovered, re-attaches running tasks,
-  // and resumes launches, restarts and cancels that were under way.
+  // and resumes restarts and cancels that were under way. Launches are held
+  // until ResumeLaunches(): the caller first kills what no re-attached task
+  // claims (LocalExecutor::KillUnclaimed), so that a copy a crashed daemon
+  // started but never journaled is gone before the task is launched again.
   Status Recover(const store::Recovered& recovered);
+  // After Recover: launches go on (the first scheduling pass runs now).
+  void ResumeLaunches();
 
   // Validates, places and records a job; `done` gets the job's JSON once the
   // submission is durable, or an error (kInvalidArgument with one line per
@@ -250,6 +255,7 @@ class JobManager {
   uint64_t next_token_ = 1;
   uint64_t event_seq_ = 0;
   bool shutting_down_ = false;
+  bool launches_held_ = false;  // from Recover until ResumeLaunches
   // Submits whose job_submitted record is written but not durable yet (id -> run dir).
   struct Submitting {
     std::string run_dir;

@@ -13,6 +13,7 @@ namespace fs = std::filesystem;
 }  // namespace
 
 Status JobManager::Recover(const store::Recovered& rec) {
+  launches_held_ = true;  // until ResumeLaunches: nothing starts beside an unknown copy
   if (!rec.snapshot.is_null()) {
     TANDEM_ASSIGN_OR_RETURN(table_, JobTable::FromJson(rec.snapshot), "recover snapshot");
   }
@@ -61,8 +62,12 @@ Status JobManager::Recover(const store::Recovered& rec) {
     else if (failed) StopJob(job, "a task failed");
     else MaybeFinishJob(job);
   }
-  Schedule();
   return Status::Ok();
+}
+
+void JobManager::ResumeLaunches() {
+  launches_held_ = false;
+  Schedule();
 }
 
 }  // namespace tandem::daemon
