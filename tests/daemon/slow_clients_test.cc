@@ -220,12 +220,12 @@ TEST_F(SlowClientsTest, ATcpFloodFromOnePeerLeavesOtherPeersGettingIn) {
     EXPECT_EQ(r.status, 200) << "a client of another peer was locked out by the flood\n" << d_->log().substr(0, 4000);
   }
   // The flooder holds its share: 8 connections are still open, the rest were closed.
-  size_t open = 0;
+  size_t still_open = 0;
   for (int fd : fds_) {
     pollfd p{fd, POLLIN, 0};
-    open += ::poll(&p, 1, 0) == 0;  // a connection the daemon closed reads EOF
+    still_open += ::poll(&p, 1, 0) == 0;  // a connection the daemon closed reads EOF
   }
-  EXPECT_EQ(open, 8u);
+  EXPECT_EQ(still_open, 8u);
 }
 
 TEST_F(SlowClientsTest, MadeUpMethodsLeaveMetricsSmall) {
