@@ -11,9 +11,12 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "backends/local/local_executor.h"
+#include "backends/local/task_slot.h"
 #include "common/log.h"
 
 namespace tandem::backends {
@@ -110,8 +113,33 @@ std::vector<ProcStat> LocalExecutor::TaskProcesses(const std::filesystem::path& 
   return out;
 }
 
+namespace {
+// In marker mode (no cgroups): kills every process of this executor's slots
+// (task_slot.h) that no supervised run claims by its task id and marker: the
+// copy a daemon killed between a start and its journal record left, and
+// what runs that ended while no executor watched left behind. The daemon
+// calls it before it launches anything after a restart.
+size_t KillUnclaimedSlots(const std::string& scope, const std::set<std::pair<std::string, std::string>>& claimed,
+                          std::chrono::milliseconds timeout) {
+  std::map<std::string, size_t> by_task;
+  auto victim = [&](const local::SlotProcess& p) { return !claimed.count({p.task_id, p.marker}); };
+  for (const local::SlotProcess& p : local::FindSlotProcesses(scope))
+    if (victim(p)) ++by_task[p.task_id];
+  if (by_task.empty()) return 0;
+  auto n = local::KillSlotProcesses(scope, victim, timeout);
+  if (!n.ok()) log::Error("local", "cannot kill processes of no known run scope={}: {}", scope, n.status().ToString());
+  for (const auto& [task, count] : by_task)
+    log::Warn("local", "killed processes of an earlier run task={} processes={} (no known run)", task, count);
+  return by_task.size();
+}
+}  // namespace
+
 size_t LocalExecutor::KillUnclaimed() {
-  if (!cgroups_) return 0;
+  if (!cgroups_) {
+    std::set<std::pair<std::string, std::string>> claimed;
+    for (const auto& [pid, t] : tracked_) claimed.insert({t.task_id, t.marker});
+    return KillUnclaimedSlots(local::SlotScope(options_.cgroup_name), claimed, options_.kill_timeout);
+  }
   std::set<std::filesystem::path> claimed;
   for (const auto& [pid, t] : tracked_) claimed.insert(t.cgroup);
   for (const auto& [id, d] : drains_) claimed.insert(d->cgroup);

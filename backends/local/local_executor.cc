@@ -22,6 +22,8 @@
 
 #include "backends/local/exit_record.h"
 #include "backends/local/proc_table.h"
+#include "backends/local/task_slot.h"
+#include "common/control/control_token.h"
 #include "common/hex.h"
 #include "common/log.h"
 
@@ -116,6 +118,15 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
   return out;
 }
 
+// A relaunch: the request's TANDEM_CONTROL_LAUNCH (the daemon's launch
+// number, common/control/control_token.h) is above 1.
+bool IsRelaunch(const LaunchRequest& req) {
+  const std::string key = std::string(control::kLaunchEnv) + "=";
+  for (const auto& e : req.env)
+    if (e.compare(0, key.size(), key) == 0) return std::atoll(e.c_str() + key.size()) > 1;
+  return false;
+}
+
 void SleepBackoff(std::chrono::microseconds& step) {
   std::this_thread::sleep_for(step);
   step = std::min(step * 2, std::chrono::microseconds(20000));
@@ -192,6 +203,16 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
       if (::mkdir(cgroup.c_str(), 0755) != 0)
         return ErrnoStatus("start task " + req.task_id + ": create cgroup " + cgroup.string());
     }
+  } else if (IsRelaunch(req)) {
+    // Marker mode: what an earlier run of this task id left behind goes
+    // first (task_slot.h); a daemon's crash copies went in KillUnclaimed().
+    const std::string scope = local::SlotScope(options_.cgroup_name);
+    TANDEM_ASSIGN_OR_RETURN(
+        size_t n,
+        local::KillSlotProcesses(scope, [&](const local::SlotProcess& p) { return p.task_id == req.task_id; },
+                                 options_.kill_timeout),
+        "start task " + req.task_id + ": kill its earlier run");
+    if (n > 0) log::Warn("local", "killed processes of an earlier run task={} processes={}", req.task_id, n);
   }
 
   std::vector<std::string> argv;
@@ -209,11 +230,14 @@ StatusOr<TaskRef> LocalExecutor::Start(const LaunchRequest& req) {
   argv.insert(argv.end(), req.argv.begin(), req.argv.end());
 
   std::vector<std::string> env;
-  env.reserve(req.env.size() + 1);
+  env.reserve(req.env.size() + 2);
   const std::string mark_prefix = std::string(kMarkKey) + "=";
+  const std::string slot_prefix = std::string(local::kSlotKey) + "=";
   for (const auto& e : req.env)
-    if (e.compare(0, mark_prefix.size(), mark_prefix) != 0) env.push_back(e);
+    if (e.compare(0, mark_prefix.size(), mark_prefix) != 0 && e.compare(0, slot_prefix.size(), slot_prefix) != 0)
+      env.push_back(e);
   env.push_back(mark_prefix + marker);
+  env.push_back(local::SlotEntry(local::SlotScope(options_.cgroup_name), req.task_id));
 
   SpawnArgs sp;
   const char* out = req.stdout_path.empty() ? "/dev/null" : req.stdout_path.c_str();

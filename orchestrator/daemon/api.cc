@@ -33,7 +33,7 @@ std::string_view ErrorCodeFor(const Status& st) {
     case StatusCode::kInvalidArgument: return "invalid_spec";
     case StatusCode::kNotFound: return "not_found";
     case StatusCode::kFailedPrecondition: return "failed_precondition";
-    case StatusCode::kResourceExhausted: return "does_not_fit";
+    case StatusCode::kResourceExhausted: return TaskLimitOf(st) != TaskLimitKind::kNone ? "task_limit" : "does_not_fit";
     case StatusCode::kPermissionDenied: return "forbidden";
     case StatusCode::kUnavailable: return IsJournalUnavailable(st) ? "journal_unavailable" : "unavailable";
     default: return "internal";
@@ -284,8 +284,8 @@ int HttpStatusFor(const Status& st) {
     case StatusCode::kInvalidArgument: return 400;
     case StatusCode::kNotFound: return 404;
     case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition:
-    case StatusCode::kResourceExhausted: return 409;
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kResourceExhausted: return TaskLimitOf(st) == TaskLimitKind::kDaemon ? 429 : 409;
     case StatusCode::kPermissionDenied: return 403;
     case StatusCode::kUnavailable: return 503;
     default: return 500;

@@ -118,6 +118,7 @@ Status Daemon::Start(const fs::path& run_root) {
   jopts.compact_every = settings_.compact_every;
   jopts.max_tasks_per_job = settings_.max_tasks_per_job;
   jopts.max_tasks = settings_.max_tasks;
+  jopts.launch_batch = settings_.launch_batch;
   jopts.run_root = run_root;
   jopts.worker_binary = settings_.worker_bin;
   jopts.control_endpoint = "unix:" + (state / "control.sock").string();
@@ -251,10 +252,12 @@ Status Daemon::Start(const fs::path& run_root) {
     if (ep.port() != 0 && !ep.address().is_unspecified()) remote_control_ = "tcp:" + control::HostPort(ep);
   }
   TANDEM_RETURN_IF_ERROR(jobs_->Recover(recovered), "recover");
-  // Every task the journal knows is re-attached (or relaunched) now: what is
-  // left in the local cgroups belongs to no task (a crash between a start and
-  // its journal record) and goes.
+  // Every task the journal knows is re-attached now: what is left in the
+  // local cgroups (marker mode: the task slots, backends/local/task_slot.h)
+  // belongs to no task (a crash between a start and its journal record)
+  // and goes, before anything is launched again.
   local_->KillUnclaimed();
+  jobs_->ResumeLaunches();
   TANDEM_RETURN_IF_ERROR(handoff_->Start(state / "control.sock", settings_.control_listen), "handoff");
   TANDEM_RETURN_IF_ERROR(PublishControlAddress(state), "control address");
 

@@ -58,6 +58,7 @@ StatusOr<Choreography> ChoreographyOf(const spec::HandoffSpec& h) {
   Choreography c = DefaultChoreography();
   c.timeout_s = h.timeout_s;
   c.on_fault = h.on_fault == "restart" ? OnFault::kRestart : OnFault::kFail;
+  c.on_refusal = h.on_fault == "fail" ? OnRefusal::kFail : OnRefusal::kGoOn;
   static const std::map<std::string, PhaseKind> kPhases = {
       {"rollout", PhaseKind::kRollout}, {"teacher", PhaseKind::kTeacher},
       {"train", PhaseKind::kTrain}, {"sync", PhaseKind::kSync}};

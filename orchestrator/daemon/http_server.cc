@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <deque>
+#include <map>
+#include <type_traits>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
@@ -134,6 +136,15 @@ Status ParseHttpRequest(std::string_view bytes, const HttpLimits& limits, HttpRe
 
 enum class Listener { kUnix, kTcp };
 
+std::string PeerKey(const boost::asio::ip::address& address) {
+  if (address.is_v4()) return address.to_v4().to_string();
+  const boost::asio::ip::address_v6 v6 = address.to_v6();
+  if (v6.is_v4_mapped()) return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, v6).to_string();
+  boost::asio::ip::address_v6::bytes_type b = v6.to_bytes();
+  for (size_t i = 8; i < b.size(); ++i) b[i] = 0;
+  return boost::asio::ip::address_v6(b).to_string() + "/64";
+}
+
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   asio::io_context& io;
   HttpHandler handler;
@@ -145,7 +156,9 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   size_t unix_connections = 0;
   size_t tcp_connections = 0;         // authenticated
   size_t tcp_unauthenticated = 0;
+  std::map<std::string, size_t> unauthenticated_by_peer;  // PeerKey -> count (no zero entries)
   uint64_t tcp_refused = 0;           // closed at once: too many unauthenticated
+  uint64_t tcp_refused_per_peer = 0;  // closed at once: too many unauthenticated from that peer
   bool closed = false;
 
   Impl(asio::io_context& i, HttpHandler h, HttpLimits l)
@@ -165,16 +178,27 @@ namespace {
 template <typename Socket>
 class Session : public Exchange, public std::enable_shared_from_this<Session<Socket>> {
  public:
-  Session(std::shared_ptr<HttpServer::Impl> server, Socket socket, Listener listener)
+  Session(std::shared_ptr<HttpServer::Impl> server, Socket socket, Listener listener, std::string peer = "")
       : server_(std::move(server)), socket_(std::move(socket)), timer_(server_->io), listener_(listener),
-        authenticated_(listener == Listener::kUnix) {
-    if (listener_ == Listener::kUnix) ++server_->unix_connections;
-    else ++server_->tcp_unauthenticated;
+        authenticated_(listener == Listener::kUnix), peer_(std::move(peer)) {
+    if (listener_ == Listener::kUnix) {
+      ++server_->unix_connections;
+    } else {
+      ++server_->tcp_unauthenticated;
+      ++server_->unauthenticated_by_peer[peer_];
+    }
   }
   ~Session() override {
     if (listener_ == Listener::kUnix) --server_->unix_connections;
     else if (authenticated_) --server_->tcp_connections;
-    else --server_->tcp_unauthenticated;
+    else LeaveUnauthenticated();
+  }
+
+  // No longer counted as unauthenticated (authenticated, or gone).
+  void LeaveUnauthenticated() {
+    --server_->tcp_unauthenticated;
+    auto it = server_->unauthenticated_by_peer.find(peer_);
+    if (it != server_->unauthenticated_by_peer.end() && --it->second == 0) server_->unauthenticated_by_peer.erase(it);
   }
 
   void Start() { ReadRequest(); }
@@ -329,7 +353,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
                     server_->tcp_connections, server_->limits.max_tcp_connections);
           return RespondError(503, "overloaded", "too many connections");
         }
-        --server_->tcp_unauthenticated;
+        LeaveUnauthenticated();
         ++server_->tcp_connections;
         authenticated_ = true;
       }
@@ -394,6 +418,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
   uint64_t timer_gen_ = 0;
   Listener listener_;
   bool authenticated_;
+  std::string peer_;  // TCP: PeerKey of the remote address
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> queue_;
@@ -417,7 +442,27 @@ void HttpServer::Impl::StartSession(Socket socket, Listener listener) {
     socket.close(ec);
     return;
   }
-  auto s = std::make_shared<Session<Socket>>(shared_from_this(), std::move(socket), listener);
+  std::string peer;
+  if constexpr (std::is_same_v<Socket, tcp::socket>) {
+    boost::system::error_code ec;
+    const tcp::endpoint remote = socket.remote_endpoint(ec);
+    if (ec) {  // gone already
+      socket.close(ec);
+      return;
+    }
+    peer = PeerKey(remote.address());
+    auto held = unauthenticated_by_peer.find(peer);
+    if (held != unauthenticated_by_peer.end() && held->second >= limits.max_tcp_unauthenticated_per_peer) {
+      ++tcp_refused_per_peer;
+      if ((tcp_refused_per_peer & (tcp_refused_per_peer - 1)) == 0)  // 1st, 2nd, 4th, ...: logged, not echoed
+        log::Warn("http", "closed a tcp connection: too many unauthenticated from one peer peer={} unauthenticated={} "
+                  "limit={} refused={}", peer, held->second, limits.max_tcp_unauthenticated_per_peer,
+                  tcp_refused_per_peer);
+      socket.close(ec);
+      return;
+    }
+  }
+  auto s = std::make_shared<Session<Socket>>(shared_from_this(), std::move(socket), listener, std::move(peer));
   if (listener == Listener::kUnix && unix_connections > limits.max_unix_connections) {
     s->RespondError(503, "overloaded", "too many connections");
     return;

@@ -12,7 +12,11 @@
 // `max_unix_connections` on the unix socket (503 beyond), and on TCP at most
 // `max_tcp_unauthenticated` connections that have not yet sent a request with
 // the right token (closed at once beyond; each has `auth_timeout_s` to send
-// its request header) plus `max_tcp_connections` authenticated ones (503).
+// its request header), of which one peer may hold at most
+// `max_tcp_unauthenticated_per_peer` (a peer: an IPv4 address, an IPv6 /64;
+// beyond, its new connections are closed at once, so one flooding peer
+// cannot lock other peers out), plus `max_tcp_connections` authenticated
+// ones (503).
 // A malformed request is answered 400 and closed; a handler that throws is
 // answered 500 and logged; nothing a client sends can take the daemon down.
 // Runs on the daemon's io_context; handlers run there.
@@ -34,6 +38,7 @@
 #include <string>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
@@ -80,6 +85,7 @@ struct HttpLimits {
   size_t max_unix_connections = 256;
   size_t max_tcp_connections = 256;       // authenticated
   size_t max_tcp_unauthenticated = 64;    // accepted, no request with the token yet
+  size_t max_tcp_unauthenticated_per_peer = 8;  // of those, from one address (IPv6: one /64)
   int auth_timeout_s = 5;                 // for those to send their request header
   size_t max_stream_queue_bytes = 4 * 1024 * 1024;
 };
@@ -106,6 +112,10 @@ class HttpServer {
 // kInvalidArgument for a malformed or incomplete request and
 // kResourceExhausted for one over the limits.
 Status ParseHttpRequest(std::string_view bytes, const HttpLimits& limits, HttpRequest* out);
+
+// The peer a TCP connection counts against: "203.0.113.7" for IPv4 (and
+// IPv4-mapped IPv6), "2001:db8:1:2::/64" for IPv6.
+std::string PeerKey(const boost::asio::ip::address& address);
 
 // Splits "/v1/jobs/x?a=1&b=%20" into a path and decoded query parameters.
 Status ParseTarget(std::string_view target, std::string* path,

@@ -94,6 +94,12 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
   }
   const fs::path run_dir(job.run_dir);
   if (Status st = PrepareDir(run_dir, /*must_be_private=*/true); !st.ok()) return done(st);
+  // Another daemon's (or `tandem run`'s) live job may have it: its lock says.
+  auto lock = RunDirLock::Acquire(run_dir);
+  if (!lock.ok()) {
+    log::Warn("jobs", "submit refused job={} error=\"{}\"", job.id, lock.status().ToString());
+    return done(lock.status());
+  }
   if (fs::exists(run_dir / "job.json")) {
     if (Status st = ArchivePreviousRun(run_dir); !st.ok()) return done(st.WithContext("run_dir"));
   }
@@ -102,15 +108,16 @@ void JobManager::Submit(const nlohmann::ordered_json& raw, SubmitCallback done) 
     return done(st.WithContext("run_dir: write job.json"));
   const std::string id = job.id;
   const size_t task_count = job.tasks.size();
-  submitting_[id] = {job.run_dir, task_count};
+  submitting_[id] = Submitting{job.run_dir, task_count, std::move(lock).value()};
   json record = {{"type", "job_submitted"}, {"seq", submit_seq_++}, {"job", job.ToJson()}};
   // The job exists (and its tasks may launch) only once its record is durable.
   CommitDurably(std::move(record), [this, id, sp, task_count, done](Status st) {
-    submitting_.erase(id);
+    auto sub = submitting_.extract(id);
     if (!st.ok()) {
       log::Warn("jobs", "submit refused job={} error=\"{}\"", id, st.ToString());
       return done(st);
     }
+    if (sub) run_dir_locks_[id] = std::move(sub.mapped().lock);
     specs_.emplace(id, sp);
     metrics_.jobs_submitted->Get().Inc();
     log::Info("jobs", "job submitted job={} tasks={} devices={}", id, task_count, sp.devices.size());
@@ -124,17 +131,17 @@ Status JobManager::CheckTaskLimits(const spec::JobSpec& sp) const {
   uint64_t tasks = 0;
   for (const auto& role : sp.roles) tasks += static_cast<uint64_t>(std::max(role.replicas, 0));
   if (opts_.max_tasks_per_job && tasks > opts_.max_tasks_per_job)
-    return ResourceExhausted("roles: the job has " + std::to_string(tasks) + " tasks, over this daemon's limit of " +
-                             std::to_string(opts_.max_tasks_per_job) +
-                             " tasks per job (--max-tasks-per-job, TANDEM_MAX_TASKS_PER_JOB)");
+    return TaskLimitExceeded(TaskLimitKind::kPerJob, "roles: the job has " + std::to_string(tasks) +
+                                                         " tasks, over this daemon's limit of " +
+                                                         std::to_string(opts_.max_tasks_per_job) + " tasks per job");
   uint64_t live = 0;
   for (const auto& j : table_.jobs)
     if (!IsTerminal(j.state)) live += j.tasks.size();
   for (const auto& [id, sub] : submitting_) live += sub.tasks;
   if (opts_.max_tasks && live + tasks > opts_.max_tasks)
-    return ResourceExhausted("roles: the job's " + std::to_string(tasks) + " tasks and the " + std::to_string(live) +
-                             " of live jobs are over this daemon's limit of " + std::to_string(opts_.max_tasks) +
-                             " tasks (--max-tasks, TANDEM_MAX_TASKS); retry when jobs have ended");
+    return TaskLimitExceeded(TaskLimitKind::kDaemon, "roles: the job's " + std::to_string(tasks) + " tasks and the " +
+                                                         std::to_string(live) + " of live jobs are over this daemon's limit of " +
+                                                         std::to_string(opts_.max_tasks) + " tasks");
   return Status::Ok();
 }
 

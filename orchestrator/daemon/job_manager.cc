@@ -104,6 +104,25 @@ bool IsJournalUnavailable(const Status& st) {
   return st.code() == StatusCode::kUnavailable && st.message().rfind("journal unavailable", 0) == 0;
 }
 
+namespace {
+// The limits' names end their messages: how TaskLimitOf tells them apart.
+constexpr std::string_view kPerJobLimit = " (--max-tasks-per-job, TANDEM_MAX_TASKS_PER_JOB)";
+constexpr std::string_view kDaemonLimit = " (--max-tasks, TANDEM_MAX_TASKS); retry when jobs have ended";
+}  // namespace
+
+Status TaskLimitExceeded(TaskLimitKind kind, const std::string& message) {
+  return ResourceExhausted(message + std::string(kind == TaskLimitKind::kPerJob ? kPerJobLimit : kDaemonLimit));
+}
+
+TaskLimitKind TaskLimitOf(const Status& st) {
+  if (st.code() != StatusCode::kResourceExhausted) return TaskLimitKind::kNone;
+  const std::string_view m = st.message();
+  auto ends = [&](std::string_view tail) { return m.size() >= tail.size() && m.substr(m.size() - tail.size()) == tail; };
+  if (ends(kPerJobLimit)) return TaskLimitKind::kPerJob;
+  if (ends(kDaemonLimit)) return TaskLimitKind::kDaemon;
+  return TaskLimitKind::kNone;
+}
+
 Status JobManager::JournalReady() {
   if (journal_diverged_)
     return JournalUnavailable(Unavailable("records of running jobs are not durable yet; retrying"));

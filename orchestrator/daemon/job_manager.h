@@ -63,6 +63,7 @@
 #include "common/status.h"
 #include "orchestrator/daemon/job_model.h"
 #include "orchestrator/daemon/daemon_metrics.h"
+#include "orchestrator/daemon/run_dir_lock.h"
 #include "orchestrator/spec/job_spec.h"
 #include "orchestrator/store/durable_log.h"
 
@@ -104,7 +105,8 @@ struct JobManagerOptions {
   uint64_t max_tasks_per_job = 10000;
   uint64_t max_tasks = 50000;
   // Launches per scheduling pass; the next pass is posted behind whatever
-  // the io_context has queued (API requests), so a wide job does not stall it.
+  // the io_context has queued (API requests), so a wide job does not stall
+  // it (settings.h: TANDEM_LAUNCH_BATCH).
   size_t launch_batch = 32;
   // While the journal refuses records (disk full, I/O error), how often the
   // job manager tries to make its state durable again.
@@ -115,6 +117,14 @@ struct JobManagerOptions {
 // "journal unavailable: <cause>" (the API answers 503 journal_unavailable).
 Status JournalUnavailable(const Status& cause);
 bool IsJournalUnavailable(const Status& st);
+
+// A submit over a task limit: kResourceExhausted, its message naming the
+// limit's flag and variable (the API answers `task_limit`: 429 for the
+// daemon-wide limit, which frees as jobs end; 409 for the per-job one,
+// which no retry passes).
+enum class TaskLimitKind { kNone, kPerJob, kDaemon };
+Status TaskLimitExceeded(TaskLimitKind kind, const std::string& message);
+TaskLimitKind TaskLimitOf(const Status& st);
 
 // How a task ended, for people: "exit code 3", "killed by signal 9
 // (SIGKILL)", "exit status unknown", plus the executor's detail when it adds
@@ -151,8 +161,13 @@ class JobManager {
   ~JobManager();
 
   // Rebuilds state from what the log recovered, re-attaches running tasks,
-  // and resumes launches, restarts and cancels that were under way.
+  // and resumes restarts and cancels that were under way. Launches are held
+  // until ResumeLaunches(): the caller first kills what no re-attached task
+  // claims (LocalExecutor::KillUnclaimed), so that a copy a crashed daemon
+  // started but never journaled is gone before the task is launched again.
   Status Recover(const store::Recovered& recovered);
+  // After Recover: launches go on (the first scheduling pass runs now).
+  void ResumeLaunches();
 
   // Validates, places and records a job; `done` gets the job's JSON once the
   // submission is durable, or an error (kInvalidArgument with one line per
@@ -240,12 +255,16 @@ class JobManager {
   uint64_t next_token_ = 1;
   uint64_t event_seq_ = 0;
   bool shutting_down_ = false;
+  bool launches_held_ = false;  // from Recover until ResumeLaunches
   // Submits whose job_submitted record is written but not durable yet (id -> run dir).
   struct Submitting {
     std::string run_dir;
     size_t tasks = 0;
+    RunDirLock lock;
   };
   std::map<std::string, Submitting> submitting_;
+  // The run dir locks of live jobs (run_dir_lock.h), released when the job ends.
+  std::map<std::string, RunDirLock> run_dir_locks_;
   std::unique_ptr<boost::asio::steady_timer> batch_timer_;  // set while the next launch batch is queued
   uint64_t submit_seq_ = 1;
   bool journal_diverged_ = false;  // records applied in memory that the journal refused

@@ -13,6 +13,7 @@ namespace fs = std::filesystem;
 }  // namespace
 
 Status JobManager::Recover(const store::Recovered& rec) {
+  launches_held_ = true;  // until ResumeLaunches: nothing starts beside an unknown copy
   if (!rec.snapshot.is_null()) {
     TANDEM_ASSIGN_OR_RETURN(table_, JobTable::FromJson(rec.snapshot), "recover snapshot");
   }
@@ -23,6 +24,12 @@ Status JobManager::Recover(const store::Recovered& rec) {
   size_t reattached = 0;
   for (auto& job : table_.jobs) {
     if (IsTerminal(job.state)) continue;
+    // The run dir is the job's again; one another process took meanwhile
+    // (this daemon was down) is shared now: said, not fatal to the job.
+    if (auto lock = RunDirLock::Acquire(job.run_dir); lock.ok())
+      run_dir_locks_[job.id] = std::move(lock).value();
+    else
+      log::Warn("jobs", "run dir lock of job={} not taken again: {}", job.id, lock.status().ToString());
     if (!opts_.own_device_backends.count(job.backend))
       for (int g : job.physical_devices) busy_gpus_.insert(g);
     for (auto& t : job.tasks) {
@@ -55,8 +62,12 @@ Status JobManager::Recover(const store::Recovered& rec) {
     else if (failed) StopJob(job, "a task failed");
     else MaybeFinishJob(job);
   }
-  Schedule();
   return Status::Ok();
+}
+
+void JobManager::ResumeLaunches() {
+  launches_held_ = false;
+  Schedule();
 }
 
 }  // namespace tandem::daemon

@@ -35,7 +35,7 @@ bool JobManager::GrantDevices(Job& job) {
 }
 
 void JobManager::Schedule() {
-  if (shutting_down_) return;
+  if (shutting_down_ || launches_held_) return;
   if (scheduling_) {  // a launch failure stopped a job, which ended and asked again
     schedule_again_ = true;
     return;

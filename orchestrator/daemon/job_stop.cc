@@ -109,6 +109,7 @@ void JobManager::MaybeFinishJob(Job& job) {
   timers_.erase(job.id + "/stop");
   stopping_.erase(job.id);
   specs_.erase(job.id);
+  run_dir_locks_.erase(job.id);  // another process may use the run dir now
   if (!opts_.own_device_backends.count(job.backend))
     for (int g : job.physical_devices) busy_gpus_.erase(g);
   if (!job.physical_devices.empty())

@@ -35,6 +35,9 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--max-tasks", s.max_tasks,
                  "Most tasks of all live jobs together; a submit over it is refused (0: no limit)")
       ->envname("TANDEM_MAX_TASKS");
+  app.add_option("--launch-batch", s.launch_batch,
+                 "Task launches per scheduling pass; a wider job launches in passes with API requests between them")
+      ->envname("TANDEM_LAUNCH_BATCH")->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("TANDEM_LOG_LEVEL");
   app.add_option("--exec-shim", s.exec_shim, "Path of tandem-exec (default: beside this binary)")
@@ -75,6 +78,10 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
   app.add_option("--http-max-unauthenticated", s.http_max_unauthenticated,
                  "Most --listen connections that have not yet sent a request with the token (closed beyond)")
       ->envname("TANDEM_HTTP_MAX_UNAUTHENTICATED")->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--http-max-unauthenticated-per-peer", s.http_max_unauthenticated_per_peer,
+                 "Of those, most from one peer (an IPv4 address, an IPv6 /64; closed beyond), so one peer cannot "
+                 "take every slot")
+      ->envname("TANDEM_HTTP_MAX_UNAUTHENTICATED_PER_PEER")->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--http-auth-timeout", s.http_auth_timeout_s,
                  "Seconds a new --listen connection has to send its request header")
       ->envname("TANDEM_HTTP_AUTH_TIMEOUT_S")->check(CLI::Range(1, 3600));
@@ -91,6 +98,7 @@ HttpLimits HttpLimitsFrom(const DaemonSettings& s) {
   l.max_unix_connections = s.http_max_unix_connections;
   l.max_tcp_connections = s.http_max_tcp_connections;
   l.max_tcp_unauthenticated = s.http_max_unauthenticated;
+  l.max_tcp_unauthenticated_per_peer = s.http_max_unauthenticated_per_peer;
   l.auth_timeout_s = s.http_auth_timeout_s;
   l.read_timeout_s = s.http_read_timeout_s;
   l.max_stream_queue_bytes = s.http_stream_queue_bytes;

@@ -26,6 +26,7 @@ struct DaemonSettings {
   uint64_t compact_every = 20000;  // --compact-every TANDEM_COMPACT_EVERY 20000
   uint64_t max_tasks_per_job = 10000;  // --max-tasks-per-job TANDEM_MAX_TASKS_PER_JOB 10000 (0 = no limit)
   uint64_t max_tasks = 50000;  // --max-tasks       TANDEM_MAX_TASKS   50000 (tasks of all live jobs; 0 = no limit)
+  size_t launch_batch = 32;    // --launch-batch    TANDEM_LAUNCH_BATCH 32 (launches per scheduling pass)
   std::string log_level = "info";  // --log-level TANDEM_LOG_LEVEL   info
   std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
   std::string worker_bin;    // --worker-bin      TANDEM_WORKER_BIN  tandem-worker beside this binary
@@ -41,6 +42,7 @@ struct DaemonSettings {
   size_t http_max_unix_connections = 256;  // --http-max-unix-connections TANDEM_HTTP_MAX_UNIX_CONNECTIONS 256
   size_t http_max_tcp_connections = 256;   // --http-max-tcp-connections TANDEM_HTTP_MAX_TCP_CONNECTIONS 256 (authenticated)
   size_t http_max_unauthenticated = 64;    // --http-max-unauthenticated TANDEM_HTTP_MAX_UNAUTHENTICATED 64 (TCP, no token yet)
+  size_t http_max_unauthenticated_per_peer = 8;  // --http-max-unauthenticated-per-peer TANDEM_HTTP_MAX_UNAUTHENTICATED_PER_PEER 8
   int http_auth_timeout_s = 5;             // --http-auth-timeout TANDEM_HTTP_AUTH_TIMEOUT_S 5
   int http_read_timeout_s = 30;            // --http-read-timeout TANDEM_HTTP_READ_TIMEOUT_S 30
   size_t http_stream_queue_bytes = 4u << 20;  // --http-stream-queue TANDEM_HTTP_STREAM_QUEUE_BYTES 4 MiB

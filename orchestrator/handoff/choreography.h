@@ -23,6 +23,12 @@ namespace tandem::handoff {
 enum class OnFault { kFail, kRestart };
 std::string_view OnFaultName(OnFault f);  // "fail", "restart"
 
+// What a phase the ledger refuses (it would not fit) does to the group. The
+// job spec's `on_fault` decides: "fail", given explicitly, fails the group
+// (the job); "restart", or no `on_fault`, lets the job go on: the requester
+// is told and the group settles in no phase (docs/handoff.md "Refusals").
+enum class OnRefusal { kGoOn, kFail };
+
 struct PhasePlan {
   std::map<RoleKind, TagSet> release;  // by role kind
   std::map<RoleKind, TagSet> resume;
@@ -33,6 +39,7 @@ struct Choreography {
   std::map<PhaseKind, PhasePlan> phases;  // kRollout, kTeacher, kTrain, kSync
   double timeout_s = 120;                 // default per-command timeout
   OnFault on_fault = OnFault::kFail;
+  OnRefusal on_refusal = OnRefusal::kGoOn;
 };
 Choreography DefaultChoreography();
 

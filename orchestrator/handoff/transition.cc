@@ -19,8 +19,10 @@
 //   T14 a hello from a worker (first or reconnect): its tag sizes are recorded
 //       and the ledger takes over the residency it reports
 //   T15 the ledger refuses a resume (it would not fit): the request is
-//       refused and the group settles in no phase (INIT), the job goes on;
-//       during recovery the group fails (on_fault cannot be honoured)
+//       refused; by the job's on_fault (OnRefusal) the group fails, or
+//       settles in no phase (INIT) and the job goes on; during recovery the
+//       group fails whatever on_fault says (restarted workers cannot get
+//       their memory back)
 //   T16 an event for an unknown worker, or after the group failed: ignored
 #include "orchestrator/handoff/transition.h"
 
@@ -229,11 +231,12 @@ void Advance(Ctx& c) {
                                           .outcome = "refused", .message = fits.message()});
       }
       c.actions.push_back(PhaseRefused{s.target, fits.message()});
-      if (s.mode == Mode::kRecovering) {  // restarted workers cannot get their memory back
-        Fail(c, fits.message());
+      // During recovery restarted workers cannot get their memory back.
+      if (s.mode == Mode::kRecovering || s.config->choreography.on_refusal == OnRefusal::kFail) {
+        Fail(c, fmt::format("phase {} refused: {}", PhaseName(s.target), fits.message()));
         return;
       }
-      // Not a fault: the job goes on. The group settles in no phase (INIT):
+      // The job goes on. The group settles in no phase (INIT):
       // what the transition released stays released and the next request,
       // whatever phase it names, runs a whole transition from here.
       s.mode = Mode::kSettled;

@@ -78,7 +78,10 @@ struct HandoffSpec {
   // are sent `shutdown`. "" = none (phases come from the API only).
   std::string controller;
   double timeout_s = 120;          // default per-command timeout
-  std::string on_fault = "fail";   // "fail" | "restart"
+  // "fail" | "restart" | "" (not given). A worker fault fails the job unless
+  // "restart"; a phase the ledger refuses fails it only when "fail" is given
+  // (docs/handoff.md "Refusals").
+  std::string on_fault;
   uint64_t gpu_memory = 0;         // bytes per GPU the ledger checks against; 0: the device's own total
   std::map<std::string, HandoffPhaseSpec> phases;  // "rollout", "teacher", "train", "sync"
 

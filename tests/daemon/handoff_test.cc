@@ -195,8 +195,9 @@ TEST_F(HandoffTest, ApiDrivesPhasesAndReportsResidency) {
   EXPECT_EQ(d_->WaitJob(id), "cancelled");
 }
 
-// A refusal names GPU, roles and sizes in human units, and is not a fault
-// (issue #12 point 4): the job goes on, and the next request is heard.
+// A refusal names GPU, roles and sizes in human units, and without
+// on_fault "fail" it does not fail the job (issue #12 point 4): the job goes
+// on, and the next request is heard.
 TEST_F(HandoffTest, LedgerRefusesAResumeThatWouldNotFitAndTheJobGoesOn) {
   const std::string id = d_->Submit(ColocatedSpec("tight", {}, {{"gpu_memory", 5 * kMiB}}));
   ASSERT_TRUE(WaitConnected(id, 4)) << d_->log();
@@ -220,6 +221,21 @@ TEST_F(HandoffTest, LedgerRefusesAResumeThatWouldNotFitAndTheJobGoesOn) {
   EXPECT_TRUE(refused);
   ASSERT_TRUE(d_->client().Request("POST", "/v1/jobs/" + id + "/cancel").ok());
   EXPECT_EQ(d_->WaitJob(id), "cancelled");
+}
+
+// With on_fault "fail" given, the same refusal fails the job (issue #12
+// point 4: the job's on_fault decides): the requester is told why, the job
+// reports the ledger's message and no task is left running.
+TEST_F(HandoffTest, LedgerRefusalFailsTheJobWhenOnFaultSaysFail) {
+  const std::string id = d_->Submit(ColocatedSpec("tight-fail", {}, {{"gpu_memory", 5 * kMiB}, {"on_fault", "fail"}}));
+  ASSERT_TRUE(WaitConnected(id, 4)) << d_->log();
+  auto [st, body] = Phase(id, {{"phase", "rollout"}});
+  EXPECT_EQ(st, 409) << body.dump();
+  EXPECT_NE(body["error"].value("message", "").find("would not fit"), std::string::npos) << body.dump();
+  EXPECT_EQ(d_->WaitJob(id), "failed") << d_->Job(id).dump();
+  const json job = d_->Job(id);
+  EXPECT_NE(job.dump().find("phase ROLLOUT refused: "), std::string::npos) << job.dump();
+  for (const auto& t : job["tasks"]) EXPECT_NE(t["state"], "running") << job.dump();
 }
 
 // A worker in Python that says hello and then never answers.

@@ -48,6 +48,29 @@ inline int ConnectTcp(int port, int rcvbuf = 0) {
   return fd;
 }
 
+// A TCP connection to 127.0.0.1:port from the loopback address `source`
+// (e.g. "127.0.0.2": another peer on the same host), or -1.
+inline int ConnectTcpFrom(int port, const char* source) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, source, &from.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 inline bool SendAll(int fd, const std::string& bytes) {
   size_t off = 0;
   while (off < bytes.size()) {

@@ -4,7 +4,8 @@
 // job.json's id never moves files out of the run dir, nor does a history
 // symlink; files holding the spec's environment are 0600 and the run dir is
 // not world-writable even under umask 0; task limits refuse too-wide jobs
-// naming the limit, and a wide job launches in batches while the API answers.
+// naming the limit with their own error code, and a wide job launches in
+// batches of the daemon's --launch-batch while the API answers.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,7 +36,8 @@ class RunDirs : public ::testing::Test {
     old_umask_ = ::umask(0);  // the daemon inherits it: modes must not depend on it
     d_ = std::make_unique<DaemonProcess>(root_ / "state", std::vector<std::string>{
                                                               "--grace", "1", "--gpus", "none",
-                                                              "--max-tasks-per-job", "300", "--max-tasks", "320"});
+                                                              "--max-tasks-per-job", "300", "--max-tasks", "320",
+                                                              "--launch-batch", "7"});
     d_->Start();
   }
   void TearDown() override {
@@ -59,13 +61,16 @@ class RunDirs : public ::testing::Test {
     return id;
   }
 
-  // The HTTP status and error message of a submit expected to be refused.
-  std::pair<int, std::string> SubmitRefused(const json& spec) {
+  // The HTTP status and error message of a submit expected to be refused
+  // (and its error code in `code`).
+  std::pair<int, std::string> SubmitRefused(const json& spec, std::string* code = nullptr) {
     auto r = d_->client().Request("POST", "/v1/jobs", spec.dump());
     EXPECT_TRUE(r.ok());
     if (!r.ok()) return {0, ""};
     if (r->status == 201) jobs_.push_back(r->Json().value("id", ""));
-    return {r->status, r->Json().contains("error") ? r->Json()["error"].value("message", "") : ""};
+    const json body = r->Json();
+    if (code) *code = body.contains("error") ? body["error"].value("code", "") : "";
+    return {r->status, body.contains("error") ? body["error"].value("message", "") : ""};
   }
 
   fs::path root_;
@@ -142,17 +147,45 @@ TEST_F(RunDirs, FilesHoldingTheEnvironmentArePrivateAndTheRunDirIsNotWorldWritab
   EXPECT_NE(message.find("writable by every user"), std::string::npos) << message;
 }
 
+// Task limits have their own error code, `task_limit` (docs/api.md
+// "Errors"): 409 for the per-job limit (no retry passes it), 429 for the
+// daemon-wide one (it frees as jobs end); not `does_not_fit`, which says
+// the devices can never hold the job.
 TEST_F(RunDirs, TaskLimitsRefuseWideJobsNamingTheLimit) {
-  auto [status, message] = SubmitRefused(Sleeper("too-wide", "", 100000));
+  std::string code;
+  auto [status, message] = SubmitRefused(Sleeper("too-wide", "", 100000), &code);
   EXPECT_EQ(status, 409) << message;
+  EXPECT_EQ(code, "task_limit") << message;
   EXPECT_NE(message.find("TANDEM_MAX_TASKS_PER_JOB"), std::string::npos) << message;
   EXPECT_NE(message.find("300"), std::string::npos) << message;
 
   const std::string a = SubmitOk(Sleeper("fits", "", 200));
   ASSERT_FALSE(a.empty());
-  std::tie(status, message) = SubmitRefused(Sleeper("over-daemon-limit", "", 200));
-  EXPECT_EQ(status, 409) << message;
+  std::tie(status, message) = SubmitRefused(Sleeper("over-daemon-limit", "", 200), &code);
+  EXPECT_EQ(status, 429) << message;
+  EXPECT_EQ(code, "task_limit") << message;
   EXPECT_NE(message.find("TANDEM_MAX_TASKS)"), std::string::npos) << message;
+  // A job the devices can never hold keeps its own code.
+  json gpu = Sleeper("no-gpus", "");
+  gpu["devices"] = {{"count", 1}};
+  gpu["roles"]["main"]["gpus_per_replica"] = 1;
+  std::tie(status, message) = SubmitRefused(gpu, &code);
+  EXPECT_EQ(status, 409) << message;
+  EXPECT_EQ(code, "does_not_fit") << message;
+}
+
+// The launch batch is a daemon setting (--launch-batch, TANDEM_LAUNCH_BATCH;
+// 7 here): the submit's answer shows the first batch launched, no more.
+TEST_F(RunDirs, TheLaunchBatchIsADaemonSetting) {
+  auto r = d_->client().Request("POST", "/v1/jobs", Sleeper("batched", "", 20).dump());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->status, 201) << r->body;
+  const json job = r->Json();
+  jobs_.push_back(job.value("id", ""));
+  EXPECT_EQ(job["task_states"].value("running", 0), 7) << job.dump();
+  EXPECT_EQ(job["task_states"].value("pending", 0), 13) << job.dump();
+  ASSERT_TRUE(WaitFor([&] { return d_->Job(jobs_.back())["task_states"].value("running", 0) == 20; }))
+      << d_->Job(jobs_.back()).dump();
 }
 
 TEST_F(RunDirs, AWideJobLaunchesInBatchesWhileTheApiAnswers) {

@@ -1,6 +1,7 @@
 // Issue #12 point 5: slow clients cannot exhaust a real tandemd. Clients that
 // never read (log followers, event streams) leave its resident memory bounded;
-// a flood of idle TCP connections leaves the unix socket answering; made-up
+// a flood of idle TCP connections leaves the unix socket answering, and one
+// peer's flood leaves other TCP peers getting in; made-up
 // HTTP methods leave /metrics small. Each case once grew the daemon without
 // bound or made it answer 503.
 #include <sys/resource.h>
@@ -180,6 +181,51 @@ TEST_F(SlowClientsTest, ATcpFloodLeavesTheUnixSocketAnswering) {
   for (int fd : fds_) ::close(fd);
   fds_.clear();
   extra_dirs_.push_back(token_file.parent_path());
+}
+
+// One peer's flood cannot lock other TCP peers out (docs/api.md "Limits"):
+// 300 idle connections from 127.0.0.2 (old: they took all 64 unauthenticated
+// slots and every other peer's connection was closed at once) leave a
+// client from 127.0.0.1 getting in, and the flood is logged per peer.
+TEST_F(SlowClientsTest, ATcpFloodFromOnePeerLeavesOtherPeersGettingIn) {
+  const fs::path token_file = MakeTempDir("tandem-slow-token") / "token";
+  extra_dirs_.push_back(token_file.parent_path());
+  std::ofstream(token_file) << "s3cret-s3cret-s3cret\n";
+  fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+  // The flood's connections stay unauthenticated for the whole test.
+  StartDaemon({"--listen", "127.0.0.1:0", "--token-file", token_file.string(), "--http-auth-timeout", "60"});
+  const std::string log = d_->log();
+  const std::string key = "listening tcp=127.0.0.1:";
+  const size_t at = log.find(key);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int port = std::atoi(log.c_str() + at + key.size());
+  ASSERT_GT(port, 0) << log;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = ConnectTcpFrom(port, "127.0.0.2");
+    if (fd >= 0) fds_.push_back(fd);
+  }
+  ASSERT_GE(fds_.size(), 100u) << "cannot connect from 127.0.0.2";
+  // Let the daemon accept (and close) the whole flood before the other peer comes.
+  ASSERT_TRUE(WaitFor([&] {
+    return d_->log().find("too many unauthenticated from one peer peer=127.0.0.2") != std::string::npos;
+  })) << d_->log().substr(0, 4000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ConnectTcp(port);
+    ASSERT_GE(fd, 0);
+    RawResponse r = SendAll(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret-s3cret-s3cret\r\n\r\n")
+                        ? ReadResponse(fd, std::chrono::seconds(5))
+                        : RawResponse{};
+    ::close(fd);
+    EXPECT_EQ(r.status, 200) << "a client of another peer was locked out by the flood\n" << d_->log().substr(0, 4000);
+  }
+  // The flooder holds its share: 8 connections are still open, the rest were closed.
+  size_t still_open = 0;
+  for (int fd : fds_) {
+    pollfd p{fd, POLLIN, 0};
+    still_open += ::poll(&p, 1, 0) == 0;  // a connection the daemon closed reads EOF
+  }
+  EXPECT_EQ(still_open, 8u);
 }
 
 TEST_F(SlowClientsTest, MadeUpMethodsLeaveMetricsSmall) {

@@ -362,7 +362,11 @@ inline advance() {
      j = 0;
      if
      :: pend != 0 && LEDGER + need > CAP ->                         /* T15: the ledger refuses */
-        failed = true; assert(LEDGER + need <= CAP)  /* the default choreography always fits */
+        /* C++: the group fails if on_fault "fail" was given or it is
+         * recovering, else it settles in INIT and the job goes on
+         * (docs/handoff.md "Refusals"). Not explored here: the default
+         * choreography always fits, so a refusal is a violation. */
+        failed = true; assert(LEDGER + need <= CAP)
      :: else -> skip
      fi;
      need = 0; tosend = pend;

@@ -33,6 +33,7 @@ struct GroupOptions {
   int rollout_ranks = 1;
   uint64_t capacity = 100;
   OnFault on_fault = OnFault::kRestart;
+  OnRefusal on_refusal = OnRefusal::kGoOn;
 };
 
 inline std::shared_ptr<const GroupConfig> MakeConfig(GroupOptions o = {}) {
@@ -44,6 +45,7 @@ inline std::shared_ptr<const GroupConfig> MakeConfig(GroupOptions o = {}) {
   cfg->roles.push_back({"judge", RoleKind::kTeacher, {{0}}});
   cfg->capacity[0] = o.capacity;
   cfg->choreography.on_fault = o.on_fault;
+  cfg->choreography.on_refusal = o.on_refusal;
   return cfg;
 }
 

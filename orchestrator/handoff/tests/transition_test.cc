@@ -252,6 +252,14 @@ const std::vector<Row>& Table() {
          return AckPending(g);  // release -> resume params,grads,optimizer (70 > 60)
        },
        {"refused TRAIN"}, {"T5", "T15"}, Mode::kSettled},
+      {"a resume that does not fit fails the group when on_fault says fail",
+       {.capacity = 60, .on_fault = OnFault::kFail, .on_refusal = OnRefusal::kFail}, InRollout,
+       [](Group& g) {
+         g.Feed(RequestPhase{Train(), g.Now()});
+         g.AckNext();        // pause
+         return AckPending(g);  // release -> resume params,grads,optimizer (70 > 60)
+       },
+       {"refused TRAIN", "failed"}, {"T5", "T15"}, Mode::kFailed},
   };
   return rows;
 }
@@ -306,6 +314,30 @@ TEST(HandoffFaults, RefusalNamesTheGpuRolesAndBytes) {
   EXPECT_THAT(why, HasSubstr("gpu 0"));
   EXPECT_THAT(why, HasSubstr("actor/0 optimizer=30"));
   EXPECT_THAT(why, HasSubstr("capacity 60"));
+}
+
+// on_fault "fail" given explicitly: the refusal fails the group, with the
+// ledger's message as the cause the job reports.
+TEST(HandoffFaults, RefusalFailsTheGroupOnlyWhenOnFaultSaysFail) {
+  Group g({.capacity = 60, .on_fault = OnFault::kFail, .on_refusal = OnRefusal::kFail});
+  InRollout(g);
+  g.Feed(RequestPhase{Train(), g.Now()});
+  g.AckNext();
+  g.AckNext();
+  std::string cause;
+  for (const Action& a : g.last) {
+    if (const auto* f = std::get_if<GroupFailed>(&a)) cause = f->cause;
+  }
+  EXPECT_THAT(cause, HasSubstr("phase TRAIN refused: "));
+  EXPECT_THAT(cause, HasSubstr("actor/0 optimizer=30"));
+  EXPECT_EQ(g.state.mode, Mode::kFailed);
+  // The same refusal under on_fault=fail but the default refusal policy: goes on.
+  Group goes_on({.capacity = 60, .on_fault = OnFault::kFail});
+  InRollout(goes_on);
+  goes_on.Feed(RequestPhase{Train(), goes_on.Now()});
+  goes_on.AckNext();
+  goes_on.AckNext();
+  EXPECT_EQ(goes_on.state.mode, Mode::kSettled);
 }
 
 TEST(HandoffFaults, ActorDeathDuringSyncRepublishes) {

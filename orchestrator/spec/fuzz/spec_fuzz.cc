@@ -71,7 +71,7 @@ void CheckPlacement(const JobSpec& spec) {
 void CheckHandoff(const JobSpec& spec) {
   const auto& h = spec.handoff;
   Check(h.timeout_s > 0 && h.timeout_s <= 86400);
-  Check(h.on_fault == "fail" || h.on_fault == "restart");
+  Check(h.on_fault.empty() || h.on_fault == "fail" || h.on_fault == "restart");
   for (const auto& [name, kind] : h.roles) {
     const auto* role = spec.FindRole(name);
     Check(role != nullptr && h.KindOf(*role) == kind);

@@ -51,7 +51,7 @@ TEST(HandoffSection, WithoutItEverythingIsTheDefault) {
   EXPECT_THAT(h.roles, IsEmpty());
   EXPECT_EQ(h.controller, "");
   EXPECT_DOUBLE_EQ(h.timeout_s, 120);
-  EXPECT_EQ(h.on_fault, "fail");
+  EXPECT_EQ(h.on_fault, "") << "not given: a fault fails the job, a refusal does not";
   EXPECT_EQ(h.gpu_memory, 0u) << "0: the device's own total";
   EXPECT_THAT(h.phases, IsEmpty()) << "no phase given: every phase keeps its default plan";
   EXPECT_EQ(h.KindOf(r.spec->roles[0]), "") << "a command role takes part only when named";
@@ -59,7 +59,7 @@ TEST(HandoffSection, WithoutItEverythingIsTheDefault) {
   HandoffSpec empty = Parsed(Spec("{}"));
   EXPECT_THAT(empty.roles, IsEmpty());
   EXPECT_DOUBLE_EQ(empty.timeout_s, 120);
-  EXPECT_EQ(empty.on_fault, "fail");
+  EXPECT_EQ(empty.on_fault, "");
 }
 
 TEST(HandoffSection, EveryFieldIsFilledIn) {
