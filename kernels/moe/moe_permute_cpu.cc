@@ -1,7 +1,7 @@
 // MoE permute and weighted unpermute on CPU (fp32), forward and backward: the
 // row moves between token order and expert-grouped order (moe.h, "Permute",
 // "Unpermute"), the CPU twins of moe_cuda.h's MoePermuteRows*/MoeUnpermute*.
-// Used by the LibTorch glue's CPU path (kernels/torch/moe_ops.cc).
+// Used by the LibTorch glue's CPU path (workers/ops/moe_ops.cc).
 #include <algorithm>
 #include <cstring>
 

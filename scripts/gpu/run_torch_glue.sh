@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and tests the LibTorch glue (kernels/torch/, issue #4) on a GPU
-# machine in one call: standalone CMake build of kernels/ against the
+# Builds and tests the LibTorch glue (workers/ops/, issue #4) on a GPU
+# machine in one call: standalone CMake build of kernels/ and workers/ops/ against the
 # machine's PyTorch (LibTorch with CUDA), the three glue test binaries (CPU
 # and CUDA paths), then the glue-overhead benchmark. Logs land under $OUT.
 # Usage: scripts/gpu/run_torch_glue.sh
@@ -26,7 +26,7 @@ cmake -S kernels/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DC
   cmake --build "$BUILD" -j16 --target $targets >>"$OUT/build.log" 2>&1
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
-grep -E "kernels/torch|CUDA path" "$OUT/build.log" | head -5
+grep -E "workers/ops|CUDA path" "$OUT/build.log" | head -5
 if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -30 "$OUT/build.log"; exit 1; fi
 
 for t in tree_attention_op_test moe_ops_test lm_head_loss_op_test; do

@@ -1,6 +1,6 @@
 // Tree attention glue: the TreeForest cache and the autograd function
 // (tree_attention_op.h; docs/kernels-torch.md).
-#include "kernels/torch/tree_attention_op.h"
+#include "workers/ops/tree_attention_op.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "kernels/torch/glue_common.h"
+#include "workers/ops/glue_common.h"
 #include "kernels/tree_attention/tree_attention.h"
 
 #ifdef TANDEM_TORCH_CUDA
@@ -18,7 +18,10 @@
 #include "kernels/tree_attention/tree_attention_cuda.h"
 #endif
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 
 namespace {
 constexpr const char* kFn = "TreeAttention";
@@ -177,4 +180,4 @@ at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return TreeAttentionFunction::apply(q, k, v, forest, scale);
 }
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

@@ -1,12 +1,12 @@
 // The glue's poisoning test hook and output allocation (glue_common.h).
-#include "kernels/torch/glue_common.h"
+#include "workers/ops/glue_common.h"
 
 #include <ATen/ops/empty.h>
 
 #include <atomic>
 #include <cmath>
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
 namespace {
 std::atomic<bool> g_poison{false};
 }  // namespace
@@ -20,4 +20,4 @@ at::Tensor NewOutput(at::IntArrayRef sizes, const at::TensorOptions& options) {
   return t;
 }
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

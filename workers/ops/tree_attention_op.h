@@ -24,17 +24,17 @@
 
 #include "kernels/tree_attention/forest.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
 
 class TreeForest : public torch::CustomClassHolder {
  public:
   // Validates the forest and builds its plan; throws c10::Error when invalid.
-  static c10::intrusive_ptr<TreeForest> Create(Forest forest);
+  static c10::intrusive_ptr<TreeForest> Create(kernels::Forest forest);
   TreeForest();  // empty; use Create
   ~TreeForest() override;
 
-  const Forest& forest() const { return forest_; }
-  const TreeAttentionPlan& plan() const { return plan_; }
+  const kernels::Forest& forest() const { return forest_; }
+  const kernels::TreeAttentionPlan& plan() const { return plan_; }
   int64_t num_tokens() const { return forest_.num_tokens; }
   // Trie depth of every token, int64 [T] on the CPU (move it where needed).
   const at::Tensor& position_ids() const { return position_ids_; }
@@ -44,8 +44,8 @@ class TreeForest : public torch::CustomClassHolder {
   const void* DevicePlan(const at::Tensor& like) const;
 
  private:
-  Forest forest_;
-  TreeAttentionPlan plan_;
+  kernels::Forest forest_;
+  kernels::TreeAttentionPlan plan_;
   at::Tensor position_ids_;
   struct DeviceCache;
   mutable std::mutex mu_;
@@ -55,4 +55,4 @@ class TreeForest : public torch::CustomClassHolder {
 at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const c10::intrusive_ptr<TreeForest>& forest, double scale);
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

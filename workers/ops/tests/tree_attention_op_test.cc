@@ -3,7 +3,7 @@
 // built here in the test only, on small shapes), finite differences, poisoned
 // outputs, and argument errors. Runs on the CPU, and on CUDA (bf16) when the
 // glue has its CUDA path and a GPU is present.
-#include "kernels/torch/tree_attention_op.h"
+#include "workers/ops/tree_attention_op.h"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,13 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/torch/tests/torch_test_util.h"
+#include "workers/ops/tests/torch_test_util.h"
 #include "kernels/tree_attention/forest_builder.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 namespace {
 
 using testing::Close;
@@ -177,4 +180,4 @@ TEST(TreeAttentionOpCpuTest, GradientsMatchFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
 
 struct LmHeadLossOutput {
   at::Tensor logprob;  // [M] fp32
@@ -30,4 +30,4 @@ struct LmHeadLossOutput {
 LmHeadLossOutput LmHeadLoss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& rows,
                             const at::Tensor& labels, double temperature, int64_t chunk_rows = 1024);
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

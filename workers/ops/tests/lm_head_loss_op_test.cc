@@ -4,7 +4,7 @@
 // vocabularies not multiple of the chunk, either output alone; finite
 // differences; poisoned outputs; argument errors. CPU always, CUDA (bf16)
 // when present.
-#include "kernels/torch/lm_head_loss_op.h"
+#include "workers/ops/lm_head_loss_op.h"
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,12 @@
 
 #include <cmath>
 
-#include "kernels/torch/tests/torch_test_util.h"
+#include "workers/ops/tests/torch_test_util.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 namespace {
 
 using testing::Close;
@@ -144,4 +147,4 @@ TEST(LmHeadLossOpCpuTest, GradientsMatchFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

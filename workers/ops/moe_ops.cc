@@ -1,6 +1,6 @@
 // MoE glue: router, permutation plan, permute, expert FFN and unpermute as
 // custom autograd functions dispatching by device (moe_ops.h).
-#include "kernels/torch/moe_ops.h"
+#include "workers/ops/moe_ops.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "kernels/torch/glue_common.h"
+#include "workers/ops/glue_common.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -19,7 +19,10 @@
 #include "kernels/moe/moe_cuda.h"
 #endif
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -423,4 +426,4 @@ at::Tensor MoeUnpermute(const at::Tensor& yp, const at::Tensor& topk_weight, con
   return UnpermuteFunction::apply(yp, topk_weight, plan);
 }
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "kernels/lm_head_loss/lm_head_loss_cuda.h"
-#include "kernels/torch/lm_head_loss_op.h"
-#include "kernels/torch/tree_attention_op.h"
+#include "workers/ops/lm_head_loss_op.h"
+#include "workers/ops/tree_attention_op.h"
 #include "kernels/tree_attention/forest_builder.h"
 #include "kernels/tree_attention/tree_attention_cuda.h"
 
-namespace tg = tandem::kernels::torch_glue;
+namespace tg = tandem::ops;
 namespace tk = tandem::kernels;
 
 namespace {

@@ -30,7 +30,7 @@
 
 #include "kernels/moe/moe.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
 
 struct MoeRouting {
   at::Tensor topk_weight;  // [T, k] fp32
@@ -40,7 +40,7 @@ struct MoeRouting {
   at::Tensor score_sum;    // [E] fp32
 };
 
-MoeRouting MoeRoute(const at::Tensor& logits, int64_t top_k, RouterScore score, bool renormalize);
+MoeRouting MoeRoute(const at::Tensor& logits, int64_t top_k, kernels::RouterScore score, bool renormalize);
 
 struct MoePermutation {
   int64_t tokens = 0;                 // T
@@ -59,4 +59,4 @@ at::Tensor MoeExpertsFfn(const at::Tensor& xp, const MoePermutation& plan, const
                          const at::Tensor& w_down);
 at::Tensor MoeUnpermute(const at::Tensor& yp, const at::Tensor& topk_weight, const MoePermutation& plan);
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

@@ -3,7 +3,7 @@
 // weights against a float64 reference written with ordinary LibTorch ops;
 // empty experts and heavy imbalance; finite differences on small shapes;
 // poisoned outputs; argument errors. CPU always, CUDA (bf16) when present.
-#include "kernels/torch/moe_ops.h"
+#include "workers/ops/moe_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,12 @@
 
 #include <algorithm>
 
-#include "kernels/torch/tests/torch_test_util.h"
+#include "workers/ops/tests/torch_test_util.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 namespace {
 
 using testing::Close;
@@ -183,4 +186,4 @@ TEST(MoeOpsCpuTest, GradientsMatchFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

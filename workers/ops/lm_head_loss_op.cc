@@ -1,6 +1,6 @@
 // LM-head loss glue: the autograd function dispatching by device
 // (lm_head_loss_op.h).
-#include "kernels/torch/lm_head_loss_op.h"
+#include "workers/ops/lm_head_loss_op.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "kernels/lm_head_loss/lm_head_loss.h"
-#include "kernels/torch/glue_common.h"
+#include "workers/ops/glue_common.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -18,7 +18,10 @@
 #include "kernels/lm_head_loss/lm_head_loss_cuda.h"
 #endif
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
+
+// The kernels this glue wraps (their types and launchers).
+using namespace ::tandem::kernels;  // NOLINT(google-build-using-namespace)
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -146,4 +149,4 @@ LmHeadLossOutput LmHeadLoss(const at::Tensor& hidden, const at::Tensor& weight, 
   return {out[0], out[1]};
 }
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops

@@ -1,4 +1,4 @@
-// Helpers shared by the glue tests (kernels/torch/tests/): the devices to run
+// Helpers shared by the glue tests (workers/ops/tests/): the devices to run
 // on (the CPU always; CUDA when the glue has its CUDA path and a GPU is
 // present), fresh random tensors from a printed seed, tolerances as code
 // (kernels/testing/compare.h) applied to tensors, and a finite-difference
@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "kernels/testing/compare.h"
-#include "kernels/torch/glue_common.h"
+#include "workers/ops/glue_common.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-namespace tandem::kernels::torch_glue::testing {
+namespace tandem::ops::testing {
 
 using kernels::testing::Tolerance;
 
@@ -137,4 +137,4 @@ class PoisonOutputs {
   ~PoisonOutputs() { SetPoisonOutputsForTesting(false); }
 };
 
-}  // namespace tandem::kernels::torch_glue::testing
+}  // namespace tandem::ops::testing

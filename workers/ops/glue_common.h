@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace tandem::kernels::torch_glue {
+namespace tandem::ops {
 
 // Throws c10::Error with the status' message (and its context trail).
 inline void ThrowIfError(const Status& status, const char* where) {
@@ -67,4 +67,4 @@ inline int32_t CheckedInt32(int64_t v, const char* fn, const char* what) {
   return static_cast<int32_t>(v);
 }
 
-}  // namespace tandem::kernels::torch_glue
+}  // namespace tandem::ops
