@@ -27,7 +27,10 @@ StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::string_view name, const nloh
   for (const DatasetRow& row : kDatasets)
     if (row.name == name) return row.open(options);
   std::string names;
-  for (const DatasetRow& row : kDatasets) names += (names.empty() ? "" : ", ") + std::string(row.name);
+  for (const DatasetRow& row : kDatasets) {
+    if (!names.empty()) names += ", ";
+    names += row.name;
+  }
   return InvalidArgument("unknown data set '" + std::string(name) + "' (known: " + names + ")");
 }
 

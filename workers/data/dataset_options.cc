@@ -13,7 +13,10 @@ StatusOr<DatasetOptions> DatasetOptions::Make(std::string_view dataset, const nl
     for (const std::string_view k : known) ok = ok || item.key() == k;
     if (!ok) {
       std::string names;
-      for (const std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+      for (const std::string_view k : known) {
+        if (!names.empty()) names += ", ";
+        names += k;
+      }
       return InvalidArgument(where + ": unknown key '" + item.key() + "' (known: " + names + ")");
     }
   }
@@ -51,7 +54,12 @@ StatusOr<std::string> DatasetOptions::Choice(std::string_view key, const std::ve
   for (const std::string_view a : allowed)
     if (*v == a) return *v;
   std::string names;
-  for (const std::string_view a : allowed) names += (names.empty() ? "" : " or ") + ("\"" + std::string(a) + "\"");
+  for (const std::string_view a : allowed) {
+    if (!names.empty()) names += " or ";
+    names += '"';
+    names += a;
+    names += '"';
+  }
   return KeyError(key, names);
 }
 

@@ -20,7 +20,10 @@ bool Blank(std::string_view s) {
 
 std::string KeyPathName(std::initializer_list<std::string_view> keys) {
   std::string path;
-  for (const std::string_view k : keys) path += (path.empty() ? "" : ".") + std::string(k);
+  for (const std::string_view k : keys) {
+    if (!path.empty()) path += ".";
+    path += k;
+  }
   return "key '" + path + "'";
 }
 

@@ -65,7 +65,10 @@ StatusOr<std::unique_ptr<Verifier>> MakeVerifier(std::string_view name, const nl
     if (r.name == name) row = &r;
   if (row == nullptr) {
     std::string names;
-    for (const VerifierRow& r : kVerifiers) names += (names.empty() ? "" : ", ") + std::string(r.name);
+    for (const VerifierRow& r : kVerifiers) {
+      if (!names.empty()) names += ", ";
+      names += r.name;
+    }
     return InvalidArgument("unknown verifier '" + std::string(name) + "' (known: " + names + ")");
   }
   AnswerFallback fallback = row->default_fallback;

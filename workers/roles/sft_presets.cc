@@ -36,7 +36,10 @@ StatusOr<model::ModelConfig> SftPreset(std::string_view name, int64_t vocab_size
     return c;
   }
   std::string names;
-  for (const Preset& p : kPresets) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  for (const Preset& p : kPresets) {
+    if (!names.empty()) names += ", ";
+    names += p.name;
+  }
   return InvalidArgument("unknown model preset '" + std::string(name) + "' (known: " + names + ")");
 }
 
