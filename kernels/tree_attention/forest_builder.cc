@@ -23,7 +23,8 @@ struct TrieNode {
 };
 }  // namespace
 
-StatusOr<PackedForest> BuildPackedForest(const std::vector<std::vector<int32_t>>& sequences) {
+StatusOr<PackedForest> BuildPackedForest(const std::vector<std::vector<int32_t>>& sequences,
+                                         bool share_prefixes) {
   // 1. Trie. Node 0 is a virtual super-root whose children are the roots.
   std::vector<TrieNode> nodes(1);
   std::unordered_map<uint64_t, int32_t> child_of;  // (node << 32 | token) -> child
@@ -35,6 +36,13 @@ StatusOr<PackedForest> BuildPackedForest(const std::vector<std::vector<int32_t>>
     int32_t node = 0;
     paths[s].reserve(seq.size());
     for (int32_t tok : seq) {
+      if (!share_prefixes && node == 0) {  // a root of its own: nothing below it is shared either
+        node = static_cast<int32_t>(nodes.size());
+        nodes[0].children.push_back(node);
+        nodes.push_back(TrieNode{tok, {}});
+        paths[s].push_back(node);
+        continue;
+      }
       const uint64_t key = (static_cast<uint64_t>(node) << 32) | static_cast<uint32_t>(tok);
       auto [it, inserted] = child_of.try_emplace(key, static_cast<int32_t>(nodes.size()));
       if (inserted) {

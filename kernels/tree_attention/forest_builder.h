@@ -33,8 +33,11 @@ struct PackedForest {
 };
 
 // Every sequence must be non-empty. Sequences with equal first tokens share a
-// root; fully equal sequences share every token.
-StatusOr<PackedForest> BuildPackedForest(const std::vector<std::vector<int32_t>>& sequences);
+// root; fully equal sequences share every token. With share_prefixes false
+// every sequence is a root chain of its own (the flat batch as a forest:
+// the same layout the flat baselines compute, through the same kernels).
+StatusOr<PackedForest> BuildPackedForest(const std::vector<std::vector<int32_t>>& sequences,
+                                         bool share_prefixes = true);
 
 // The token sequences back from the forest (inverse of the builder).
 std::vector<std::vector<int32_t>> UnpackSequences(const PackedForest& packed);

@@ -132,6 +132,15 @@ TEST(ForestBuilder, RoundTripsAndReportsReductions) {
   }
   EXPECT_EQ(pk.forest.segments.size(), 1u + G + 1u);
 
+  // Unshared: every sequence its own root chain, nothing stored once.
+  auto flat_or = BuildPackedForest(seqs, /*share_prefixes=*/false);
+  ASSERT_TRUE(flat_or.ok());
+  EXPECT_EQ(UnpackSequences(*flat_or), seqs);
+  EXPECT_EQ(flat_or->forest.num_tokens, flat_or->flat_tokens);
+  EXPECT_EQ(flat_or->forest.segments.size(), seqs.size());
+  EXPECT_EQ(flat_or->tree_pairs, flat_or->flat_pairs);
+  EXPECT_DOUBLE_EQ(flat_or->TokenReduction(), 1.0);
+
   // A pure group: the formulas of docs/benchmarks.md.
   auto group = BuildPackedForest(testing::RandomGroup(rng, 512, 256, 8));
   ASSERT_TRUE(group.ok());
