@@ -1,0 +1,50 @@
+// Loading and saving a Transformer as a Hugging Face model directory
+// (docs/model.md "Checkpoints"): config.json plus model.safetensors, or
+// model.safetensors.index.json and its shards (the format is
+// workers/model/safetensors.h's).
+//
+// LoadPretrained(dir, device, dtype): reads config.json (config.h), opens the
+// weights, creates the model and copies every HF-named parameter into its
+// view, converting F32 / BF16 / F16 / F64 to `dtype` on the way. Every
+// parameter must be present with its exact shape, and the checkpoint may
+// hold nothing else (a tied model's lm_head.weight, which some writers keep,
+// is the one tolerated extra and is ignored). Errors are values naming the
+// directory or file and the tensor: NotFound for a missing config.json, weight
+// file or tensor; InvalidArgument for a bad config, a wrong shape, a
+// non-float dtype or an unexpected tensor.
+//
+// SavePretrained(model, dir, options): writes the weights (in the model's
+// dtype unless options.dtype says otherwise; sharded above
+// options.max_shard_bytes, as huggingface_hub does) and then config.json
+// (ToHfJson, its dtype set to the saved one), each file atomically. Saving
+// copies each parameter to the host, one tensor at a time held until the
+// files are written (the model's size in host memory).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "workers/model/safetensors.h"
+#include "workers/model/transformer.h"
+
+namespace tandem::model {
+
+StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at::Device device,
+                                                      at::ScalarType dtype);
+
+// Copies the weights of an opened checkpoint into `model` (same rules).
+Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& checkpoint);
+
+struct SaveOptions {
+  uint64_t max_shard_bytes = 5ull << 30;
+  std::optional<ConfigDtype> dtype;  // default: the model's dtype
+};
+
+Status SavePretrained(const Transformer& model, const std::string& dir, const SaveOptions& options = {});
+
+}  // namespace tandem::model

@@ -1,0 +1,215 @@
+// The causal LM (transformer.h): one decoder-layer body for both input
+// forms; they differ only in how attention sees the other tokens (tree
+// attention over the forest, or the cache) and in the LM head.
+#include "workers/model/transformer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <functional>
+#include <string>
+
+#include "workers/ops/lm_head_loss_op.h"
+
+namespace tandem::model {
+
+struct Transformer::LayerWeights {
+  at::Tensor input_norm, post_norm;
+  AttentionWeights attn;
+  bool moe = false;
+  at::Tensor gate, up, down;                // dense
+  at::Tensor router, w_gate_up, w_down;     // MoE
+};
+
+namespace {
+
+// Runs decoder layer `w` on x [N, H]: attention through `attend`, which maps
+// the layer's Qkv to its output [N, Hq, D].
+at::Tensor DecoderLayer(const ModelConfig& c, const at::Tensor& x,
+                        const RotaryAngles& angles, const std::function<at::Tensor(const Qkv&)>& attend,
+                        const AttentionWeights& attn_w, const at::Tensor& input_norm, const at::Tensor& post_norm,
+                        const std::function<at::Tensor(const at::Tensor&)>& mlp, Qkv* qkv_out) {
+  const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+  Qkv qkv = ProjectQkv(RmsNorm(x, input_norm, c.rms_norm_eps), attn_w, shape, angles);
+  const at::Tensor h = x + OutputProjection(attend(qkv), attn_w);
+  if (qkv_out) *qkv_out = std::move(qkv);
+  return h + mlp(RmsNorm(h, post_norm, c.rms_norm_eps));
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelConfig config, at::Device device, at::ScalarType dtype)
+    : config_(std::move(config)), device_(device), dtype_(dtype) {}
+
+Transformer::~Transformer() = default;
+
+StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, at::Device device,
+                                                           at::ScalarType dtype) {
+  TANDEM_RETURN_IF_ERROR(ValidateModelConfig(config), "model");
+  const bool cpu_ok = device.is_cpu() && dtype == at::kFloat;
+#ifdef TANDEM_TORCH_CUDA
+  const bool cuda_ok = device.is_cuda() && dtype == at::kBFloat16;
+#else
+  const bool cuda_ok = false;
+#endif
+  if (!cpu_ok && !cuda_ok)
+    return InvalidArgument(std::string("model: unsupported device ") + device.str() + " with dtype " +
+                           c10::toString(dtype) +
+                           "; supported: cpu with Float"
+#ifdef TANDEM_TORCH_CUDA
+                           ", cuda with BFloat16"
+#else
+                           " (this build has no CUDA path)"
+#endif
+    );
+  std::unique_ptr<Transformer> m(new Transformer(config, device, dtype));
+  m->params_ = ParameterSet::Create(config, device, dtype);
+  m->inv_freq_ = RotaryInvFreq(config.head_dim, config.rope_theta, device);
+  const ParameterSet& p = m->params_;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    auto w = std::make_unique<LayerWeights>();
+    w->input_norm = p.Leaf(pre + "input_layernorm.weight");
+    w->post_norm = p.Leaf(pre + "post_attention_layernorm.weight");
+    w->attn = {p.Leaf(pre + "self_attn.q_proj.weight"), p.Leaf(pre + "self_attn.k_proj.weight"),
+               p.Leaf(pre + "self_attn.v_proj.weight"), p.Leaf(pre + "self_attn.o_proj.weight"),
+               p.Leaf(pre + "self_attn.q_norm.weight"), p.Leaf(pre + "self_attn.k_norm.weight")};
+    w->moe = config.IsMoeLayer(l);
+    if (w->moe) {
+      w->router = p.Leaf(pre + "mlp.gate.weight");
+      w->w_gate_up = p.Leaf(pre + "mlp.experts.w_gate_up");
+      w->w_down = p.Leaf(pre + "mlp.experts.w_down");
+    } else {
+      w->gate = p.Leaf(pre + "mlp.gate_proj.weight");
+      w->up = p.Leaf(pre + "mlp.up_proj.weight");
+      w->down = p.Leaf(pre + "mlp.down_proj.weight");
+    }
+    m->layers_.push_back(std::move(w));
+  }
+  return m;
+}
+
+const Transformer::LayerWeights& Transformer::Layer(int64_t l) const { return *layers_[static_cast<size_t>(l)]; }
+
+at::Tensor Transformer::HeadWeight() const {
+  return params_.Leaf(config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
+void Transformer::InitRandom(uint64_t seed, double std) {
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const ParameterSet::Slot& s : params_.slots()) {
+    const bool norm = s.name.size() >= 11 && s.name.compare(s.name.size() - 11, 11, "norm.weight") == 0;
+    at::Tensor v = at::empty(s.leaf.sizes(), at::TensorOptions().dtype(at::kFloat));
+    if (norm) v.fill_(1.0);
+    else v.normal_(0.0, std, gen);
+    s.leaf.copy_(v);
+  }
+}
+
+at::Tensor Transformer::Embed(const at::Tensor& tokens, const char* fn) const {
+  TORCH_CHECK(tokens.defined() && tokens.dim() == 1 && tokens.scalar_type() == at::kLong, fn,
+              ": tokens must be int64 [N]");
+  TORCH_CHECK(tokens.device() == device_, fn, ": tokens must be on ", device_, ", got ", tokens.device());
+  return at::embedding(params_.Leaf("model.embed_tokens.weight"), tokens);
+}
+
+ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions& options) const {
+  constexpr const char* kFn = "Transformer::Forward";
+  TORCH_CHECK(batch.forest, kFn, ": the batch has no forest");
+  TORCH_CHECK(batch.num_tokens() == batch.forest->num_tokens(), kFn, ": ", batch.num_tokens(),
+              " tokens for a forest of ", batch.forest->num_tokens());
+  TORCH_CHECK(batch.positions.sizes() == batch.tokens.sizes() && batch.positions.device() == device_, kFn,
+              ": positions must be int64 [T] on ", device_);
+  TORCH_CHECK(options.temperature > 0 && options.chunk_rows > 0, kFn, ": temperature and chunk_rows must be > 0");
+  const ModelConfig& c = config_;
+  ForestOutput out;
+  at::Tensor x = Embed(batch.tokens, kFn);
+  const RotaryAngles angles = RotaryCosSin(inv_freq_, batch.positions, dtype_);
+  auto attend = [&](const Qkv& qkv) { return ForestAttention(qkv, batch.forest); };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = Layer(l);
+    auto mlp = [&](const at::Tensor& h) {
+      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
+      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
+      out.router.push_back(std::move(m.stats));
+      return m.out;
+    };
+    Qkv qkv;
+    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp,
+                     options.return_kv ? &qkv : nullptr);
+    if (options.return_kv) {
+      out.keys.push_back(qkv.k);
+      out.values.push_back(qkv.v);
+    }
+  }
+  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  if (options.return_hidden) out.hidden = hidden;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  if (batch.num_pairs() == 0) {
+    out.logprob = at::empty({0}, f32);
+    out.entropy = at::empty({0}, f32);
+    return out;
+  }
+  TORCH_CHECK(batch.head_rows.device() == device_ && batch.pair_head.device() == device_ &&
+                  batch.labels.device() == device_,
+              kFn, ": head_rows, pair_head and labels must be on ", device_);
+  const at::Tensor rows = hidden.index_select(0, batch.head_rows);
+  const ops::LmHeadLossOutput head =
+      ops::LmHeadLoss(rows, HeadWeight(), batch.pair_head, batch.labels, options.temperature, options.chunk_rows);
+  out.logprob = head.logprob;
+  out.entropy = head.entropy.index_select(0, batch.pair_head);
+  return out;
+}
+
+DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache) const {
+  constexpr const char* kFn = "Transformer::Decode";
+  const ModelConfig& c = config_;
+  at::Tensor x = Embed(tokens, kFn);
+  const int64_t b = tokens.size(0);
+  TORCH_CHECK(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong &&
+                  positions.device() == device_,
+              kFn, ": positions must be int64 [B] on ", device_);
+  TORCH_CHECK(static_cast<int64_t>(cache.keys.size()) == c.num_hidden_layers &&
+                  cache.values.size() == cache.keys.size(),
+              kFn, ": the cache must hold keys and values for ", c.num_hidden_layers, " layers");
+  TORCH_CHECK(cache.lengths.defined() && cache.lengths.sizes() == at::IntArrayRef({b}) &&
+                  cache.lengths.device() == device_,
+              kFn, ": cache.lengths must be int64 [", b, "] on ", device_);
+  const int64_t past = cache.capacity();
+  // Row b sees its first lengths[b] cached entries and itself (index past).
+  const at::Tensor idx = at::arange(past + 1, cache.lengths.options()).unsqueeze(0);
+  const at::Tensor visible = idx.lt(cache.lengths.unsqueeze(1)).logical_or(idx.eq(past));
+  const RotaryAngles angles = RotaryCosSin(inv_freq_, positions, dtype_);
+  DecodeOutput out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = Layer(l);
+    const at::Tensor& pk = cache.keys[static_cast<size_t>(l)];
+    const at::Tensor& pv = cache.values[static_cast<size_t>(l)];
+    TORCH_CHECK(pk.dim() == 4 && pk.size(0) == b && pk.size(1) == past && pk.size(2) == c.num_key_value_heads &&
+                    pk.size(3) == c.head_dim && pv.sizes() == pk.sizes() && pk.device() == device_ &&
+                    pk.scalar_type() == dtype_ && pv.scalar_type() == dtype_,
+                kFn, ": cache layer ", l, " must be [", b, ", ", past, ", ", c.num_key_value_heads, ", ",
+                c.head_dim, "] of ", dtype_, " on ", device_, ", got ", pk.sizes());
+    auto attend = [&](const Qkv& qkv) {
+      const at::Tensor keys = at::cat({pk, qkv.k.unsqueeze(1)}, 1);
+      const at::Tensor values = at::cat({pv, qkv.v.unsqueeze(1)}, 1);
+      return DecodeAttention(qkv.q, keys, values, visible);
+    };
+    auto mlp = [&](const at::Tensor& h) {
+      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
+      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
+      out.router.push_back(std::move(m.stats));
+      return m.out;
+    };
+    Qkv qkv;
+    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, &qkv);
+    out.new_keys.push_back(qkv.k);
+    out.new_values.push_back(qkv.v);
+  }
+  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
+  return out;
+}
+
+}  // namespace tandem::model
