@@ -113,7 +113,8 @@ TEST(Greedy, StopTokensAndLimits) {
   EXPECT_LE(stopped[0].size(), 2u);
   o.stop_tokens.clear();
   o.max_new_tokens = 1;
-  for (const auto& r : *GreedyDecode(*model, prompts, o)) EXPECT_EQ(r.size(), 1u);
+  const auto one_each = *GreedyDecode(*model, prompts, o);
+  for (const auto& r : one_each) EXPECT_EQ(r.size(), 1u);
 }
 
 TEST(Greedy, BadPrompts) {
