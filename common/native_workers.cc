@@ -8,8 +8,9 @@ namespace {
 
 // One row per subcommand of tandem-worker (workers/tandem_worker_main.cc).
 // The LibTorch roles (actor, rollout, teacher) get their rows when they land.
-constexpr std::array<NativeWorker, 1> kNativeWorkers = {{
+constexpr std::array<NativeWorker, 2> kNativeWorkers = {{
     {"probe", "allocate tagged pools, fill them, obey the control protocol, verify after resume"},
+    {"sft", "train a small model (from scratch or an HF directory) on a data set's reference solutions"},
 }};
 
 }  // namespace

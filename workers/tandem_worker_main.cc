@@ -2,7 +2,7 @@
 // workers"). Its subcommands are the rows of common/native_workers.h, the
 // table the spec parser checks a role's "worker" against: today `probe`
 // (probe_worker.h); the LibTorch roles (actor, rollout, teacher) join later.
-// `--list-workers` prints the subcommands this binary registered, one a
+// `sft` (workers/roles/sft_command.h) trains small models. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
 // `--version` prints the project's version. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
@@ -16,6 +16,7 @@
 #include "common/native_workers.h"
 #include "common/version.h"
 #include "workers/probe_worker.h"
+#include "workers/roles/sft_command.h"
 
 namespace {
 
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   probe->add_option("--corrupt-tag", o.corrupt_tag, "test hook: flip a byte of this tag before each release");
   probe->add_option("--role", o.hello.role, "role in hello (default $TANDEM_ROLE or 'probe')");
 
+  tandem::roles::SftCommand sft;
+  sft.Register(app, Summary("sft"));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,6 +79,14 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     std::cerr << "tandem-worker: name a worker: " << names << " (tandem-worker --help)\n";
     return 2;
+  }
+  if (sft.selected()) {
+    try {
+      return sft.Run();
+    } catch (const std::exception& e) {
+      tandem::log::Error("worker", "unexpected exception: {}", e.what());
+      return 1;
+    }
   }
   try {
     tandem::control::Hello env = tandem::control::HelloFromEnvironment();

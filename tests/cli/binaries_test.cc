@@ -57,7 +57,7 @@ nlohmann::json RolloutWorkerSpec() {
 }
 
 constexpr const char* kRefusal =
-    R"(roles.rollout.worker: this build's tandem-worker has no "rollout" worker; it has "probe")";
+    R"(roles.rollout.worker: this build's tandem-worker has no "rollout" worker; it has "probe", "sft")";
 
 TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
   const fs::path spec = tmp_ / "rl.json";

@@ -213,7 +213,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"unknown worker", SPEC(R"("a": {"worker": "critic"})"),
                   R"(roles.a.worker: expected one of "actor", "rollout", "teacher", "probe", got "critic")"},
         ErrorCase{"worker this build lacks", SPEC(R"("a": {"worker": "rollout"})"),
-                  R"(roles.a.worker: this build's tandem-worker has no "rollout" worker; it has "probe")"},
+                  R"(roles.a.worker: this build's tandem-worker has no "rollout" worker; it has "probe", "sft")"},
         ErrorCase{"empty program", SPEC(R"("a": {"command": ["", "x"]})"),
                   "roles.a.command[0]: expected a non-empty string (the program)"},
         ErrorCase{"argv not strings", SPEC(R"("a": {"command": ["x", 3]})"),

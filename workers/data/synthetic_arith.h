@@ -1,0 +1,34 @@
+// The synthetic-arith data set (docs/model.md, "Data sets and rewards",
+// "synthetic-arith"): procedural arithmetic word problems with exact integer
+// answers, unbounded (any index), the same problem for the same (seed,
+// index) on every machine. Difficulty levels:
+//   1: one addition or subtraction of numbers 0..9 (result >= 0);
+//   2: one step with numbers 10..99 (+, -) or a product of two digits;
+//   3: two steps (+, -, x small) from a start of 1..50;
+//   4: three steps including exact division;
+//   5: four steps, numbers up to 999.
+// Every intermediate result is a non-negative integer. The reference
+// solution is one line per step ("3 + 4 = 7") and then the answer line
+// "Answer: 7", which the synthetic-arith verifier requires.
+//
+// Options: {"seed": integer (default 0), "level": 1..5 or a list of levels
+// (each problem's level drawn uniformly; default 1), "style": "word"
+// (default: "Mia has 3 apples. Mia finds 4 more apples. How many apples does
+// Mia have now?") | "plain" ("What is 3 + 4?"), "system": a system prompt,
+// "verifier": options of the synthetic-arith verifier}.
+#pragma once
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "workers/data/dataset.h"
+
+namespace tandem::data {
+
+inline constexpr int kSyntheticArithMaxLevel = 5;
+
+StatusOr<std::unique_ptr<Dataset>> OpenSyntheticArith(const nlohmann::json& options);
+
+}  // namespace tandem::data

@@ -1,0 +1,339 @@
+// The sft loop: data, tokenizer, model, trainer, greedy eval, logs, save
+// (sft_role.h).
+#include "workers/roles/sft_role.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/bounded_json.h"
+#include "workers/data/byte_tokenizer.h"
+#include "workers/data/chat_template.h"
+#include "workers/data/problem_stream.h"
+#include "workers/data/tokenizer.h"
+#include "workers/inference/greedy.h"
+#include "workers/model/checkpoint.h"
+#include "workers/roles/sft_eval.h"
+#include "workers/roles/sft_presets.h"
+#include "workers/train/sft_example.h"
+#include "workers/train/sft_trainer.h"
+
+namespace tandem::roles {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// The first `n` problems of a bounded data set (the rest are held out).
+class PrefixDataset final : public data::Dataset {
+ public:
+  PrefixDataset(const data::Dataset& base, size_t n) : base_(base), n_(n) {}
+  std::string_view name() const override { return base_.name(); }
+  std::optional<size_t> size() const override { return n_; }
+  StatusOr<data::Problem> Get(size_t i) const override {
+    if (i >= n_) return InvalidArgument(std::string(base_.name()) + ": problem " + std::to_string(i) + " out of range");
+    return base_.Get(i);
+  }
+  const data::Verifier& verifier() const override { return base_.verifier(); }
+
+ private:
+  const data::Dataset& base_;
+  size_t n_;
+};
+
+class JsonLog {
+ public:
+  static StatusOr<JsonLog> Open(const std::string& path) {
+    JsonLog log;
+    if (!path.empty()) {
+      log.file_ = std::make_shared<std::ofstream>(path, std::ios::app);
+      if (!*log.file_) return ErrnoStatus("open log " + path);
+    }
+    return log;
+  }
+  void Write(const nlohmann::json& j) const {
+    const std::string line = DumpJson(j) + "\n";
+    if (file_) {
+      *file_ << line << std::flush;
+    } else {
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  std::shared_ptr<std::ofstream> file_;
+};
+
+Status CheckOptions(const SftOptions& o) {
+  if (o.out_dir.empty()) return InvalidArgument("sft: --out is required");
+  if (o.max_steps <= 0 && o.time_limit_s <= 0) return InvalidArgument("sft: give --max-steps or --time-limit (or both)");
+  if (o.max_steps < 0 || o.time_limit_s < 0) return InvalidArgument("sft: limits must be non-negative");
+  if (o.batch_size < 1) return InvalidArgument("sft: --batch-size must be positive");
+  if (o.eval_problems < 0 || o.eval_every < 0 || o.log_every < 1 || o.eval_max_new_tokens < 1)
+    return InvalidArgument("sft: --eval-problems and --eval-every must be >= 0, --log-every and --eval-max-new-tokens > 0");
+  if (o.max_prompt_tokens < 1 || o.max_sequence_tokens < 2) return InvalidArgument("sft: token limits must be positive");
+  if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("sft: --device must be cpu or cuda");
+  return Status::Ok();
+}
+
+StatusOr<model::ModelConfig> FromScratchConfig(const SftOptions& o, int64_t vocab_size) {
+  TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, SftPreset(o.preset, vocab_size), "sft");
+  if (o.hidden_size) c.hidden_size = *o.hidden_size;
+  if (o.num_layers) c.num_hidden_layers = *o.num_layers;
+  if (o.num_heads) c.num_attention_heads = *o.num_heads;
+  if (o.num_kv_heads) c.num_key_value_heads = *o.num_kv_heads;
+  if (o.head_dim) c.head_dim = *o.head_dim;
+  if (o.intermediate_size) c.intermediate_size = *o.intermediate_size;
+  TANDEM_RETURN_IF_ERROR(model::ValidateModelConfig(c), "sft: model config");
+  return c;
+}
+
+Status CopyFile(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return Internal("copy " + from.string() + " to " + to.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status WriteText(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    if (!f.flush()) return ErrnoStatus("write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Internal("rename " + tmp.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<SftHeldOut> SftHeldOutProblems(const SftOptions& o, const data::Dataset& train,
+                                        const data::PromptLengthLimit& limit) {
+  SftHeldOut out;
+  const size_t want = static_cast<size_t>(o.eval_problems);
+  auto take = [&](const data::Dataset& d, size_t from, size_t to) -> Status {
+    for (size_t i = from; i < to && out.problems.size() < want; ++i) {
+      TANDEM_ASSIGN_OR_RETURN(data::Problem p, d.Get(i));
+      if (limit.Admits(p)) out.problems.push_back(std::move(p));
+    }
+    return Status::Ok();
+  };
+  if (!o.eval_options.is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> eval, data::OpenDataset(o.dataset, o.eval_options),
+                            "sft: eval data set");
+    TANDEM_RETURN_IF_ERROR(take(*eval, 0, eval->size().value_or(want * 4)));
+    out.train_size = train.size();
+  } else if (!train.size()) {
+    nlohmann::json eo = o.dataset_options.is_null() ? nlohmann::json::object() : o.dataset_options;
+    uint64_t seed = 0;
+    if (eo.contains("seed") && eo["seed"].is_number_integer() && eo["seed"].get<int64_t>() >= 0)
+      seed = eo["seed"].get<uint64_t>();
+    eo["seed"] = seed + 1;
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> eval, data::OpenDataset(o.dataset, eo), "sft: eval data set");
+    TANDEM_RETURN_IF_ERROR(take(*eval, 0, want * 4));
+  } else {
+    const size_t n = *train.size();
+    if (n <= want)
+      return InvalidArgument("sft: " + std::string(train.name()) + " has " + std::to_string(n) +
+                             " problems, not more than --eval-problems " + std::to_string(want) +
+                             " (hold out fewer or give --eval-options)");
+    out.train_size = n - want;
+    TANDEM_RETURN_IF_ERROR(take(train, n - want, n));
+  }
+  return out;
+}
+
+StatusOr<SftResult> RunSft(const SftOptions& o) {
+  TANDEM_RETURN_IF_ERROR(CheckOptions(o));
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  TANDEM_ASSIGN_OR_RETURN(const JsonLog log, JsonLog::Open(o.log_path), "sft");
+  const Clock::time_point t_start = Clock::now();
+
+  // Tokenizer and chat format.
+  std::optional<data::Tokenizer> tok;
+  if (o.init_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const data::TokenizerFiles files, data::ByteTokenizerFiles(), "sft: byte tokenizer");
+    TANDEM_ASSIGN_OR_RETURN(data::Tokenizer t, data::Tokenizer::FromJson(files.tokenizer_json, files.tokenizer_config_json),
+                            "sft: byte tokenizer");
+    tok.emplace(std::move(t));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(data::Tokenizer t, data::Tokenizer::FromDirectory(o.init_dir), "sft: --init tokenizer");
+    tok.emplace(std::move(t));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const data::ChatFormat format, data::ChatFormatFor(*tok), "sft: chat format");
+  std::optional<data::TokenId> end = tok->special_tokens().eos;
+  if (!end && format.kind == data::ChatFormat::Kind::kChatMl) end = tok->TokenToId("<|im_end|>");
+  if (!end) return FailedPrecondition("sft: the tokenizer names no eos token (tokenizer_config.json eos_token)");
+
+  // Data.
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> train, data::OpenDataset(o.dataset, o.dataset_options), "sft");
+  const data::PromptLengthLimit limit{
+      [&tok, &format](const data::Problem& p) { return train::PromptTokenCount(*tok, format, p); },
+      static_cast<size_t>(o.max_prompt_tokens)};
+  TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(o, *train, limit));
+  std::unique_ptr<PrefixDataset> prefix;
+  const data::Dataset* train_view = train.get();
+  if (held.train_size && *held.train_size != *train->size()) {
+    prefix = std::make_unique<PrefixDataset>(*train, *held.train_size);
+    train_view = prefix.get();
+  }
+  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(*train_view, o.seed, limit), "sft");
+
+  // Model.
+  const bool cuda = o.device == "cuda";
+  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  const at::ScalarType dtype = cuda ? at::kBFloat16 : at::kFloat;
+  std::unique_ptr<model::Transformer> net;
+  if (o.init_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const model::ModelConfig config, FromScratchConfig(o, tok->vocab_size()));
+    TANDEM_ASSIGN_OR_RETURN(net, model::Transformer::Create(config, device, dtype), "sft: model");
+    net->InitRandom(o.seed);
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(net, model::LoadPretrained(o.init_dir, device, dtype), "sft: --init");
+  }
+  if (tok->vocab_size() > net->config().vocab_size)
+    return InvalidArgument("sft: the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens, the model's vocab_size is " +
+                           std::to_string(net->config().vocab_size));
+
+  train::SftTrainerOptions topts;
+  topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
+  topts.weight_decay = o.weight_decay;
+  topts.max_grad_norm = o.max_grad_norm;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
+
+  SftResult result;
+  result.out_dir = o.out_dir;
+  result.parameters = net->config().NumParameters();
+  log.Write({{"event", "start"},
+             {"params", result.parameters},
+             {"config", model::ToHfJson(net->config())},
+             {"dataset", o.dataset},
+             {"eligible", stream.eligible() ? nlohmann::json(*stream.eligible()) : nlohmann::json("unbounded")},
+             {"eval_problems", held.problems.size()},
+             {"device", o.device}});
+
+  inference::GreedyOptions gopts;
+  gopts.max_new_tokens = o.eval_max_new_tokens;
+  gopts.stop_tokens = {*end};
+  auto evaluate = [&](int64_t step) -> StatusOr<EvalResult> {
+    TANDEM_ASSIGN_OR_RETURN(EvalResult r, EvaluateGreedy(*net, *tok, format, held.problems, train->verifier(), gopts),
+                            "sft eval at step " + std::to_string(step));
+    log.Write({{"event", "eval"},
+               {"step", step},
+               {"accuracy", r.accuracy()},
+               {"correct", r.correct},
+               {"problems", r.total},
+               {"sample", r.responses.empty() ? "" : r.responses.front()}});
+    return r;
+  };
+
+  TANDEM_ASSIGN_OR_RETURN(const EvalResult before, evaluate(0));
+  result.accuracy_before = before.accuracy();
+
+  const Clock::time_point t_train = Clock::now();
+  double train_s = 0, window_s = 0, window_loss = 0;
+  int64_t window_steps = 0, window_tokens = 0, window_response = 0, total_tokens = 0;
+  bool first_window = true;
+  std::optional<EvalResult> last_eval;
+  int64_t last_eval_step = -1;
+  int64_t step = 0;
+  auto elapsed = [&t_train] { return std::chrono::duration<double>(Clock::now() - t_train).count(); };
+  for (;;) {
+    if (o.max_steps > 0 && step >= o.max_steps) break;
+    if (o.time_limit_s > 0 && elapsed() >= o.time_limit_s) break;
+    std::vector<train::SftExample> batch;
+    for (int64_t draws = 0; static_cast<int64_t>(batch.size()) < o.batch_size; ++draws) {
+      if (draws >= 10 * o.batch_size + 100)
+        return FailedPrecondition("sft: no example within --max-sequence-tokens " + std::to_string(o.max_sequence_tokens) +
+                                  " in " + std::to_string(draws) + " draws");
+      TANDEM_ASSIGN_OR_RETURN(const data::Problem p, stream.Next(), "sft");
+      TANDEM_ASSIGN_OR_RETURN(train::SftExample ex, train::MakeSftExample(*tok, format, p, *end), "sft");
+      if (static_cast<int64_t>(ex.ids.size()) <= o.max_sequence_tokens) batch.push_back(std::move(ex));
+    }
+    double progress = 0;
+    if (o.max_steps > 0) progress = static_cast<double>(step) / static_cast<double>(o.max_steps);
+    if (o.time_limit_s > 0) progress = std::max(progress, elapsed() / o.time_limit_s);
+    const Clock::time_point s0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(const train::SftStepStats st, trainer->Step(batch, progress), "sft");
+    const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
+    ++step;
+    train_s += dt;
+    window_s += dt;
+    window_loss += st.loss;
+    ++window_steps;
+    window_tokens += st.sequence_tokens;
+    window_response += st.response_tokens;
+    total_tokens += st.sequence_tokens;
+    if (step % o.log_every == 0) {
+      const double mean = window_loss / static_cast<double>(window_steps);
+      if (first_window) result.first_loss = mean;
+      first_window = false;
+      result.last_loss = mean;
+      log.Write({{"event", "step"},
+                 {"step", step},
+                 {"loss", mean},
+                 {"lr", st.lr},
+                 {"grad_norm", st.grad_norm},
+                 {"tokens_per_s", static_cast<double>(window_tokens) / window_s},
+                 {"response_tokens_per_s", static_cast<double>(window_response) / window_s},
+                 {"packed_tokens", st.packed_tokens},
+                 {"elapsed_s", elapsed()}});
+      window_s = window_loss = 0;
+      window_steps = window_tokens = window_response = 0;
+    }
+    if (o.eval_every > 0 && step % o.eval_every == 0) {
+      TANDEM_ASSIGN_OR_RETURN(EvalResult r, evaluate(step));
+      last_eval = std::move(r);
+      last_eval_step = step;
+    }
+  }
+  if (window_steps > 0) {
+    const double mean = window_loss / static_cast<double>(window_steps);
+    if (first_window) result.first_loss = mean;
+    result.last_loss = mean;
+  }
+  if (!last_eval || last_eval_step != step) {
+    TANDEM_ASSIGN_OR_RETURN(EvalResult r, evaluate(step));
+    last_eval = std::move(r);
+  }
+  result.steps = step;
+  result.accuracy_after = last_eval->accuracy();
+  result.final_responses = last_eval->responses;
+  result.train_seconds = train_s;
+  result.tokens_per_s = train_s > 0 ? static_cast<double>(total_tokens) / train_s : 0;
+
+  // Save the HF directory.
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) return Internal("sft: create " + o.out_dir + ": " + ec.message());
+  TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "sft: save");
+  if (o.init_dir.empty()) {
+    TANDEM_RETURN_IF_ERROR(data::WriteByteTokenizer(o.out_dir), "sft: save tokenizer");
+  } else {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      if (fs::exists(fs::path(o.init_dir) / f))
+        TANDEM_RETURN_IF_ERROR(CopyFile(fs::path(o.init_dir) / f, fs::path(o.out_dir) / f), "sft: save tokenizer");
+  }
+  const nlohmann::json state = {{"step", step},
+                                {"dataset", o.dataset},
+                                {"dataset_options", o.dataset_options},
+                                {"sampler_cursor", data::SamplerCursorToJson(stream.cursor())},
+                                {"accuracy", result.accuracy_after},
+                                {"loss", result.last_loss}};
+  TANDEM_RETURN_IF_ERROR(WriteText(fs::path(o.out_dir) / "trainer_state.json", DumpJson(state, 2) + "\n"), "sft");
+  result.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  log.Write({{"event", "saved"}, {"dir", o.out_dir}, {"steps", step}, {"elapsed_s", result.elapsed_seconds},
+             {"accuracy_before", result.accuracy_before}, {"accuracy_after", result.accuracy_after},
+             {"tokens_per_s", result.tokens_per_s}});
+  return result;
+}
+
+}  // namespace tandem::roles
