@@ -134,7 +134,8 @@ Status FsyncDir(const std::string& dir) {
 // Writes `path` through a temporary file beside it: body(fd), fsync, rename, fsync of the directory.
 Status WriteFileAtomically(const std::string& path, const std::function<Status(int fd, const std::string& tmp)>& body) {
   const std::string dir = DirOf(path);
-  std::string tmp = Join(dir, "." + BaseOf(path) + ".tmp-XXXXXX");
+  // Built by appending: GCC 12 -O3 warns (-Wrestrict, a false positive) on "." + std::string.
+  std::string tmp = Join(dir, std::string(".").append(BaseOf(path)).append(".tmp-XXXXXX"));
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("create a temporary file in " + dir);
   auto fail = [&](Status st) {
