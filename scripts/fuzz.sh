@@ -24,11 +24,16 @@ seeds_for() {
   return 0
 }
 
-san="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g -O1"
+# Build type "Fuzz" has no flags of its own, so these are the whole set:
+# -O1 with line tables (stack traces keep file:line) and NDEBUG as before.
+# RelWithDebInfo's -O2 -g cost a fifth more compile time for nothing the
+# fuzzers need (orchestrator/daemon/job_stop.cc: 69 s against 56 s at -O1
+# without debug info, clang 14, 2026-12-01).
+san="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -gline-tables-only -O1 -DNDEBUG"
 echo "[fuzz] configuring $BUILD_DIR (clang, TANDEM_BUILD_FUZZ=ON)"
 cmake -S . -B "$BUILD_DIR" -G Ninja \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
+  -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
   -DTANDEM_BUILD_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
 
 if (($#)); then
