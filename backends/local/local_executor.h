@@ -8,10 +8,12 @@
 // other fd closed, and the cwd set with posix_spawn_file_actions_addchdir_np.
 // The shim starts the command in its own process group, forwards
 // SIGTERM/SIGINT/SIGHUP to it, and writes the exit record (exit_record.h).
-// The daemon is never forked. Start() does no /proc scan, fsync or sleep: one
-// mkdir (the task's cgroup), one spawn, one pidfd_open, one read of
-// /proc/<pid>/stat. (A record left at
-// exit_path by an earlier run is told apart by its marker, not unlinked.)
+// Every task process also carries TANDEM_TASK_SLOT=<scope>/<task id>, the
+// same for every launch of a task id (task_slot.h). The daemon is never
+// forked. A first launch does no /proc scan, fsync or sleep: one mkdir (the
+// task's cgroup), one spawn, one pidfd_open, one read of /proc/<pid>/stat.
+// (A record left at exit_path by an earlier run is told apart by its marker,
+// not unlinked.)
 //
 // TaskRef.data: {pid, pgid, sid (all the shim's pid), start_time (field 22 of
 // /proc/<pid>/stat), boot_id, marker, exit_path, cgroup (absent in marker
@@ -52,7 +54,10 @@
 // the process groups of, and every process carrying, the marker, until none
 // is left. Markers are found by scanning /proc/*/environ; a process that
 // rewrote its environment or runs as another user escapes this, and
-// descendants left behind by a task that ended by itself are not killed.
+// descendants left behind by a task that ended by itself are killed only
+// when the task is launched again: a relaunch (the request's
+// TANDEM_CONTROL_LAUNCH above 1) first kills everything carrying the task's
+// slot (task_slot.h), one /proc scan per round.
 // In both modes SIGTERM/SIGINT/SIGHUP reach the command through the shim so
 // that a signal sent right after Start() is not lost, and Kill() lets the
 // shim write its record. containment() says which mode is in use (the
@@ -136,11 +141,14 @@ class LocalExecutor final : public Executor {
   Status Reattach(const TaskRef& ref) override;
   bool Alive(const TaskRef& ref) override;
 
-  // After a restart, once every task the daemon knows is re-attached or
-  // started: kills and removes every task cgroup of this executor's subtree
-  // that belongs to no supervised task (left by a daemon that crashed between
-  // starting a task and journaling it, or between a task's end and removing
-  // its cgroup). Returns how many held processes.
+  // After a restart, once every task the daemon knows is re-attached and
+  // before it launches anything: kills and removes every task cgroup of this
+  // executor's subtree that belongs to no supervised task (left by a daemon
+  // that crashed between starting a task and journaling it, or between a
+  // task's end and removing its cgroup). Returns how many held processes.
+  // In marker mode: kills the processes of this executor's slots
+  // (task_slot.h) that no supervised run claims by task id and marker;
+  // returns how many task ids had such processes.
   size_t KillUnclaimed();
 
   const Containment& containment() const { return containment_; }
