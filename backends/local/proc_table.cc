@@ -14,12 +14,12 @@ namespace tandem::backends::local {
 namespace {
 
 // Whether a NUL-separated list (/proc/<pid>/environ or cmdline) holds `entry`.
-bool ListHas(const std::string& list, std::string_view entry) {
+bool ListHas(std::string_view list, std::string_view entry) {
   size_t pos = 0;
   while (pos < list.size()) {
     size_t end = list.find('\0', pos);
-    if (end == std::string::npos) end = list.size();
-    if (std::string_view(list).substr(pos, end - pos) == entry) return true;
+    if (end == std::string_view::npos) end = list.size();
+    if (list.substr(pos, end - pos) == entry) return true;
     pos = end + 1;
   }
   return false;
@@ -28,26 +28,32 @@ bool ListHas(const std::string& list, std::string_view entry) {
 // Live processes whose /proc/<pid>/<file> (a NUL-separated list) holds `entry`.
 std::vector<ProcStat> FindProcessesHolding(const char* file, const std::string& entry) {
   std::vector<ProcStat> found;
+  ForEachProcessList(file, [&](pid_t pid, std::string_view list) {
+    if (!ListHas(list, entry)) return;
+    auto st = ReadProcStat(pid);
+    if (st && !st->dead()) found.push_back(*st);
+  });
+  return found;
+}
+
+}  // namespace
+
+void ForEachProcessList(const char* file, const std::function<void(pid_t, std::string_view)>& visit) {
   DIR* dir = ::opendir("/proc");
-  if (!dir) return found;
+  if (!dir) return;
   const pid_t self = ::getpid();
   std::string list;
   char path[64];
   while (dirent* e = ::readdir(dir)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
+    const long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid == self) continue;
     std::snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);
-    if (!ReadKernelFile(path, list) || !ListHas(list, entry)) continue;
-    auto st = ReadProcStat(static_cast<pid_t>(pid));
-    if (st && !st->dead()) found.push_back(*st);
+    if (ReadKernelFile(path, list)) visit(static_cast<pid_t>(pid), list);
   }
   ::closedir(dir);
-  return found;
 }
-
-}  // namespace
 
 bool ReadKernelFile(const std::filesystem::path& path, std::string& out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

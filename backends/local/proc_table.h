@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -36,6 +38,12 @@ bool ReadKernelFile(const std::filesystem::path& path, std::string& out);
 
 // /proc/sys/kernel/random/boot_id, without the newline.
 StatusOr<std::string> ReadBootId();
+
+// Calls visit(pid, list) for every process but this one whose
+// /proc/<pid>/<file> (a NUL-separated list: "environ", "cmdline") can be
+// read; processes that cannot be read (another user, already gone) are
+// skipped. One read per process.
+void ForEachProcessList(const char* file, const std::function<void(pid_t, std::string_view)>& visit);
 
 // Every live (non-zombie) process whose environment holds exactly the entry
 // `env_entry` ("KEY=VALUE"). Processes whose environment cannot be read

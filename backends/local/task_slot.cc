@@ -1,7 +1,6 @@
 // A task id's slot; see task_slot.h.
 #include "backends/local/task_slot.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,24 +27,13 @@ std::string SlotEntry(const std::string& scope, const std::string& task_id) {
 std::vector<SlotProcess> FindSlotProcesses(const std::string& scope) {
   std::vector<SlotProcess> found;
   const std::string prefix = std::string(kSlotKey) + "=" + scope + "/";
-  DIR* dir = ::opendir("/proc");
-  if (!dir) return found;
-  const pid_t self = ::getpid();
-  std::string list;
-  char path[64];
-  while (dirent* e = ::readdir(dir)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid == self) continue;
-    std::snprintf(path, sizeof path, "/proc/%ld/environ", pid);
-    if (!ReadKernelFile(path, list)) continue;
+  ForEachProcessList("environ", [&](pid_t pid, std::string_view list) {
     SlotProcess p;
     bool slot = false;
     for (size_t pos = 0; pos < list.size();) {
       size_t stop = list.find('\0', pos);
-      if (stop == std::string::npos) stop = list.size();
-      const std::string_view entry = std::string_view(list).substr(pos, stop - pos);
+      if (stop == std::string_view::npos) stop = list.size();
+      const std::string_view entry = list.substr(pos, stop - pos);
       if (!slot && entry.substr(0, prefix.size()) == prefix) {
         slot = true;
         p.task_id = std::string(entry.substr(prefix.size()));
@@ -54,13 +42,12 @@ std::vector<SlotProcess> FindSlotProcesses(const std::string& scope) {
       }
       pos = stop + 1;
     }
-    if (!slot) continue;
-    auto st = ReadProcStat(static_cast<pid_t>(pid));
-    if (!st || st->dead()) continue;
+    if (!slot) return;
+    auto st = ReadProcStat(pid);
+    if (!st || st->dead()) return;
     p.stat = *st;
     found.push_back(std::move(p));
-  }
-  ::closedir(dir);
+  });
   return found;
 }
 
