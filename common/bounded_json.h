@@ -56,6 +56,10 @@ template <typename Json = nlohmann::json>
 StatusOr<Json> ParseJsonBounded(std::string_view text, size_t max_depth = kMaxJsonDepth) {
   if (!JsonDepthWithin(text, max_depth))
     return InvalidArgument("JSON nested deeper than " + std::to_string(max_depth) + " levels (the limit)");
+  // No JSON text holds a raw NUL (in strings it must be escaped), and the
+  // parser would stop at one and accept "{}\0anything".
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    return InvalidArgument("not valid JSON: NUL byte at offset " + std::to_string(nul));
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument("not valid JSON");
   return j;

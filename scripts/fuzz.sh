@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang into build-fuzz/ and runs each
-# (build-fuzz/fuzz/*_fuzz) for ${TANDEM_FUZZ_SECONDS:-20} seconds with its
+# Builds every libFuzzer target (clang, the Sanitize build type with
+# TANDEM_BUILD_FUZZ=ON: cmake/TandemOptions.cmake) and runs each
+# (<build dir>/fuzz/*_fuzz) for ${TANDEM_FUZZ_SECONDS:-20} seconds with its
 # seed corpus; fails when any target crashes, leaks or times out.
 #
-# Convention for fuzz targets: a CMake executable named <name>_fuzz, built
-# only when TANDEM_BUILD_FUZZ=ON with clang, with RUNTIME_OUTPUT_DIRECTORY
-# ${CMAKE_BINARY_DIR}/fuzz and -fsanitize=fuzzer. Seeds: the directories
-# listed for it in seeds_for below, else tests/fuzz/<name>/ when present.
-# A dictionary <name>.dict next to its source is used when present.
+# The build dir is ${TANDEM_FUZZ_BUILD_DIR:-build-fuzz}. scripts/test.sh
+# points it at its own tree (built with clang and TANDEM_BUILD_FUZZ=ON), so
+# CI builds the orchestrator once for tests and fuzzers; a dir not configured
+# that way is (re)configured here with the fuzzers only.
+#
+# Convention for fuzz targets: tandem_fuzz_target(<name>_fuzz ...) in CMake
+# (cmake/TandemOptions.cmake). Seeds: the directories listed for it in
+# seeds_for below, else tests/fuzz/<name>/ when present. A dictionary
+# <name>.dict next to its source is used when present.
 # Usage: scripts/fuzz.sh [TARGET...]   (default: every *_fuzz target)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,17 +29,14 @@ seeds_for() {
   return 0
 }
 
-# Build type "Fuzz" has no flags of its own, so these are the whole set:
-# -O1 with line tables (stack traces keep file:line) and NDEBUG as before.
-# RelWithDebInfo's -O2 -g cost a fifth more compile time for nothing the
-# fuzzers need (orchestrator/daemon/job_stop.cc: 69 s against 56 s at -O1
-# without debug info, clang 14, 2026-12-01).
-san="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -gline-tables-only -O1 -DNDEBUG"
-echo "[fuzz] configuring $BUILD_DIR (clang, TANDEM_BUILD_FUZZ=ON)"
-cmake -S . -B "$BUILD_DIR" -G Ninja \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
-  -DTANDEM_BUILD_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
+cache="$BUILD_DIR/CMakeCache.txt"
+if ! grep -qs '^TANDEM_BUILD_FUZZ:BOOL=ON' "$cache" || ! grep -qs '^CMAKE_BUILD_TYPE:STRING=Sanitize' "$cache" ||
+   ! grep -qs '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' "$cache"; then
+  echo "[fuzz] configuring $BUILD_DIR (clang, Sanitize, TANDEM_BUILD_FUZZ=ON, no tests)"
+  rm -rf "$cache" "$BUILD_DIR/CMakeFiles"  # another compiler or build type: start over
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=Sanitize -DTANDEM_BUILD_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
+fi
 
 if (($#)); then
   targets=("$@")

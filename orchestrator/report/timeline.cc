@@ -52,7 +52,6 @@ json TimelineData(const RunLogs& logs, const TimelineOptions& o) {
 }
 
 std::string TimelineHtml(const RunLogs& logs, const TimelineOptions& o) {
-  using json = nlohmann::json;
   // "<" only occurs inside JSON strings, where \u003c means the same: the
   // data cannot close its <script> element.
   std::string data;

@@ -29,6 +29,14 @@ TEST(JsonDepthTest, ParseRefusesDeepDocumentsNamingTheLimit) {
   EXPECT_FALSE(ParseJsonBounded("{").ok());
 }
 
+TEST(JsonDepthTest, ParseRefusesANulByteNamingItsOffset) {
+  const std::string with_nul("{}\0{\"junk\": 1}", 14);
+  auto j = ParseJsonBounded(with_nul);
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("NUL byte at offset 2"), std::string::npos) << j.status().ToString();
+  EXPECT_TRUE(ParseJsonBounded("{\"a\": \"\\u0000\"}").ok());  // an escaped NUL in a string is JSON
+}
+
 TEST(JsonDepthTest, DumpReplacesInvalidUtf8) {
   const nlohmann::json j = {{"path", std::string("/v1/\xff\xfe")}};
   EXPECT_NO_THROW((void)DumpJson(j));
