@@ -121,8 +121,12 @@ TEST(PagedAttentionPlanTest, CoversCapacityAndSplitsSmallBatches) {
       EXPECT_TRUE(CheckPagedAttentionPlan(s, p).ok());
       EXPECT_GE(int64_t{p.num_splits} * p.split_tokens, s.capacity());
       EXPECT_LT(int64_t{p.num_splits - 1} * p.split_tokens, s.capacity());  // no empty split
-      if (p.num_splits > 1) EXPECT_GE(p.split_tokens, kPagedMinSplitTokens);
-      if (B >= 128) EXPECT_EQ(p.num_splits, 1);
+      if (p.num_splits > 1) {
+        EXPECT_GE(p.split_tokens, kPagedMinSplitTokens);
+      }
+      if (B >= 128) {
+        EXPECT_EQ(p.num_splits, 1);
+      }
     }
   }
   PagedAttentionShape s;

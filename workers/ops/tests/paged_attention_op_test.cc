@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, PagedAttentionOpTest, ::testing::ValuesIn(test
 TEST(PagedAttentionOpCpuTest, BadArgumentsThrow) {
   std::mt19937_64 rng(11);
   const at::Device cpu(at::kCPU);
-  const Step st{{20, 5}, {1, 2}};
+  const Step st{{20, 10}, {1, 2}};
   const Problem p = MakeProblem(rng, st, 4, 2, 16, 8, cpu);
   const at::Tensor kb = p.key_blocks.to(at::kFloat), vb = p.value_blocks.to(at::kFloat), q = p.q.to(at::kFloat);
   const auto i32 = at::TensorOptions().dtype(at::kInt);
