@@ -1,5 +1,8 @@
 // Paged attention glue: argument checks and the dispatch to the kernels' CPU
 // implementation or CUDA launchers (paged_attention_op.h). No autograd.
+// IValue complete before the other ATen headers: clang 14 in C++20 rejects them alone.
+#include <ATen/core/ivalue.h>
+
 #include "workers/ops/paged_attention_op.h"
 
 #include <ATen/ops/cat.h>
