@@ -9,10 +9,12 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 
 #include "workers/ops/lm_head_loss_op.h"
+#include "workers/ops/paged_attention_op.h"
 
 namespace tandem::model {
 
@@ -210,6 +212,46 @@ DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& pos
     out.new_keys.push_back(qkv.k);
     out.new_values.push_back(qkv.v);
   }
+  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
+  return out;
+}
+
+DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor& positions, const PagedKv& kv,
+                                      bool all_logits) const {
+  constexpr const char* kFn = "Transformer::DecodePaged";
+  const ModelConfig& c = config_;
+  at::Tensor x = Embed(tokens, kFn);
+  TORCH_CHECK(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong &&
+                  positions.device() == device_,
+              kFn, ": positions must be int64 [T] on ", device_);
+  TORCH_CHECK(static_cast<int64_t>(kv.key_blocks.size()) == c.num_hidden_layers &&
+                  kv.value_blocks.size() == kv.key_blocks.size(),
+              kFn, ": kv must hold key and value blocks for ", c.num_hidden_layers, " layers");
+  TORCH_CHECK(kv.q_lens.defined() && kv.q_lens.dim() == 1 && kv.slot_mapping.defined() &&
+                  kv.slot_mapping.sizes() == tokens.sizes(),
+              kFn, ": kv.q_lens must be [B] and kv.slot_mapping [T] for ", tokens.size(0), " tokens");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const RotaryAngles angles = RotaryCosSin(inv_freq_, positions, dtype_);
+  DecodeOutput out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = Layer(l);
+    const at::Tensor& kb = kv.key_blocks[static_cast<size_t>(l)];
+    const at::Tensor& vb = kv.value_blocks[static_cast<size_t>(l)];
+    auto attend = [&](const Qkv& qkv) {
+      ops::PagedKvWrite(qkv.k, qkv.v, kb, vb, kv.slot_mapping);
+      return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, kv.q_lens, scale);
+    };
+    auto mlp = [&](const at::Tensor& h) {
+      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
+      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
+      out.router.push_back(std::move(m.stats));
+      return m.out;
+    };
+    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, nullptr);
+  }
+  // Each sequence's last new token: row cumsum(q_lens) - 1.
+  if (!all_logits) x = x.index_select(0, at::cumsum(kv.q_lens.to(at::kLong), 0) - 1);
   const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
   out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
   return out;

@@ -16,6 +16,10 @@
 //     [B, V] (fp32) and the new K/V per layer, which the caller appends
 //     (KvCache::Append). Decoding is for inference: run it under
 //     c10::NoGradGuard (it is differentiable, but nothing needs that).
+//   DecodePaged(tokens, positions, PagedKv): the inference engine's step
+//     over its paged KV cache (workers/model/paged_kv.h): one or a few new
+//     tokens per sequence, their K/V written into the cache's blocks,
+//     attention by the paged kernel (ops::PagedAttention). Forward only.
 //
 // Devices and dtypes: CPU with fp32, or CUDA with bf16 (builds with the ops'
 // CUDA path, TANDEM_TORCH_CUDA). Autograd runs through everything: after
@@ -24,7 +28,7 @@
 // state between calls; calls with tensors on another device, of another
 // dtype or of wrong shapes throw c10::Error naming the argument. Not
 // supported yet: sliding-window attention, rope scaling, attention biases,
-// dropout, tensor/expert parallelism, the paged KV cache.
+// dropout, tensor/expert parallelism.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -37,6 +41,7 @@
 #include "workers/model/config.h"
 #include "workers/model/layers.h"
 #include "workers/model/model_input.h"
+#include "workers/model/paged_kv.h"
 #include "workers/model/parameter_set.h"
 
 namespace tandem::model {
@@ -90,6 +95,20 @@ class Transformer {
   // with lengths [B]: row b attends to its first lengths[b] cached entries
   // and to itself.
   DecodeOutput Decode(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache) const;
+
+  // tokens and positions [T] int64 on the model's device, packed sequence
+  // by sequence (kv.q_lens[b] new tokens of sequence b; kv as
+  // workers/model/paged_kv.h says, its pools in the model's dtype). Each
+  // layer writes its new K/V (after k_norm and rotary) at kv.slot_mapping,
+  // then attends through the block tables. Returns the logits [B, V] fp32
+  // of each sequence's last new token, or with all_logits [T, V] of every
+  // new token (chunked prefill, speculative checks); new_keys/new_values
+  // stay empty (they are in the cache). Not differentiable: run it under
+  // c10::NoGradGuard. Bad shapes, dtypes or devices throw c10::Error; bad
+  // metadata throws on the CPU and gives NaN logits on CUDA
+  // (ops::PagedAttention).
+  DecodeOutput DecodePaged(const at::Tensor& tokens, const at::Tensor& positions, const PagedKv& kv,
+                           bool all_logits = false) const;
 
  private:
   Transformer(ModelConfig config, at::Device device, at::ScalarType dtype);

@@ -1,0 +1,54 @@
+// Paged decode attention and the slot write on CUDA (issue #14; the math,
+// layouts and plan in paged_attention.h): bf16 q, pools and out, fp32
+// accumulation, head dim 64 or 128 (others are refused with
+// InvalidArgument). Raw device pointers, shapes and a stream; no LibTorch.
+//
+// One block of 128 threads per (kv head, sequence, split) walks its keys in
+// tiles, double-buffered through cp.async, for the rows of all Hq / Hkv
+// query heads of all the sequence's new tokens at once (so K/V are read
+// once per kv head, not once per query head), with an online softmax; a
+// sequence with more rows than a block holds (16) is walked once per group
+// of 16 rows. With plan.num_splits > 1 each split writes an fp32 partial and
+// its log-sum-exp into the workspace and a combine kernel writes `out`.
+//
+// Device metadata is not trusted: a sequence whose lengths are unusable
+// (q_len < 1, context_len outside [q_len, capacity]) or whose block table
+// holds an id outside [0, num_blocks) gets NaN rows (no memory fault); a
+// sequence whose q_starts range leaves [0, T) is skipped (its rows are not
+// written). Every launcher checks its arguments and the launch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/paged_attention/paged_attention.h"
+
+namespace tandem::kernels {
+
+// The multiprocessor count of the current device (for PlanPagedAttention).
+StatusOr<int> CurrentDeviceSmCount();
+
+// Bytes of workspace for `plan` (0 when plan.num_splits == 1):
+// fp32 partials [T * Hq, num_splits, D] and their lse [T * Hq, num_splits].
+size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const PagedAttentionPlan& plan);
+
+// q, out [T, Hq, D]; key_blocks, value_blocks [num_blocks, block_size, Hkv,
+// D]; block_table [B, max_blocks_per_seq], context_lens [B], q_starts
+// [B + 1] int32, all on the device; pointers 16-byte aligned.
+Status PagedAttentionCuda(const PagedAttentionShape& shape, const PagedAttentionPlan& plan, const __nv_bfloat16* q,
+                          const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
+                          const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
+                          __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// k, v [T, Hkv, D] into the pools at slot_mapping [T] (int64, device). A
+// negative slot is skipped, and so (on the device, unchecked) is one >=
+// num_slots. Hkv * D a multiple of 8, pointers 16-byte aligned.
+Status PagedKvWriteCuda(const PagedKvWriteShape& shape, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const int64_t* slot_mapping, __nv_bfloat16* key_blocks, __nv_bfloat16* value_blocks,
+                        cudaStream_t stream);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,39 @@
+// Internal: the paged attention kernels' arguments and launchers
+// (paged_attention.cu), plain types; checks and the plan live in
+// paged_attention_cuda.cc.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::kernels::detail {
+
+struct PagedAttnArgs {
+  const __nv_bfloat16* q = nullptr;
+  const __nv_bfloat16* key_blocks = nullptr;
+  const __nv_bfloat16* value_blocks = nullptr;
+  const int32_t* block_table = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* q_starts = nullptr;
+  __nv_bfloat16* out = nullptr;
+  float* part_o = nullptr;    // [T * Hq, num_splits, D] when num_splits > 1
+  float* part_lse = nullptr;  // [T * Hq, num_splits], log2 units
+  int32_t B = 0, T = 0, Hq = 0, Hkv = 0, D = 0;
+  int32_t num_blocks = 0, block_size_log2 = 0, max_blocks_per_seq = 0;
+  int64_t capacity = 0;
+  int32_t num_splits = 1, split_tokens = 0;
+  float scale_log2 = 0.f;  // softmax scale * log2(e): scores in log2 units
+  int32_t max_rows = 0;    // an upper bound on q_len * Hq / Hkv over the sequences
+};
+
+// The attention kernel (and, with num_splits > 1, the combine) for D in
+// {64, 128}; cudaErrorInvalidValue for another D.
+cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, cudaStream_t s);
+
+cudaError_t LaunchPagedKvWrite(int64_t num_tokens, int32_t row_elems, int64_t num_slots, const __nv_bfloat16* k,
+                               const __nv_bfloat16* v, const int64_t* slot_mapping, __nv_bfloat16* key_blocks,
+                               __nv_bfloat16* value_blocks, cudaStream_t s);
+
+}  // namespace tandem::kernels::detail

@@ -1,0 +1,174 @@
+// Paged attention on the GPU against the CPU implementation (fp32, the
+// oracle here) on the same bf16-rounded inputs: random block tables with
+// shared blocks and NaN in every slot that must not be read, contexts
+// 1..2000, 1..4 new tokens, head dims 64 and 128, group sizes 1..8 (so the
+// 4-, 8- and 16-row tiles and the row-group loop all run), without splits
+// and with the device plan's splits; a bad block id or length gives NaN rows
+// for that sequence only; the slot write equals the CPU's bit for bit.
+// Outputs poisoned before each launch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/paged_attention/paged_attention_cuda.h"
+#include "kernels/paged_attention/tests/random_paged.h"
+#include "kernels/testing/compare.h"
+#include "kernels/testing/cuda_buffers.h"
+
+namespace tandem::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+using testing::PagedCase;
+using testing::PagedProblem;
+
+// bf16 rounding of the inputs, keeping NaN (unreadable slots).
+void Round(PagedProblem& p) {
+  testing::RoundToBf16(p.q);
+  testing::RoundToBf16(p.key_blocks);
+  testing::RoundToBf16(p.value_blocks);
+}
+
+struct Device {
+  DeviceBuffer<__nv_bfloat16> q, kb, vb, out;
+  DeviceBuffer<int32_t> table, ctx, starts;
+  explicit Device(const PagedProblem& p)
+      : q(p.q.size()), kb(p.key_blocks.size()), vb(p.value_blocks.size()), out(p.q.size()),
+        table(p.block_table.size()), ctx(p.context_lens.size()), starts(p.q_starts.size()) {}
+};
+
+// Runs the CUDA kernels on `p` with `plan`; returns out as floats.
+std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan) {
+  Device d(p);
+  std::vector<float> result;
+  auto upload = [&]() -> cudaError_t {
+    cudaError_t e;
+    if ((e = d.q.Upload(testing::ToBf16(p.q))) != cudaSuccess) return e;
+    if ((e = d.kb.Upload(testing::ToBf16(p.key_blocks))) != cudaSuccess) return e;
+    if ((e = d.vb.Upload(testing::ToBf16(p.value_blocks))) != cudaSuccess) return e;
+    if ((e = d.table.Upload(p.block_table)) != cudaSuccess) return e;
+    if ((e = d.ctx.Upload(p.context_lens)) != cudaSuccess) return e;
+    if ((e = d.starts.Upload(p.q_starts)) != cudaSuccess) return e;
+    return d.out.Poison();
+  };
+  EXPECT_EQ(upload(), cudaSuccess);
+  DeviceBuffer<char> ws(PagedAttentionWorkspaceBytes(p.s, plan));
+  EXPECT_EQ(ws.Poison(), cudaSuccess);
+  const Status st = PagedAttentionCuda(p.s, plan, d.q.get(), d.kb.get(), d.vb.get(), d.table.get(), d.ctx.get(),
+                                       d.starts.get(), d.out.get(), ws.get(), ws.size(), nullptr);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<__nv_bfloat16> out;
+  EXPECT_EQ(d.out.Download(out), cudaSuccess);
+  return testing::ToFloat(out);
+}
+
+std::vector<float> RunCpu(const PagedProblem& p) {
+  std::vector<float> out(p.q.size(), testing::kPoison);
+  const Status st = PagedAttentionCpu(p.s, SingleSplitPlan(p.s), p.q.data(), p.key_blocks.data(),
+                                      p.value_blocks.data(), p.block_table.data(), p.context_lens.data(),
+                                      p.q_starts.data(), out.data());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+struct Config {
+  int32_t heads, kv_heads, head_dim, block_size, batch, max_ctx, max_q;
+};
+
+TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int sms = 132;
+  if (auto s = CurrentDeviceSmCount(); s.ok()) sms = *s;
+  for (const Config& c : {Config{16, 8, 128, 16, 6, 2000, 1}, Config{32, 4, 128, 16, 5, 2000, 4},
+                          Config{8, 8, 64, 16, 4, 1800, 4}, Config{16, 2, 64, 32, 7, 1200, 3},
+                          Config{4, 2, 128, 1, 3, 300, 2}, Config{12, 4, 64, 64, 40, 600, 1},
+                          Config{16, 2, 128, 16, 8, 1000, 1}}) {
+    SCOPED_TRACE("Hq=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " D=" +
+                 std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) + " B=" +
+                 std::to_string(c.batch) + " max_q=" + std::to_string(c.max_q));
+    PagedProblem p = testing::MakePagedProblem(
+        rng, testing::RandomPagedCase(rng, c.heads, c.kv_heads, c.head_dim, c.block_size, c.batch, c.max_ctx, c.max_q));
+    Round(p);
+    const std::vector<float> ref = RunCpu(p);
+    for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, sms),
+                                           PagedAttentionPlan{static_cast<int32_t>((p.s.capacity() + 127) / 128), 128}}) {
+      if (plan.num_splits > kPagedMaxSplits) continue;
+      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of " + std::to_string(plan.split_tokens));
+      EXPECT_EQ(testing::CheckClose(RunGpu(p, plan), ref, testing::kBf16), "");
+    }
+  }
+}
+
+// A block id out of range, or a context shorter than the new tokens: that
+// sequence's rows are NaN, the others' unchanged.
+TEST(PagedAttentionGpu, BadMetadataGivesNanRowsOfThatSequence) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 2, 128, 16, {700, 300, 40}, {1, 2, 1}, 1.f});
+  Round(p);
+  const std::vector<float> ref = RunCpu(p);
+  const int64_t row = int64_t{8} * 128;
+  p.block_table[static_cast<size_t>(p.s.max_blocks_per_seq * 1 + 5)] = p.s.num_blocks + 3;  // sequence 1
+  p.context_lens[2] = 0;                                                                      // sequence 2
+  for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, 132)}) {
+    SCOPED_TRACE("splits=" + std::to_string(plan.num_splits));
+    const std::vector<float> out = RunGpu(p, plan);
+    EXPECT_EQ(testing::CheckClose(out.data(), ref.data(), static_cast<size_t>(row), testing::kBf16), "");  // sequence 0
+    for (int64_t i = row; i < static_cast<int64_t>(out.size()); ++i) {
+      ASSERT_TRUE(std::isnan(out[static_cast<size_t>(i)])) << "element " << i;
+    }
+  }
+}
+
+TEST(PagedAttentionGpu, RefusesOtherHeadDimsAndSmallWorkspace) {
+  std::mt19937_64 rng(5);
+  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{4, 2, 96, 16, {600}, {1}, 1.f});
+  Device d(p);
+  DeviceBuffer<char> ws(1 << 20);
+  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(p.s), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
+                                       d.ctx.get(), d.starts.get(), d.out.get(), ws.get(), ws.size(), nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("head_dim must be 64 or 128"), std::string::npos) << st.message();
+  p.s.head_dim = 64;
+  const PagedAttentionPlan split{4, 192};
+  EXPECT_FALSE(PagedAttentionCuda(p.s, split, d.q.get(), d.kb.get(), d.vb.get(), d.table.get(), d.ctx.get(),
+                                  d.starts.get(), d.out.get(), ws.get(), PagedAttentionWorkspaceBytes(p.s, split) - 1,
+                                  nullptr)
+                   .ok());
+}
+
+TEST(PagedKvWriteGpu, EqualsCpuAndSkipsNegativeOrOutOfRangeSlots) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  const PagedKvWriteShape s{5, 8, 128, 64};
+  std::vector<float> k = testing::RandomVector(rng, 5 * 8 * 128), v = testing::RandomVector(rng, 5 * 8 * 128);
+  testing::RoundToBf16(k);
+  testing::RoundToBf16(v);
+  std::vector<float> kb = testing::RandomVector(rng, 64 * 8 * 128), vb = testing::RandomVector(rng, 64 * 8 * 128);
+  testing::RoundToBf16(kb);
+  testing::RoundToBf16(vb);
+  const std::vector<int64_t> slots{63, -1, 0, 17, 64};  // 64: out of range, skipped on the device
+  DeviceBuffer<__nv_bfloat16> dk(k.size()), dv(v.size()), dkb(kb.size()), dvb(vb.size());
+  DeviceBuffer<int64_t> dslots(slots.size());
+  TANDEM_CUDA_OK(dk.Upload(testing::ToBf16(k)));
+  TANDEM_CUDA_OK(dv.Upload(testing::ToBf16(v)));
+  TANDEM_CUDA_OK(dkb.Upload(testing::ToBf16(kb)));
+  TANDEM_CUDA_OK(dvb.Upload(testing::ToBf16(vb)));
+  TANDEM_CUDA_OK(dslots.Upload(slots));
+  const Status st = PagedKvWriteCuda(s, dk.get(), dv.get(), dslots.get(), dkb.get(), dvb.get(), nullptr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  TANDEM_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<int64_t> cpu_slots = slots;
+  cpu_slots[4] = -1;  // the CPU rejects 64; the device skips it
+  ASSERT_TRUE(PagedKvWriteCpu(s, k.data(), v.data(), cpu_slots.data(), kb.data(), vb.data()).ok());
+  std::vector<__nv_bfloat16> got;
+  TANDEM_CUDA_OK(dkb.Download(got));
+  EXPECT_EQ(testing::ToFloat(got), kb);
+  TANDEM_CUDA_OK(dvb.Download(got));
+  EXPECT_EQ(testing::ToFloat(got), vb);
+}
+
+}  // namespace
+}  // namespace tandem::kernels
