@@ -410,6 +410,10 @@ Status Scheduler::Finish(SequenceId id, FinishReason reason, std::string matched
   TANDEM_RETURN_IF_ERROR(allocator_->ReleaseAll(s.blocks), "finish sequence " + std::to_string(id));
   if (s.state == SequenceState::kRunning) EraseValue(running_, id);
   else EraseValue(waiting_, id);
+  if (s.sample_index > 0 && s.state == SequenceState::kWaiting) {  // maybe not forked yet
+    auto leader = sequences_.find(r.samples[0]);
+    if (leader != sequences_.end()) EraseValue(leader->second.unforked, id);
+  }
   if (!r.started && s.sample_index == 0) {
     --fresh_waiting_;
     r.started = true;

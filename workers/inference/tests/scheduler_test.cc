@@ -171,6 +171,25 @@ TEST(Scheduler, StopStringsFinishThroughFinishSequence) {
   EXPECT_EQ(s->free_blocks() + s->stats().cached_blocks, 8);
 }
 
+TEST(Scheduler, ASampleEndedBeforeItForksIsLeftOut) {
+  auto s = Make(Small());
+  ASSERT_TRUE(s->Add(MakeRequest({1, 2, 3}, 2, 3)).ok());  // sequences 1 (sample 0), 2, 3
+  ASSERT_TRUE(s->FinishSequence(2, FinishReason::kAbort, "").ok());
+  for (int step = 0; step < 2; ++step) {
+    StatusOr<StepPlan> p = s->Plan();
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->samples.size(), 2U);
+    ASSERT_TRUE(s->Commit(*p, std::vector<SampledToken>(2, {4, 0.0F})).ok());
+    ASSERT_TRUE(s->CheckConsistency().ok());
+  }
+  std::vector<FinishedRequest> done = s->TakeFinished();
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0].samples[1].finish_reason, FinishReason::kAbort);
+  EXPECT_TRUE(done[0].samples[1].output_ids.empty());
+  EXPECT_EQ(done[0].samples[2].output_ids, (std::vector<int32_t>{4, 4}));
+  EXPECT_EQ(s->free_blocks() + s->stats().cached_blocks, 8);
+}
+
 TEST(Scheduler, UnseededRequestsGetDistinctReproducibleSeedsAndWeightVersions) {
   auto seeds = [](uint64_t base) {
     SchedulerOptions o = Small();
