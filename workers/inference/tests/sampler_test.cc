@@ -212,8 +212,11 @@ TEST(Sampler, FrequenciesPassAChiSquareTestAgainstTheFilteredSoftmax) {
     std::vector<int64_t> counts(24, 0);
     for (const int64_t t : Tokens(*out)) ++counts[static_cast<size_t>(t)];
     const std::vector<double> q = Filtered(logits, c.spec);
-    for (size_t i = 0; i < 24; ++i)
-      if (q[i] == 0) EXPECT_EQ(counts[i], 0) << "token " << i << " is filtered out";
+    for (size_t i = 0; i < 24; ++i) {
+      if (q[i] == 0) {
+        EXPECT_EQ(counts[i], 0) << "token " << i << " is filtered out";
+      }
+    }
     const double p = ChiSquarePValue(counts, q, n);
     EXPECT_GT(p, kMinPValue) << "temperature " << c.spec.temperature << " top_k " << c.spec.top_k;
     // Power: the same counts against the distribution with its two most
@@ -224,8 +227,9 @@ TEST(Sampler, FrequenciesPassAChiSquareTestAgainstTheFilteredSoftmax) {
     rest[static_cast<size_t>(top)] = -1;
     const auto second = std::max_element(rest.begin(), rest.end()) - rest.begin();
     std::swap(wrong[static_cast<size_t>(top)], wrong[static_cast<size_t>(second)]);
-    if (std::fabs(q[static_cast<size_t>(top)] - q[static_cast<size_t>(second)]) > 0.02)
+    if (std::fabs(q[static_cast<size_t>(top)] - q[static_cast<size_t>(second)]) > 0.02) {
       EXPECT_LT(ChiSquarePValue(counts, wrong, n), kMinPValue);
+    }
   }
 }
 

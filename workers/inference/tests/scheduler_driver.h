@@ -146,9 +146,13 @@ inline Report Drive(Scheduler& s, const std::vector<Arrival>& arrivals, const st
     }
     for (const Action& a : actions) {
       if (a.step != step) continue;
-      if (a.kind == Action::kPause) EXPECT_TRUE(s.Pause(a.mode).ok());
+      if (a.kind == Action::kPause) {
+        EXPECT_TRUE(s.Pause(a.mode).ok());
+      }
       if (a.kind == Action::kContinue) s.Continue();
-      if (a.kind == Action::kFlush) EXPECT_TRUE(s.FlushCache().ok());
+      if (a.kind == Action::kFlush) {
+        EXPECT_TRUE(s.FlushCache().ok());
+      }
       if (a.kind == Action::kAbort) {
         for (const auto& [rid, idx] : arrival_of)
           if (idx == a.arrival) (void)s.Abort(rid);  // NotFound when it finished already
@@ -172,7 +176,9 @@ inline Report Drive(Scheduler& s, const std::vector<Arrival>& arrivals, const st
     EXPECT_EQ(plan.slot_mapping.size(), plan.tokens.size());
     EXPECT_LE(rec.tokens, o.max_step_tokens);
     EXPECT_LE(static_cast<int64_t>(b_count), o.max_running);
-    if (rec.paused) EXPECT_TRUE(plan.empty());
+    if (rec.paused) {
+      EXPECT_TRUE(plan.empty());
+    }
     // Copies, then writes.
     for (const BlockCopy& c : plan.copies)
       for (int64_t j = 0; j < bs; ++j)

@@ -149,8 +149,9 @@ TEST(Scheduler, DiscardRetractsAndTheStepRunsAgain) {
   EXPECT_EQ(s->stats().retractions, 1);
   StatusOr<StepPlan> again = s->Plan();
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->tokens, p->tokens);
-  EXPECT_EQ(again->slot_mapping, p->slot_mapping);
+  EXPECT_EQ(again->tokens, p->tokens);  // the same step, maybe in other blocks
+  EXPECT_EQ(again->samples.size(), 1U);
+  EXPECT_EQ(s->free_blocks(), 6);
 }
 
 TEST(Scheduler, StopStringsFinishThroughFinishSequence) {
