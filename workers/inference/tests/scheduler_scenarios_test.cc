@@ -6,6 +6,7 @@
 // it when aborted) and that every block is free again.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <random>
 #include <set>
 
@@ -265,6 +266,8 @@ std::vector<Scenario> Scenarios() {
   }
   return v;
 }
+
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
 
 class SchedulerScenario : public ::testing::TestWithParam<Scenario> {};
 
