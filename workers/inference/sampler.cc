@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <array>
+#include <tuple>
 #include <exception>
 #include <string>
 
@@ -32,51 +34,111 @@ std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
 // Temperatures below this are greedy (SGLang's _SAMPLING_EPS): logits / T
 // would overflow.
 constexpr double kGreedyBelow = 1e-6;
+// Rows whose top_k is at most this draw among at::topk's candidates
+// instead of a full sort of the vocabulary.
+constexpr int64_t kTopKPathMax = 1024;
+
+// Which computation a row takes; decided by the row's own spec only, so a
+// row's token never depends on its batch.
+enum class Path { kGreedy, kPlain, kTopK, kSorted };
+
+Path PathOf(const SampleSpec& r, int64_t vocab) {
+  if (r.temperature < kGreedyBelow) return Path::kGreedy;
+  const bool all_k = r.top_k < 1 || r.top_k >= vocab;
+  if (all_k && r.top_p >= 1.0 && r.min_p <= 0.0) return Path::kPlain;
+  if (!all_k && r.top_k <= kTopKPathMax) return Path::kTopK;
+  return Path::kSorted;
+}
+
+struct RowParams {  // [R, 1] columns on the device
+  at::Tensor temperature, top_p, min_p, top_k, u;
+};
+
+RowParams Columns(const std::vector<SampleSpec>& specs, int64_t vocab, at::Device dev) {
+  std::vector<float> t, p, m, u;
+  std::vector<int64_t> k;
+  for (const SampleSpec& r : specs) {
+    t.push_back(static_cast<float>(r.temperature));
+    p.push_back(static_cast<float>(r.top_p));
+    m.push_back(static_cast<float>(r.min_p));
+    k.push_back(r.top_k >= 1 && r.top_k < vocab ? r.top_k : vocab);
+    u.push_back(SampleUniform(r.seed, r.sample_index, r.step));
+  }
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  auto col = [&](const std::vector<float>& v) { return at::tensor(v, f32).to(dev).unsqueeze(1); };
+  return {col(t), col(p), col(m), at::tensor(k, at::TensorOptions().dtype(at::kLong)).to(dev).unsqueeze(1), col(u)};
+}
+
+// Inverse CDF: the first entry whose cumulative mass passes u * total,
+// never past the last entry of positive mass (rounding at u -> 1).
+// `mass` [R, C] >= 0; returns [R, 1] positions.
+at::Tensor DrawPosition(const at::Tensor& mass, const at::Tensor& u) {
+  const at::Tensor cdf = mass.cumsum(-1);
+  const at::Tensor target = u * cdf.narrow(1, mass.size(1) - 1, 1);
+  const at::Tensor rank = at::arange(mass.size(1), at::TensorOptions().dtype(at::kLong).device(mass.device()));
+  const at::Tensor last = at::where(mass > 0, rank.unsqueeze(0), at::zeros_like(rank).unsqueeze(0)).amax(-1, true);
+  return at::minimum((cdf <= target).sum(-1, /*keepdim=*/true), last);
+}
+
+// No filter: draw straight from softmax(logits / T) in id order.
+at::Tensor DrawPlain(const at::Tensor& logits, const RowParams& c) {
+  const at::Tensor probs = at::softmax(logits / c.temperature, -1);
+  return DrawPosition(probs, c.u).squeeze(1);
+}
+
+// Filters over the candidates in descending probability (ties: lowest id
+// first); `candidates` < V takes the top ones, else all of the vocabulary.
+at::Tensor DrawFiltered(const at::Tensor& logits, const RowParams& c, int64_t candidates) {
+  const at::Tensor probs = at::softmax(logits / c.temperature, -1);
+  at::Tensor sorted, order;
+  if (candidates < logits.size(1)) {
+    // at::topk leaves open which of equal values it keeps: rank by one
+    // integer key instead, the probability's bits (>= 0, so ordered as
+    // integers) above V - 1 - id, so equal probabilities rank lowest id first.
+    const int64_t v = logits.size(1);
+    const at::Tensor id_desc =
+        (v - 1) - at::arange(v, at::TensorOptions().dtype(at::kLong).device(probs.device())).unsqueeze(0);
+    const at::Tensor key = probs.contiguous().view(at::kInt).to(at::kLong) * (int64_t{1} << 32) + id_desc;
+    order = std::get<1>(at::topk(key, candidates, -1, /*largest=*/true, /*sorted=*/true));
+    sorted = probs.gather(1, order);
+  } else {
+    std::tie(sorted, order) = at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+  }
+  const at::Tensor exclusive = sorted.cumsum(-1) - sorted;
+  const at::Tensor rank = at::arange(sorted.size(1), at::TensorOptions().dtype(at::kLong).device(sorted.device())).unsqueeze(0);
+  at::Tensor keep = rank < c.top_k;
+  keep = keep & ((exclusive < c.top_p) | (c.top_p >= 1.0));
+  keep = keep & (sorted >= c.min_p * sorted.narrow(1, 0, 1));
+  keep = keep | (rank == 0);
+  return order.gather(1, DrawPosition(sorted * keep, c.u)).squeeze(1);
+}
 
 SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleSpec>& rows) {
-  const int64_t b_count = logits.size(0);
   const int64_t vocab = logits.size(1);
   const at::Device dev = logits.device();
-  const at::Tensor greedy_choice = logits.argmax(-1);  // first maximum: lowest id
-  bool all_greedy = true;
-  std::vector<float> temperature(static_cast<size_t>(b_count)), top_p(temperature), min_p(temperature), u(temperature);
-  std::vector<int64_t> top_k(static_cast<size_t>(b_count));
-  std::vector<uint8_t> greedy(static_cast<size_t>(b_count));
+  at::Tensor tokens = logits.argmax(-1);  // first maximum: lowest id
+  std::vector<int64_t> plain, topk, full;
+  int64_t k_max = 1;
   for (size_t b = 0; b < rows.size(); ++b) {
-    const SampleSpec& r = rows[b];
-    greedy[b] = r.temperature < kGreedyBelow ? 1 : 0;
-    all_greedy = all_greedy && greedy[b] != 0;
-    temperature[b] = greedy[b] != 0 ? 1.0F : static_cast<float>(r.temperature);
-    top_p[b] = static_cast<float>(r.top_p);
-    min_p[b] = static_cast<float>(r.min_p);
-    top_k[b] = r.top_k >= 1 && r.top_k < vocab ? r.top_k : vocab;
-    u[b] = SampleUniform(r.seed, r.sample_index, r.step);
+    const Path path = PathOf(rows[b], vocab);
+    if (path == Path::kPlain) plain.push_back(static_cast<int64_t>(b));
+    if (path == Path::kTopK) {
+      topk.push_back(static_cast<int64_t>(b));
+      k_max = std::max(k_max, rows[b].top_k);
+    }
+    if (path == Path::kSorted) full.push_back(static_cast<int64_t>(b));
   }
-  at::Tensor tokens = greedy_choice;
-  if (!all_greedy) {
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    auto column = [&](const std::vector<float>& v) { return at::tensor(v, f32).to(dev).unsqueeze(1); };
-    const at::Tensor probs = at::softmax(logits / column(temperature), -1);
-    const auto [sorted, order] = at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
-    const at::Tensor exclusive = sorted.cumsum(-1) - sorted;
-    const at::Tensor rank = at::arange(vocab, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);
-    const at::Tensor k = at::tensor(top_k, at::TensorOptions().dtype(at::kLong)).to(dev).unsqueeze(1);
-    const at::Tensor p = column(top_p);
-    at::Tensor keep = rank < k;
-    keep = keep & ((exclusive < p) | (p >= 1.0));
-    keep = keep & (sorted >= column(min_p) * sorted.narrow(1, 0, 1));
-    keep = keep | (rank == 0);
-    const at::Tensor cdf = (sorted * keep).cumsum(-1);
-    const at::Tensor target = column(u) * cdf.narrow(1, vocab - 1, 1);
-    // The kept tokens are a prefix of the sorted order: the first whose CDF
-    // passes the target, never past the last kept (rounding at u -> 1).
-    const at::Tensor last_kept = keep.sum(-1, /*keepdim=*/true) - 1;
-    const at::Tensor pos = at::minimum((cdf <= target).sum(-1, /*keepdim=*/true), last_kept);
-    const at::Tensor drawn = order.gather(1, pos).squeeze(1);
-    const at::Tensor is_greedy = at::tensor(std::vector<int64_t>(greedy.begin(), greedy.end()),
-                                            at::TensorOptions().dtype(at::kLong)).to(dev) != 0;
-    tokens = at::where(is_greedy, greedy_choice, drawn);
-  }
+  auto run = [&](const std::vector<int64_t>& which, auto draw) {
+    if (which.empty()) return;
+    std::vector<SampleSpec> specs;
+    for (const int64_t b : which) specs.push_back(rows[static_cast<size_t>(b)]);
+    const at::Tensor index = at::tensor(which, at::TensorOptions().dtype(at::kLong)).to(dev);
+    const at::Tensor drawn = draw(logits.index_select(0, index), Columns(specs, vocab, dev));
+    tokens.index_copy_(0, index, drawn);
+  };
+  run(plain, [](const at::Tensor& l, const RowParams& c) { return DrawPlain(l, c); });
+  run(topk, [k_max](const at::Tensor& l, const RowParams& c) { return DrawFiltered(l, c, k_max); });
+  run(full, [vocab](const at::Tensor& l, const RowParams& c) { return DrawFiltered(l, c, vocab); });
   const at::Tensor logprobs = at::log_softmax(logits, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   return SamplerOutput{tokens, logprobs};
 }

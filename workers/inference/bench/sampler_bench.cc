@@ -1,6 +1,6 @@
 // Time of one Sample() call (docs/inference.md "Sampling") on [B, V] fp32
-// logits, greedy rows against filtered rows (temperature 0.7, top_p 0.9,
-// top_k 50), on the CPU and, when present, on CUDA.
+// logits for each of the sampler's paths (greedy, unfiltered, top-k
+// candidates, full sort), on the CPU and, when present, on CUDA.
 //   sampler_bench [vocab=151936] [reps=5]
 #include <ATen/core/ivalue.h>  // first, for clang
 #include <ATen/ATen.h>
@@ -40,16 +40,23 @@ int main(int argc, char** argv) {
   for (const at::Device dev : devices) {
     for (const int64_t b : {1, 64, 256}) {
       const at::Tensor logits = (at::randn({b, vocab}) * 3).to(dev);
-      tandem::inference::SampleSpec greedy;
-      greedy.temperature = 0;
-      tandem::inference::SampleSpec filtered;
-      filtered.temperature = 0.7;
-      filtered.top_p = 0.9;
-      filtered.top_k = 50;
-      std::printf("%s B=%lld V=%lld: greedy %.2f ms, filtered %.2f ms\n", dev.is_cpu() ? "cpu" : "cuda",
-                  static_cast<long long>(b), static_cast<long long>(vocab),
-                  TimeMs(logits, std::vector<tandem::inference::SampleSpec>(static_cast<size_t>(b), greedy), reps),
-                  TimeMs(logits, std::vector<tandem::inference::SampleSpec>(static_cast<size_t>(b), filtered), reps));
+      struct Setting {
+        const char* name;
+        double temperature, top_p;
+        int64_t top_k;
+      } settings[] = {{"greedy", 0, 1, -1}, {"plain (T 1)", 1, 1, -1}, {"top_k 50 + top_p 0.9", 0.7, 0.9, 50},
+                      {"top_p 0.9 (full sort)", 0.7, 0.9, -1}};
+      std::printf("%s B=%lld V=%lld:", dev.is_cpu() ? "cpu" : "cuda", static_cast<long long>(b),
+                  static_cast<long long>(vocab));
+      for (const Setting& st : settings) {
+        tandem::inference::SampleSpec spec;
+        spec.temperature = st.temperature;
+        spec.top_p = st.top_p;
+        spec.top_k = st.top_k;
+        std::printf("  %s %.2f ms", st.name,
+                    TimeMs(logits, std::vector<tandem::inference::SampleSpec>(static_cast<size_t>(b), spec), reps));
+      }
+      std::printf("\n");
     }
   }
   return 0;

@@ -188,6 +188,27 @@ TEST(Sampler, FiltersKeepExactlyTheirSupport) {
   }
 }
 
+// Equal probabilities: the filters keep the lowest ids, on the top-k path
+// (top_k <= 1024) and on the full sort (top_p, min_p).
+TEST(Sampler, FiltersBreakTiesTowardsTheLowestId) {
+  const std::vector<float> logits{0.0F, 1.0F, 1.0F, 1.0F, 0.0F, 1.0F};
+  struct Case {
+    int64_t top_k;
+    double top_p;
+    std::set<int64_t> want;
+  } cases[] = {{1, 1.0, {1}}, {2, 1.0, {1, 2}}, {-1, 0.2, {1}}, {-1, 0.3, {1, 2}}, {3, 0.3, {1, 2}}};
+  const int64_t n = 400;
+  for (const Case& c : cases) {
+    const at::Tensor batch = at::tensor(logits).unsqueeze(0).expand({n, 6}).contiguous();
+    std::vector<SampleSpec> specs;
+    for (int64_t i = 0; i < n; ++i) specs.push_back(Spec(1.0, c.top_k, c.top_p, 0.0, 5, 0, i));
+    auto out = Sample(batch, specs);
+    ASSERT_TRUE(out.ok());
+    const std::vector<int64_t> got = Tokens(*out);
+    EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), c.want) << "top_k " << c.top_k << " top_p " << c.top_p;
+  }
+}
+
 TEST(Sampler, FrequenciesPassAChiSquareTestAgainstTheFilteredSoftmax) {
   std::mt19937 rng(2024);  // fixed: the test is deterministic
   std::normal_distribution<float> normal(0.0F, 1.5F);
