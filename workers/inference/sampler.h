@@ -15,6 +15,11 @@
 // same tokens whatever else is in its batch, on CPU as on CUDA (up to the
 // last-bit differences of the two devices' softmax near a CDF boundary).
 //
+// Each row takes one of four computations, chosen by its own spec only (so
+// never by its batch): greedy; unfiltered (inverse CDF over p in id order,
+// no sort); top_k <= 1024 (the candidates by at::topk over an exact
+// integer key, probability then lowest id); otherwise a full stable sort.
+//
 // Also returns log p(chosen) under softmax(logits) at temperature 1, the
 // policy's log-prob that RL needs, whatever the row's filters.
 #pragma once
