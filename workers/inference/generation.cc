@@ -1,0 +1,39 @@
+// Validate and FinishReasonName of generation.h (the shared request types).
+#include "workers/inference/generation.h"
+
+#include <cmath>
+
+namespace tandem::inference {
+
+Status Validate(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    return InvalidArgument("temperature: must be a finite number >= 0 (0: greedy), got " +
+                           std::to_string(p.temperature));
+  if (!(p.top_p > 0 && p.top_p <= 1))
+    return InvalidArgument("top_p: must lie in (0, 1], got " + std::to_string(p.top_p));
+  if (p.top_k != -1 && p.top_k < 1)
+    return InvalidArgument("top_k: must be -1 (all tokens) or >= 1, got " + std::to_string(p.top_k));
+  if (!(p.min_p >= 0 && p.min_p <= 1))
+    return InvalidArgument("min_p: must lie in [0, 1], got " + std::to_string(p.min_p));
+  if (p.max_new_tokens < 1)
+    return InvalidArgument("max_new_tokens: must be >= 1, got " + std::to_string(p.max_new_tokens));
+  if (p.n < 1) return InvalidArgument("n: must be >= 1, got " + std::to_string(p.n));
+  for (size_t i = 0; i < p.stop.size(); ++i)
+    if (p.stop[i].empty()) return InvalidArgument("stop[" + std::to_string(i) + "]: must not be empty");
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i)
+    if (p.stop_token_ids[i] < 0)
+      return InvalidArgument("stop_token_ids[" + std::to_string(i) + "]: must be >= 0, got " +
+                             std::to_string(p.stop_token_ids[i]));
+  return Status::Ok();
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "abort";
+}
+
+}  // namespace tandem::inference
