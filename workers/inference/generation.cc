@@ -3,18 +3,20 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 namespace tandem::inference {
 
 Status Validate(const SamplingParams& p) {
   if (!std::isfinite(p.temperature) || p.temperature < 0)
     return InvalidArgument("temperature: must be a finite number >= 0 (0: greedy), got " +
-                           std::to_string(p.temperature));
+                           fmt::format("{}", p.temperature));
   if (!(p.top_p > 0 && p.top_p <= 1))
-    return InvalidArgument("top_p: must lie in (0, 1], got " + std::to_string(p.top_p));
+    return InvalidArgument("top_p: must lie in (0, 1], got " + fmt::format("{}", p.top_p));
   if (p.top_k != -1 && p.top_k < 1)
     return InvalidArgument("top_k: must be -1 (all tokens) or >= 1, got " + std::to_string(p.top_k));
   if (!(p.min_p >= 0 && p.min_p <= 1))
-    return InvalidArgument("min_p: must lie in [0, 1], got " + std::to_string(p.min_p));
+    return InvalidArgument("min_p: must lie in [0, 1], got " + fmt::format("{}", p.min_p));
   if (p.max_new_tokens < 1)
     return InvalidArgument("max_new_tokens: must be >= 1, got " + std::to_string(p.max_new_tokens));
   if (p.n < 1) return InvalidArgument("n: must be >= 1, got " + std::to_string(p.n));

@@ -1,11 +1,13 @@
 // The rollout worker's HTTP API; see http_api.h for the endpoints and the contract.
 #include "workers/inference/http_api.h"
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -77,13 +79,13 @@ struct GenerateCall {
 struct HttpApiServer::Impl {
   Engine& engine;
   HttpApiOptions options;
-  asio::io_context io;  // first: outlives everything that uses it
+  asio::io_context io;  // before what uses it: destroyed after it
   std::shared_ptr<Mailbox> mailbox = std::make_shared<Mailbox>(&io);
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::unique_ptr<HttpServer> server;
   std::thread thread;
   asio::steady_timer rate_timer{io};
-  bool stopped = false;
+  std::atomic<bool> stopped{false};
 
   // io thread only:
   std::map<uint64_t, std::shared_ptr<GenerateCall>> calls;
@@ -256,7 +258,7 @@ void HttpApiServer::Impl::SampleTokens() {
   while (token_samples.size() > 1 && now - token_samples.front().first > kRateWindow) token_samples.pop_front();
   rate_timer.expires_after(std::chrono::seconds(1));
   rate_timer.async_wait([this](boost::system::error_code ec) {
-    if (!ec) SampleTokens();
+    if (!ec && !stopped) SampleTokens();
   });
 }
 

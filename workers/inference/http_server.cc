@@ -1,6 +1,7 @@
 // The rollout worker's HTTP/1.1 server; see http_server.h for the contract and limits.
 #include "workers/inference/http_server.h"
 
+#include <cctype>
 #include <cstdio>
 #include <deque>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 
 #include "common/bounded_json.h"
@@ -194,16 +196,35 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_->limits.max_header_bytes));
     parser_->body_limit(server_->limits.max_body_bytes);
-    ArmTimer(server_->limits.read_timeout_s);
+    ArmTimer(server_->limits.read_timeout_s);  // for the whole request
     auto self = shared_from_this();
-    http::async_read(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
-      self->CancelTimer();
+    http::async_read_header(socket_, buffer_, *parser_, [self](boost::system::error_code ec, size_t) {
       if (ec) return self->ReadFailed(ec);
-      self->Dispatch();
+      self->OnHeader();
+    });
+  }
+
+  // A client that sent "Expect: 100-continue" (curl, for bodies over 1 KiB)
+  // waits for a 100 before sending its body.
+  void OnHeader() {
+    if (parser_->is_done()) return Dispatch();
+    auto self = shared_from_this();
+    auto read_body = [self] {
+      http::async_read(self->socket_, self->buffer_, *self->parser_, [self](boost::system::error_code ec, size_t) {
+        if (ec) return self->ReadFailed(ec);
+        self->Dispatch();
+      });
+    };
+    if (!boost::beast::iequals(parser_->get()[http::field::expect], "100-continue")) return read_body();
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    asio::async_write(socket_, asio::buffer(kContinue), [self, read_body](boost::system::error_code ec, size_t) {
+      if (ec) return self->Shutdown();
+      read_body();
     });
   }
 
   void ReadFailed(boost::system::error_code ec) {
+    CancelTimer();
     if (closed_ || ec == http::error::end_of_stream || ec == asio::error::eof ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset)
       return Shutdown();
@@ -220,6 +241,7 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   }
 
   void Dispatch() {
+    CancelTimer();
     auto& msg = parser_->get();
     keep_alive_ = msg.keep_alive();
     awaiting_ = true;
