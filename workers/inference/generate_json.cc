@@ -326,7 +326,7 @@ json SampleJson(const GenerateRequest& request, std::string_view id, const Sampl
   }
   out["output_ids"] = ids;
   json meta = {
-      {"id", id},
+      {"id", std::string(id)},
       {"finish_reason", r ? FinishReasonJson(request, *r) : json(nullptr)},
       {"prompt_tokens", r ? r->prompt_tokens : static_cast<int64_t>(request.input_ids.size())},
       {"completion_tokens", r ? r->completion_tokens : static_cast<int64_t>(ids.size())},
@@ -344,7 +344,7 @@ json SampleJson(const GenerateRequest& request, std::string_view id, const Sampl
 }
 
 json ErrorJson(std::string_view code, std::string_view message) {
-  return {{"error", {{"message", message}, {"code", code}}}};
+  return {{"error", {{"message", std::string(message)}, {"code", std::string(code)}}}};
 }
 
 }  // namespace tandem::inference
