@@ -13,10 +13,10 @@
 #include "common/bounded_json.h"
 #include "workers/inference/generate_json.h"
 
-namespace {
-
 using namespace tandem;
 using namespace tandem::inference;
+
+namespace {
 
 // A byte is a token; ids decode to letters.
 class ByteCodec : public TextCodec {

@@ -84,7 +84,7 @@ TEST_F(HostileClientsTest, HeadersOverTheLimitAre431) {
 
 TEST_F(HostileClientsTest, AMalformedRequestIs400AndTheServerGoesOn) {
   Start();
-  for (const std::string bytes : {std::string("GARBAGE\r\n\r\n"),
+  for (const std::string& bytes : {std::string("GARBAGE\r\n\r\n"),
                                   std::string("POST /generate HTTP/1.1\r\nContent-Length: -4\r\n\r\n"),
                                   std::string("GET health HTTP/1.1\r\nHost: x\r\n\r\n"),
                                   std::string("\x00\x01\x02\r\n\r\n", 7)}) {
@@ -96,6 +96,33 @@ TEST_F(HostileClientsTest, AMalformedRequestIs400AndTheServerGoesOn) {
     Close(fd);
   }
   EXPECT_EQ(Request(port_, "GET", "/health").status, 200);
+}
+
+TEST_F(HostileClientsTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  Start();
+  const int fd = Connect();
+  for (int i = 0; i < 4; ++i) {
+    const std::string body = R"({"input_ids": [)" + std::to_string(i + 1) + R"(], "sampling_params": {"max_new_tokens": 2}})";
+    ASSERT_TRUE(SendAll(fd, "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                                "\r\n\r\n" + body));
+    const auto r = ReadResponse(fd, 5s);
+    ASSERT_EQ(r.status, 200) << "request " << i;
+    EXPECT_EQ(json::parse(r.body)["output_ids"], json({i + 2, i + 3})) << "request " << i;
+  }
+  EXPECT_EQ(engine_->AbortCalls(), 0u);  // the peer watch took none of them for a disconnect
+}
+
+TEST_F(HostileClientsTest, AClientThatExpects100ContinueGetsIt) {
+  Start();
+  const int fd = Connect();
+  const std::string body = R"({"input_ids": [1], "sampling_params": {"max_new_tokens": 2}})";
+  ASSERT_TRUE(SendAll(fd, "POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nExpect: 100-continue\r\n"
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n", 5s), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(SendAll(fd, body));
+  const auto r = ParseReply(ReadUntilClosed(fd, 5s));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body, nullptr, false)["output_ids"], json({2, 3}));
 }
 
 TEST_F(HostileClientsTest, ARequestThatNeverCompletesIsClosedAfterTheReadTimeout) {

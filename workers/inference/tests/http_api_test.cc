@@ -403,7 +403,7 @@ TEST_F(HttpApiTest, MetricsArePrometheusText) {
   const auto r = Request(port_, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["content-type"].rfind("text/plain; version=0.0.4", 0), 0u);
-  for (const std::string line : {"# TYPE tandem_inference_running_requests gauge\n",
+  for (const char* line : {"# TYPE tandem_inference_running_requests gauge\n",
                                  "# TYPE tandem_inference_generated_tokens_total counter\n",
                                  "tandem_inference_generated_tokens_total 3\n",
                                  "tandem_inference_prompt_tokens_total 1\n",

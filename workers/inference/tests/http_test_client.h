@@ -11,8 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -126,6 +128,25 @@ inline HttpReply ParseReply(const std::string& raw) {
     at = eol + 2 + len + 2;
   }
   return r;
+}
+
+// Reads one response with a Content-Length body (a keep-alive connection).
+inline HttpReply ReadResponse(int fd, std::chrono::milliseconds timeout) {
+  std::string raw = ReadUntil(fd, "\r\n\r\n", timeout);
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (head_end == std::string::npos) return {};
+  HttpReply head = ParseReply(raw.substr(0, head_end + 4));
+  const size_t want = head_end + 4 + std::stoul(head.headers.count("content-length") ? head.headers["content-length"] : "0");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  while (raw.size() < want && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, std::min(sizeof buf, want - raw.size()), 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  return ParseReply(raw);
 }
 
 inline std::string RequestText(const std::string& method, const std::string& path, const std::string& body,
