@@ -64,7 +64,7 @@ TEST_F(HttpApiTest, HealthIsOkUntilTheEngineIsNot) {
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(Body(r)["error"]["code"], "unavailable");
   EXPECT_EQ(Body(r)["error"]["message"], "scripted: unhealthy");
-  EXPECT_EQ(r.headers["retry-after"], "1");
+  EXPECT_EQ(r.header("retry-after"), "1");
 }
 
 TEST_F(HttpApiTest, ModelInfoCarriesPathConfigAndWeightVersion) {
@@ -84,7 +84,7 @@ TEST_F(HttpApiTest, OnePromptIsAnsweredWithOneObject) {
   Start();
   const auto r = Post("/generate", {{"input_ids", {5, 6, 10}}, {"sampling_params", {{"max_new_tokens", 4}, {"temperature", 0}}}});
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.headers["content-type"], "application/json");
+  EXPECT_EQ(r.header("content-type"), "application/json");
   const json b = Body(r);
   ASSERT_TRUE(b.is_object()) << r.body;
   const auto want = Script(10, 0, 4);
@@ -185,8 +185,8 @@ TEST_F(HttpApiTest, StreamSendsCumulativeChunksThenDone) {
   const auto r = Post("/generate", {{"input_ids", {10}}, {"stream", true}, {"return_logprob", true},
                                     {"sampling_params", {{"max_new_tokens", 5}}}});
   ASSERT_EQ(r.status, 200) << r.raw_body;
-  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
-  EXPECT_EQ(r.headers["transfer-encoding"], "chunked");
+  EXPECT_EQ(r.header("content-type"), "text/event-stream");
+  EXPECT_EQ(r.header("transfer-encoding"), "chunked");
   const auto events = SseData(r.body);
   ASSERT_EQ(events.size(), 6u) << r.body;
   EXPECT_EQ(events.back(), "[DONE]");
@@ -233,7 +233,7 @@ TEST_F(HttpApiTest, AFullEngineIsA503WithRetryAfter) {
   engine_->full = true;
   auto r = Post("/generate", {{"input_ids", {1}}});
   EXPECT_EQ(r.status, 503);
-  EXPECT_EQ(r.headers["retry-after"], "3");
+  EXPECT_EQ(r.header("retry-after"), "3");
   EXPECT_EQ(Body(r)["error"]["code"], "resource_exhausted");
   EXPECT_NE(Body(r)["error"]["message"].get<std::string>().find("queue is full"), std::string::npos);
   engine_->full = false;
@@ -402,7 +402,7 @@ TEST_F(HttpApiTest, MetricsArePrometheusText) {
   ASSERT_EQ(Post("/generate", {{"input_ids", {1}}, {"sampling_params", {{"max_new_tokens", 3}}}}).status, 200);
   const auto r = Request(port_, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
-  EXPECT_EQ(r.headers["content-type"].rfind("text/plain; version=0.0.4", 0), 0u);
+  EXPECT_EQ(r.header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
   for (const char* line : {"# TYPE tandem_inference_running_requests gauge\n",
                                  "# TYPE tandem_inference_generated_tokens_total counter\n",
                                  "tandem_inference_generated_tokens_total 3\n",
@@ -424,11 +424,11 @@ TEST_F(HttpApiTest, UnknownPathsAre404AndWrongMethods405) {
   EXPECT_EQ(Body(r)["error"]["code"], "not_found");
   r = Request(port_, "GET", "/generate");
   EXPECT_EQ(r.status, 405);
-  EXPECT_EQ(r.headers["allow"], "POST");
+  EXPECT_EQ(r.header("allow"), "POST");
   EXPECT_NE(Body(r)["error"]["message"].get<std::string>().find("GET /generate: method not allowed"), std::string::npos);
   r = Request(port_, "DELETE", "/flush_cache");
   EXPECT_EQ(r.status, 405);
-  EXPECT_EQ(r.headers["allow"], "POST, GET");
+  EXPECT_EQ(r.header("allow"), "POST, GET");
   EXPECT_EQ(Request(port_, "GET", "/health?x=1").status, 200);  // a query string is ignored
 }
 

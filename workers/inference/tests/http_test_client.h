@@ -92,6 +92,10 @@ struct HttpReply {
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;                            // de-chunked
   std::string raw_body;                        // as sent
+  std::string header(const std::string& name) const {
+    const auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
 };
 
 inline HttpReply ParseReply(const std::string& raw) {
@@ -114,7 +118,7 @@ inline HttpReply ParseReply(const std::string& raw) {
     pos = eol + 2;
   }
   r.raw_body = raw.substr(head_end + 4);
-  if (r.headers["transfer-encoding"] != "chunked") {
+  if (r.header("transfer-encoding") != "chunked") {
     r.body = r.raw_body;
     return r;
   }
@@ -136,7 +140,7 @@ inline HttpReply ReadResponse(int fd, std::chrono::milliseconds timeout) {
   const size_t head_end = raw.find("\r\n\r\n");
   if (head_end == std::string::npos) return {};
   HttpReply head = ParseReply(raw.substr(0, head_end + 4));
-  const size_t want = head_end + 4 + std::stoul(head.headers.count("content-length") ? head.headers["content-length"] : "0");
+  const size_t want = head_end + 4 + std::stoul(head.headers.count("content-length") ? head.header("content-length") : "0");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buf[4096];
   while (raw.size() < want && std::chrono::steady_clock::now() < deadline) {
