@@ -312,7 +312,9 @@ void HttpApiServer::Impl::Generate(const HttpRequest& req, const std::shared_ptr
   }
   calls[key] = call;
   open_calls = static_cast<int64_t>(calls.size());
-  ex->OnClose([this, key] { AbortCall(key, "the connection closed (the client went away, was dropped, or the server stopped)"); });
+  ex->OnClose([this, key] {
+    AbortCall(key, "the connection closed (the client went away, was dropped, or the server stopped)");
+  });
   if (call->body.stream) {
     ++responses[{ep, 200}];
     ex->BeginStream("text/event-stream");

@@ -200,7 +200,9 @@ TEST_F(HttpApiTest, StreamSendsCumulativeChunksThenDone) {
     EXPECT_EQ(c["meta_info"]["completion_tokens"], k + 1);
     EXPECT_EQ(c["meta_info"]["output_token_logprobs"].size(), k + 1);
     EXPECT_FALSE(c.contains("index"));
-    if (k < 4) EXPECT_TRUE(c["meta_info"]["finish_reason"].is_null()) << events[k];
+    if (k < 4) {
+      EXPECT_TRUE(c["meta_info"]["finish_reason"].is_null()) << events[k];
+    }
   }
   EXPECT_EQ(json::parse(events[4])["meta_info"]["finish_reason"]["type"], "length");
   // The framing itself: each event is "data: <json>\n\n".
