@@ -1,8 +1,9 @@
 // tandem-worker: the native worker binary (docs/architecture.md "Native
 // workers"). Its subcommands are the rows of common/native_workers.h, the
 // table the spec parser checks a role's "worker" against: today `probe`
-// (probe_worker.h); the LibTorch roles (actor, rollout, teacher) join later.
-// `sft` (workers/roles/sft_command.h) trains small models. `--list-workers` prints the subcommands this binary registered, one a
+// (probe_worker.h); the LibTorch roles actor and teacher join later.
+// `sft` (workers/roles/sft_command.h) trains small models; `rollout`
+// (workers/roles/rollout_command.h) serves generation over HTTP. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
 // `--version` prints the project's version. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
@@ -16,6 +17,7 @@
 #include "common/native_workers.h"
 #include "common/version.h"
 #include "workers/probe_worker.h"
+#include "workers/roles/rollout_command.h"
 #include "workers/roles/sft_command.h"
 
 namespace {
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
 
   tandem::roles::SftCommand sft;
   sft.Register(app, Summary("sft"));
+  tandem::roles::RolloutCommand rollout;
+  rollout.Register(app, Summary("rollout"));
 
   try {
     app.parse(argc, argv);
@@ -80,9 +84,9 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-worker: name a worker: " << names << " (tandem-worker --help)\n";
     return 2;
   }
-  if (sft.selected()) {
+  if (sft.selected() || rollout.selected()) {
     try {
-      return sft.Run();
+      return sft.selected() ? sft.Run() : rollout.Run();
     } catch (const std::exception& e) {
       tandem::log::Error("worker", "unexpected exception: {}", e.what());
       return 1;

@@ -48,16 +48,16 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
-// A colocated job whose rollout names the format's "rollout" worker, which
-// this build's tandem-worker does not have.
+// A colocated job whose rollout role names the format's "teacher" worker,
+// which this build's tandem-worker does not have.
 nlohmann::json RolloutWorkerSpec() {
   return nlohmann::json::parse(R"({"name": "rl", "roles": {
       "actor": {"worker": "probe", "args": ["--tag", "params=1MiB"], "gpus_per_replica": 1},
-      "rollout": {"worker": "rollout", "gpus_per_replica": 1, "colocate_with": "actor"}}})");
+      "rollout": {"worker": "teacher", "gpus_per_replica": 1, "colocate_with": "actor"}}})");
 }
 
 constexpr const char* kRefusal =
-    R"(roles.rollout.worker: this build's tandem-worker has no "rollout" worker; it has "probe", "sft")";
+    R"(roles.rollout.worker: this build's tandem-worker has no "teacher" worker; it has "probe", "sft", "rollout")";
 
 TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
   const fs::path spec = tmp_ / "rl.json";

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -33,6 +34,21 @@ struct SamplingParams {
 
 // InvalidArgument naming the field and the allowed range.
 Status Validate(const SamplingParams& params);
+
+// A request's id: unique per engine for its lifetime; never 0.
+using RequestId = int64_t;
+
+// SGLang's pause modes (issue #14 item 3), as the HTTP API, the control
+// protocol's `pause` and the scheduler name them.
+enum class PauseMode {
+  kAbort,    // running and queued requests end with finish_reason abort
+  kRetract,  // requests drop their KV; after Continue they are prefilled again and go on
+  kInPlace,  // requests keep their KV and wait
+};
+// "abort", "retract", "in_place".
+const char* PauseModeName(PauseMode mode);
+// InvalidArgument naming the allowed values.
+StatusOr<PauseMode> ParsePauseMode(std::string_view name);
 
 enum class FinishReason { kStop, kLength, kAbort };
 // "stop", "length", "abort" (SGLang's finish_reason.type).

@@ -29,22 +29,6 @@ void EraseValue(C& c, SequenceId id) {
 
 }  // namespace
 
-StatusOr<PauseMode> ParsePauseMode(std::string_view name) {
-  if (name == "abort") return PauseMode::kAbort;
-  if (name == "retract") return PauseMode::kRetract;
-  if (name == "in_place") return PauseMode::kInPlace;
-  return InvalidArgument("mode: expected \"abort\", \"retract\" or \"in_place\", got \"" + std::string(name) + "\"");
-}
-
-const char* PauseModeName(PauseMode mode) {
-  switch (mode) {
-    case PauseMode::kAbort: return "abort";
-    case PauseMode::kRetract: return "retract";
-    case PauseMode::kInPlace: return "in_place";
-  }
-  return "?";
-}
-
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions o) {
   auto positive = [](int64_t v, const char* name) -> Status {
     if (v >= 1) return Status::Ok();

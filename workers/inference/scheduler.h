@@ -60,10 +60,6 @@ struct SchedulerOptions {
   uint64_t seed = 0;                // seeds requests that have none (mixed with the request id)
 };
 
-enum class PauseMode { kAbort, kRetract, kInPlace };
-// "abort", "retract", "in_place"; InvalidArgument naming the allowed values.
-StatusOr<PauseMode> ParsePauseMode(std::string_view name);
-const char* PauseModeName(PauseMode mode);
 
 // One sequence's part of a step: q_len tokens from position `start`.
 struct ScheduledRow {

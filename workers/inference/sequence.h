@@ -20,7 +20,6 @@
 
 namespace tandem::inference {
 
-using RequestId = int64_t;
 using SequenceId = int64_t;
 
 enum class SequenceState { kWaiting, kRunning, kFinished };

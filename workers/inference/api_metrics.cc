@@ -1,0 +1,69 @@
+// GET /metrics as Prometheus text; see api_metrics.h.
+#include "workers/inference/api_metrics.h"
+
+#include <iterator>
+
+#include <fmt/format.h>
+
+namespace tandem::inference {
+
+namespace {
+
+void Family(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename T>
+void One(std::string* out, std::string_view name, std::string_view type, std::string_view help, T value) {
+  Family(out, name, type, help);
+  fmt::format_to(std::back_inserter(*out), "{} {}\n", name, value);
+}
+
+}  // namespace
+
+std::string PrometheusText(const ApiMetrics& m) {
+  std::string out;
+  const EngineStats& s = m.stats;
+  One(&out, "tandem_inference_running_requests", "gauge", "Requests in the running batch.", s.running_requests);
+  One(&out, "tandem_inference_queued_requests", "gauge", "Requests accepted and waiting to run.", s.queued_requests);
+  One(&out, "tandem_inference_generated_tokens_total", "counter", "Tokens generated since start.",
+      s.generated_tokens_total);
+  One(&out, "tandem_inference_prompt_tokens_total", "counter", "Prompt tokens accepted since start.",
+      s.prompt_tokens_total);
+  One(&out, "tandem_inference_generation_tokens_per_second", "gauge",
+      "Tokens generated per second over the last 10 s.", fmt::format("{:.3f}", m.tokens_per_second));
+  One(&out, "tandem_inference_kv_blocks_used", "gauge", "Paged KV cache blocks in use.", s.kv_blocks_used);
+  One(&out, "tandem_inference_kv_blocks_free", "gauge", "Paged KV cache blocks free.", s.kv_blocks_free);
+  One(&out, "tandem_inference_prefix_cache_hit_tokens_total", "counter",
+      "Prompt tokens served from the prefix cache.", s.prefix_cache_hit_tokens_total);
+  One(&out, "tandem_inference_prefix_cache_query_tokens_total", "counter",
+      "Prompt tokens looked up in the prefix cache.", s.prefix_cache_query_tokens_total);
+  const double rate = s.prefix_cache_query_tokens_total == 0
+                          ? 0.0
+                          : static_cast<double>(s.prefix_cache_hit_tokens_total) /
+                                static_cast<double>(s.prefix_cache_query_tokens_total);
+  One(&out, "tandem_inference_prefix_cache_hit_rate", "gauge",
+      "Prefix-cache hit tokens over looked-up tokens since start.", fmt::format("{:.6f}", rate));
+  One(&out, "tandem_inference_paused", "gauge", "1 while generation is paused.", s.paused ? 1 : 0);
+  One(&out, "tandem_inference_weight_version", "gauge", "The weight version new requests start with.",
+      m.weight_version);
+  One(&out, "tandem_inference_generate_calls_open", "gauge", "POST /generate calls in flight.",
+      m.open_generate_calls);
+  if (m.http != nullptr) {
+    One(&out, "tandem_inference_http_open_connections", "gauge", "Open HTTP connections.",
+        m.http->open_connections.load());
+    One(&out, "tandem_inference_http_refused_connections_total", "counter",
+        "Connections closed at once: over the connection cap.", m.http->refused_connections.load());
+    One(&out, "tandem_inference_http_dropped_slow_clients_total", "counter",
+        "Stream readers dropped for falling behind the output queue bound.", m.http->dropped_slow_clients.load());
+  }
+  if (m.responses != nullptr) {
+    Family(&out, "tandem_inference_http_responses_total", "counter", "HTTP responses by endpoint and status.");
+    for (const auto& [key, count] : *m.responses)
+      fmt::format_to(std::back_inserter(out), "tandem_inference_http_responses_total{{endpoint=\"{}\",code=\"{}\"}} {}\n",
+                     key.first, key.second, count);
+  }
+  return out;
+}
+
+}  // namespace tandem::inference

@@ -1,0 +1,308 @@
+#include "workers/inference/generator.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "common/log.h"
+#include "workers/inference/sampler.h"
+
+namespace tandem::inference {
+namespace {
+
+at::Tensor HostTensor(const std::vector<int64_t>& v, at::Device device) {
+  return at::tensor(c10::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong)).to(device);
+}
+at::Tensor HostTensor(const std::vector<int32_t>& v, at::Device device) {
+  return at::tensor(c10::ArrayRef<int32_t>(v), at::TensorOptions().dtype(at::kInt)).to(device);
+}
+
+// Bytes one KV block takes over every layer, keys and values.
+int64_t BlockBytes(const model::ModelConfig& c, int64_t block_size, at::ScalarType dtype) {
+  return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
+         static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const model::Transformer> model,
+                                                       GeneratorOptions options) {
+  if (!model) return InvalidArgument("generator: no model");
+  const model::ModelConfig& c = model->config();
+  SchedulerOptions& so = options.scheduler;
+  if (so.max_model_len <= 0) so.max_model_len = c.max_position_embeddings;
+  if (so.max_model_len > c.max_position_embeddings)
+    return InvalidArgument("generator: max_model_len " + std::to_string(so.max_model_len) +
+                           " exceeds the model's max_position_embeddings " +
+                           std::to_string(c.max_position_embeddings));
+  if (so.block_size <= 0) return InvalidArgument("generator: block_size must be positive");
+  if (so.num_blocks <= 0) {
+    const int64_t per_block = BlockBytes(c, so.block_size, model->dtype());
+    if (options.kv_cache_bytes < per_block)
+      return InvalidArgument("generator: kv_cache_bytes " + std::to_string(options.kv_cache_bytes) +
+                             " holds no block of " + std::to_string(per_block) + " bytes");
+    so.num_blocks = static_cast<int32_t>(std::min<int64_t>(options.kv_cache_bytes / per_block, 1 << 30));
+  }
+  StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
+  TANDEM_RETURN_IF_ERROR(scheduler.status(), "generator");
+
+  std::unique_ptr<Generator> g(new Generator(std::move(model), std::move(options)));
+  g->scheduler_ = std::move(*scheduler);
+  try {
+    const auto opts = at::TensorOptions().dtype(g->model_->dtype()).device(g->model_->device());
+    const model::ModelConfig& mc = g->model_->config();
+    for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+      const std::vector<int64_t> shape{g->options_.scheduler.num_blocks, g->options_.scheduler.block_size,
+                                       mc.num_key_value_heads, mc.head_dim};
+      g->key_blocks_.push_back(at::zeros(shape, opts));
+      g->value_blocks_.push_back(at::zeros(shape, opts));
+    }
+  } catch (const c10::Error& e) {
+    return ResourceExhausted(std::string("generator: the KV pool does not fit: ") + e.what_without_backtrace());
+  }
+  g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });
+  return g;
+}
+
+Generator::Generator(std::shared_ptr<const model::Transformer> model, GeneratorOptions options)
+    : model_(std::move(model)), options_(std::move(options)) {}
+
+Generator::~Generator() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, p] : pending_) (void)scheduler_->Abort(id);
+    DeliverFinished();
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Generator::kv_pool_bytes() const {
+  return BlockBytes(model_->config(), options_.scheduler.block_size, model_->dtype()) * options_.scheduler.num_blocks;
+}
+
+StatusOr<RequestId> Generator::Submit(GenerateRequest request, SampleCallback on_update) {
+  if (!request.params.stop.empty() && options_.codec == nullptr)
+    return InvalidArgument("sampling_params.stop: stop strings need a tokenizer, and this model directory has none");
+  std::lock_guard<std::mutex> l(mu_);
+  if (stop_) return Unavailable("the engine is shutting down");
+  const size_t n = static_cast<size_t>(std::max<int64_t>(request.params.n, 1));
+  const size_t prompt = request.input_ids.size();
+  StatusOr<RequestId> id = scheduler_->Add(request);
+  if (!id.ok()) return id.status();
+  prompt_tokens_total_ += prompt * n;
+  Pending& p = pending_[*id];
+  p.on_update = std::move(on_update);
+  p.request = std::move(request);
+  p.outputs.resize(n);
+  kick_ = true;
+  wake_.notify_all();
+  return *id;
+}
+
+void Generator::Abort(RequestId id) {
+  std::lock_guard<std::mutex> l(mu_);
+  (void)scheduler_->Abort(id);  // unknown or finished: ignored (the contract)
+  DeliverFinished();
+  kick_ = true;
+  wake_.notify_all();
+}
+
+Status Generator::Pause(PauseMode mode) {
+  std::lock_guard<std::mutex> l(mu_);
+  TANDEM_RETURN_IF_ERROR(scheduler_->Pause(mode), "pause");
+  DeliverFinished();
+  kick_ = true;
+  wake_.notify_all();
+  return OkStatus();
+}
+
+Status Generator::Continue() {
+  std::lock_guard<std::mutex> l(mu_);
+  scheduler_->Continue();
+  kick_ = true;
+  wake_.notify_all();
+  return OkStatus();
+}
+
+Status Generator::FlushCache() {
+  std::lock_guard<std::mutex> l(mu_);
+  const SchedulerStats s = scheduler_->stats();
+  if (s.running_sequences + s.waiting_sequences > 0)
+    return FailedPrecondition("flush_cache: " + std::to_string(s.running_sequences + s.waiting_sequences) +
+                              " sequences are running or waiting");
+  return scheduler_->FlushCache();
+}
+
+Status Generator::Health() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return health_;
+}
+
+EngineInfo Generator::Info() const {
+  EngineInfo info;
+  info.model_path = options_.model_path;
+  info.config_json = options_.config_json;
+  info.max_context_length = options_.scheduler.max_model_len;
+  info.vocab_size = model_->config().vocab_size;
+  info.weight_version = 0;
+  return info;
+}
+
+EngineStats Generator::Stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  const SchedulerStats s = scheduler_->stats();
+  EngineStats e;
+  e.running_requests = s.running_requests;
+  e.queued_requests = s.waiting_requests;
+  e.generated_tokens_total = static_cast<uint64_t>(s.generated_tokens);
+  e.prompt_tokens_total = prompt_tokens_total_;
+  e.kv_blocks_used = s.num_blocks - s.free_blocks;
+  e.kv_blocks_free = s.free_blocks;
+  e.prefix_cache_hit_tokens_total = static_cast<uint64_t>(s.prefix_hit_tokens);
+  e.prefix_cache_query_tokens_total = static_cast<uint64_t>(s.prefix_hit_tokens + s.prefix_miss_tokens);
+  e.paused = s.paused;
+  return e;
+}
+
+void Generator::Loop() {
+  for (;;) {
+    StepPlan plan;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      wake_.wait(l, [this] { return stop_ || kick_; });
+      if (stop_) return;
+      StatusOr<StepPlan> p = scheduler_->Plan();
+      if (!p.ok()) {
+        health_ = p.status();
+        log::Error("rollout", "scheduler: {}", p.status().ToString());
+        kick_ = false;
+        continue;
+      }
+      if (p->empty()) {  // idle or paused: sleep until something changes
+        kick_ = false;
+        DeliverFinished();
+        continue;
+      }
+      plan = std::move(*p);
+    }
+    StatusOr<std::vector<SampledToken>> sampled = RunStep(plan);
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sampled.ok()) {
+      // The step's requests end (abort) rather than retrying a step that
+      // may fail again; the engine stays up for the next ones.
+      health_ = sampled.status();
+      log::Error("rollout", "step failed, its requests are aborted: {}", sampled.status().ToString());
+      (void)scheduler_->Discard(plan);
+      for (const ScheduledRow& r : plan.rows) (void)scheduler_->Abort(r.request);
+      DeliverFinished();
+      continue;
+    }
+    StatusOr<std::vector<TokenEvent>> events = scheduler_->Commit(plan, *sampled);
+    if (!events.ok()) {
+      health_ = events.status();
+      log::Error("rollout", "commit: {}", events.status().ToString());
+      continue;
+    }
+    health_ = OkStatus();
+    Deliver(*events);
+    DeliverFinished();
+  }
+}
+
+StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
+  c10::NoGradGuard no_grad;
+  const at::Device dev = model_->device();
+  try {
+    if (!plan.copies.empty()) {  // copy on write of shared partial blocks
+      std::vector<int64_t> src, dst;
+      for (const BlockCopy& c : plan.copies) {
+        src.push_back(c.src);
+        dst.push_back(c.dst);
+      }
+      const at::Tensor s = HostTensor(src, dev), d = HostTensor(dst, dev);
+      for (size_t l = 0; l < key_blocks_.size(); ++l) {
+        key_blocks_[l].index_copy_(0, d, key_blocks_[l].index_select(0, s));
+        value_blocks_[l].index_copy_(0, d, value_blocks_[l].index_select(0, s));
+      }
+    }
+    const int64_t b = static_cast<int64_t>(plan.rows.size());
+    model::PagedKv kv;
+    kv.key_blocks = key_blocks_;
+    kv.value_blocks = value_blocks_;
+    kv.block_table = HostTensor(plan.block_table, dev).view({b, plan.block_table_width});
+    kv.context_lens = HostTensor(plan.context_lens, dev);
+    kv.q_lens = HostTensor(plan.q_lens, dev);
+    kv.slot_mapping = HostTensor(plan.slot_mapping, dev);
+    const model::DecodeOutput out =
+        model_->DecodePaged(HostTensor(plan.tokens, dev), HostTensor(plan.positions, dev), kv);
+    if (plan.samples.empty()) return std::vector<SampledToken>{};
+    std::vector<int64_t> rows;
+    std::vector<SampleSpec> specs;
+    for (const PlannedSample& s : plan.samples) {
+      rows.push_back(s.row);
+      specs.push_back(s.spec);
+    }
+    StatusOr<SamplerOutput> drawn = Sample(out.logits.index_select(0, HostTensor(rows, dev)), specs);
+    TANDEM_RETURN_IF_ERROR(drawn.status(), "sampler");
+    const at::Tensor tokens = drawn->tokens.to(at::kCPU).contiguous();
+    const at::Tensor logprobs = drawn->logprobs.to(at::kCPU).contiguous();
+    std::vector<SampledToken> result(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      result[i].token = static_cast<int32_t>(tokens.data_ptr<int64_t>()[i]);
+      result[i].logprob = logprobs.data_ptr<float>()[i];
+    }
+    return result;
+  } catch (const c10::Error& e) {
+    return Internal(std::string("model step: ") + e.what_without_backtrace());
+  }
+}
+
+void Generator::Deliver(const std::vector<TokenEvent>& events) {
+  for (const TokenEvent& e : events) {
+    auto it = pending_.find(e.request);
+    if (it == pending_.end()) continue;
+    Pending& p = it->second;
+    SampleUpdate u;
+    u.sample = e.sample_index;
+    u.new_ids = {e.token};
+    if (p.request.return_logprob) u.new_logprobs = {e.logprob};
+    std::vector<int32_t>& out = p.outputs[static_cast<size_t>(e.sample_index)];
+    out.push_back(e.token);
+    p.on_update(std::move(u));
+    if (e.finished || p.request.params.stop.empty()) continue;
+    // A stop string of L bytes ends within the last L tokens (each decodes
+    // to at least one byte, or to nothing); a few more cover a character
+    // split across tokens.
+    size_t longest = 0;
+    for (const std::string& s : p.request.params.stop) longest = std::max(longest, s.size());
+    const size_t tail = std::min(out.size(), longest + 4);
+    StatusOr<std::string> text = options_.codec->Decode(std::span<const int32_t>(out).last(tail));
+    if (!text.ok()) continue;
+    for (const std::string& s : p.request.params.stop) {
+      if (!s.empty() && text->find(s) != std::string::npos) {
+        (void)scheduler_->FinishSequence(e.sequence, FinishReason::kStop, s);
+        break;
+      }
+    }
+  }
+}
+
+void Generator::DeliverFinished() {
+  for (FinishedRequest& f : scheduler_->TakeFinished()) {
+    auto it = pending_.find(f.id);
+    if (it == pending_.end()) continue;
+    for (size_t s = 0; s < f.samples.size(); ++s) {
+      SampleUpdate u;
+      u.sample = static_cast<int64_t>(s);
+      u.finished = std::move(f.samples[s]);
+      it->second.on_update(std::move(u));
+    }
+    pending_.erase(it);
+  }
+}
+
+}  // namespace tandem::inference

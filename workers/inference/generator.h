@@ -1,0 +1,110 @@
+// The rollout engine (issue #14; docs/inference.md "The engine"): the
+// Engine the HTTP API serves, over the model, the paged KV cache, the
+// continuous-batching scheduler and the sampler.
+//
+// One engine thread runs the step loop:
+//   plan = scheduler.Plan()            (under the lock)
+//   copy-on-write block copies; Transformer::DecodePaged over the plan's
+//   tokens (prefill chunks and decode tokens in one batch); Sample the
+//   planned rows                        (no lock: the model's time)
+//   events = scheduler.Commit(plan)     (under the lock), then each event
+//   becomes a SampleUpdate for its request's callback, stop strings are
+//   matched on the decoded output, and finished requests get their results.
+// Submit, Abort, Pause, Continue and FlushCache take the lock briefly and
+// wake the loop; a step in flight when Pause or Abort comes is committed
+// (its rows of ended sequences are ignored), so they wait at most one step.
+// A LibTorch error in a step fails the step's requests with kAbort, is
+// logged, and makes Health report it until a step succeeds again.
+//
+// The KV pool is num_blocks blocks per layer for keys and for values
+// ([num_blocks, block_size, Hkv, D] each, the model's dtype and device:
+// workers/model/paged_kv.h). Not yet: tagged-memory pools (release/resume),
+// CUDA-graph decode, tree-attention prefill of a group's prompts, weight
+// loading by version.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "workers/inference/engine.h"
+#include "workers/inference/generate_json.h"
+#include "workers/inference/scheduler.h"
+#include "workers/model/transformer.h"
+
+namespace tandem::inference {
+
+struct GeneratorOptions {
+  // num_blocks 0: sized from kv_cache_bytes. max_model_len 0: the model's
+  // max_position_embeddings.
+  SchedulerOptions scheduler;
+  int64_t kv_cache_bytes = 256ll << 20;
+  std::string model_path;                  // reported by Info
+  std::string config_json;                 // reported by Info
+  std::shared_ptr<const TextCodec> codec;  // for stop strings; null: stop strings are refused
+};
+
+class Generator final : public Engine {
+ public:
+  // Allocates the KV pool and starts the engine thread. InvalidArgument for
+  // options that do not fit the model (a pool smaller than one sequence of
+  // max_model_len, ...).
+  static StatusOr<std::unique_ptr<Generator>> Create(std::shared_ptr<const model::Transformer> model,
+                                                     GeneratorOptions options);
+  ~Generator() override;  // aborts what runs and joins the engine thread
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  StatusOr<RequestId> Submit(GenerateRequest request, SampleCallback on_update) override;
+  void Abort(RequestId id) override;
+  Status Pause(PauseMode mode) override;
+  Status Continue() override;
+  Status FlushCache() override;
+  Status Health() const override;
+  EngineInfo Info() const override;
+  EngineStats Stats() const override;
+
+  // Bytes of the KV pool (keys and values of every layer).
+  int64_t kv_pool_bytes() const;
+
+ private:
+  Generator(std::shared_ptr<const model::Transformer> model, GeneratorOptions options);
+  void Loop();
+  // Runs the model and the sampler over `plan` (no lock held).
+  StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan);
+  // Under mu_: turns events into updates, matches stop strings, delivers
+  // finished requests.
+  void Deliver(const std::vector<TokenEvent>& events);
+  void DeliverFinished();
+
+  struct Pending {
+    SampleCallback on_update;
+    GenerateRequest request;
+    std::vector<std::vector<int32_t>> outputs;  // per sample, for stop strings
+  };
+
+  const std::shared_ptr<const model::Transformer> model_;
+  const GeneratorOptions options_;
+  std::vector<at::Tensor> key_blocks_, value_blocks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<RequestId, Pending> pending_;
+  bool stop_ = false;
+  bool kick_ = false;
+  Status health_;
+  uint64_t prompt_tokens_total_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace tandem::inference

@@ -1,0 +1,228 @@
+// The engine end to end on CPU (docs/inference.md "The engine"): greedy
+// generation through continuous batching and the paged cache equals
+// GreedyDecode over the contiguous cache, prompt by prompt, with every
+// prompt submitted at once; the returned log-probs are the model's
+// (Forward over prompt + output); n samples of a seeded request repeat
+// exactly; abort, pause and stop tokens end samples as documented.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "workers/inference/generator.h"
+#include "workers/inference/greedy.h"
+#include "workers/model/model_input.h"
+
+namespace tandem::inference {
+namespace {
+
+std::shared_ptr<model::Transformer> TinyModel(uint64_t seed, bool moe = false) {
+  model::ModelConfig c = model::DefaultConfig(moe ? model::Architecture::kQwen3Moe : model::Architecture::kQwen3);
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 48;
+  if (moe) {
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 24;
+  }
+  c.max_position_embeddings = 256;
+  c.tie_word_embeddings = false;
+  StatusOr<std::unique_ptr<model::Transformer>> m = model::Transformer::Create(c, at::kCPU, at::kFloat);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  (*m)->InitRandom(seed, 0.5);  // large weights: peaked, varied distributions
+  return std::shared_ptr<model::Transformer>(std::move(m).value());
+}
+
+// Collects one request's updates; Wait returns its results by sample.
+class Collector {
+ public:
+  SampleCallback Callback() {
+    return [this](SampleUpdate u) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (ids_.size() <= static_cast<size_t>(u.sample)) ids_.resize(u.sample + 1);
+      for (int32_t t : u.new_ids) ids_[u.sample].push_back(t);
+      if (u.finished) {
+        if (results_.size() <= static_cast<size_t>(u.sample)) results_.resize(u.sample + 1);
+        results_[u.sample] = *u.finished;
+        ++finished_;
+        cv_.notify_all();
+      }
+    };
+  }
+  std::vector<SampleResult> Wait(size_t n) {
+    std::unique_lock<std::mutex> l(mu_);
+    EXPECT_TRUE(cv_.wait_for(l, std::chrono::seconds(60), [&] { return finished_ == n; })) << "engine timed out";
+    return results_;
+  }
+  // Tokens streamed per sample (must equal the results' output_ids).
+  std::vector<std::vector<int32_t>> streamed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return ids_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::vector<int32_t>> ids_;
+  std::vector<SampleResult> results_;
+  size_t finished_ = 0;
+};
+
+std::unique_ptr<Generator> MakeEngine(std::shared_ptr<model::Transformer> m, int32_t blocks = 64,
+                                      int64_t max_step_tokens = 64) {
+  GeneratorOptions o;
+  o.scheduler.num_blocks = blocks;
+  o.scheduler.block_size = 4;
+  o.scheduler.max_step_tokens = max_step_tokens;
+  StatusOr<std::unique_ptr<Generator>> g = Generator::Create(std::move(m), o);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return std::move(g).value();
+}
+
+GenerateRequest Greedy(std::vector<int32_t> prompt, int64_t max_new) {
+  GenerateRequest r;
+  r.input_ids = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_new_tokens = max_new;
+  r.params.ignore_eos = true;
+  r.return_logprob = true;
+  return r;
+}
+
+TEST(GeneratorTest, GreedyEqualsGreedyDecodeForEveryPromptSubmittedAtOnce) {
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "moe" : "dense");
+    std::shared_ptr<model::Transformer> m = TinyModel(11, moe);
+    std::mt19937_64 rng(5);
+    std::vector<std::vector<int32_t>> prompts(12);
+    for (auto& p : prompts) {
+      p.resize(1 + rng() % 23);  // prompts longer than a step's token budget are prefilled in chunks
+      for (int32_t& t : p) t = static_cast<int32_t>(rng() % 61);
+    }
+    GreedyOptions go;
+    go.max_new_tokens = 9;
+    StatusOr<std::vector<std::vector<int32_t>>> want = GreedyDecode(*m, prompts, go);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+
+    std::unique_ptr<Generator> g = MakeEngine(m, 64, 16);
+    std::vector<Collector> got(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      StatusOr<RequestId> id = g->Submit(Greedy(prompts[i], 9), got[i].Callback());
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<SampleResult> r = got[i].Wait(1);
+      ASSERT_EQ(r.size(), 1u);
+      EXPECT_EQ(r[0].output_ids, (*want)[i]) << "prompt " << i;
+      EXPECT_EQ(got[i].streamed()[0], r[0].output_ids) << "prompt " << i;
+      EXPECT_EQ(r[0].finish_reason, FinishReason::kLength);
+      EXPECT_EQ(r[0].prompt_tokens, static_cast<int64_t>(prompts[i].size()));
+      EXPECT_EQ(r[0].completion_tokens, 9);
+
+      // The returned log-probs are the model's: Forward over prompt+output.
+      std::vector<int32_t> full = prompts[i];
+      full.insert(full.end(), r[0].output_ids.begin(), r[0].output_ids.end());
+      c10::NoGradGuard ng;
+      StatusOr<model::ForestBatch> b =
+          model::BuildForestBatch({full}, {static_cast<int32_t>(prompts[i].size())}, 61, at::kCPU);
+      ASSERT_TRUE(b.ok());
+      const at::Tensor lp = m->Forward(*b).logprob;
+      ASSERT_EQ(r[0].output_token_logprobs.size(), 9u);
+      for (int64_t j = 0; j < 9; ++j)
+        EXPECT_NEAR(r[0].output_token_logprobs[j], lp[j].item<float>(), 1e-4 + 1e-4 * std::abs(lp[j].item<float>()))
+            << "prompt " << i << " token " << j;
+    }
+  }
+}
+
+TEST(GeneratorTest, SeededSamplesRepeatAndStreamWhatTheyReturn) {
+  std::shared_ptr<model::Transformer> m = TinyModel(3);
+  std::unique_ptr<Generator> g = MakeEngine(m);
+  auto request = [] {
+    GenerateRequest r;
+    r.input_ids = {1, 2, 3, 4, 5, 6, 7};
+    r.params.temperature = 1.0;
+    r.params.top_k = 20;
+    r.params.n = 3;
+    r.params.seed = 42;
+    r.params.max_new_tokens = 12;
+    r.params.ignore_eos = true;
+    return r;
+  };
+  Collector a, b;
+  ASSERT_TRUE(g->Submit(request(), a.Callback()).ok());
+  ASSERT_TRUE(g->Submit(request(), b.Callback()).ok());
+  const std::vector<SampleResult> ra = a.Wait(3), rb = b.Wait(3);
+  ASSERT_EQ(ra.size(), 3u);
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(ra[s].output_ids, rb[s].output_ids) << "sample " << s;
+    EXPECT_EQ(ra[s].output_ids.size(), 12u);
+    EXPECT_EQ(a.streamed()[s], ra[s].output_ids);
+  }
+  EXPECT_FALSE(ra[0].output_ids == ra[1].output_ids && ra[1].output_ids == ra[2].output_ids)
+      << "three samples of a 61-token vocabulary drew the same 12 tokens";
+}
+
+TEST(GeneratorTest, StopTokensAbortAndPauseEndSamples) {
+  std::shared_ptr<model::Transformer> m = TinyModel(7);
+  std::unique_ptr<Generator> g = MakeEngine(m);
+  // The greedy continuation's third token, as a stop token: the sample ends
+  // on it (included, as SGLang does).
+  Collector free_run;
+  ASSERT_TRUE(g->Submit(Greedy({9, 8, 7}, 6), free_run.Callback()).ok());
+  const std::vector<int32_t> ref = free_run.Wait(1)[0].output_ids;
+  ASSERT_EQ(ref.size(), 6u);
+  GenerateRequest stop = Greedy({9, 8, 7}, 6);
+  stop.params.stop_token_ids = {ref[2]};
+  stop.params.ignore_eos = false;
+  Collector stopped;
+  ASSERT_TRUE(g->Submit(stop, stopped.Callback()).ok());
+  const SampleResult s = stopped.Wait(1)[0];
+  EXPECT_EQ(s.finish_reason, FinishReason::kStop);
+  const size_t first = static_cast<size_t>(std::find(ref.begin(), ref.end(), ref[2]) - ref.begin());
+  EXPECT_EQ(s.output_ids, std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
+
+  // Pause in_place, submit, abort one of two, pause abort ends the other.
+  ASSERT_TRUE(g->Pause(PauseMode::kInPlace).ok());
+  Collector x, y;
+  StatusOr<RequestId> xi = g->Submit(Greedy({1, 2}, 200), x.Callback());
+  ASSERT_TRUE(xi.ok());
+  ASSERT_TRUE(g->Submit(Greedy({3, 4}, 200), y.Callback()).ok());
+  EXPECT_TRUE(g->Stats().paused);
+  g->Abort(*xi);
+  EXPECT_EQ(x.Wait(1)[0].finish_reason, FinishReason::kAbort);
+  ASSERT_TRUE(g->Pause(PauseMode::kAbort).ok());
+  EXPECT_EQ(y.Wait(1)[0].finish_reason, FinishReason::kAbort);
+  ASSERT_TRUE(g->Continue().ok());
+  EXPECT_TRUE(g->FlushCache().ok());
+  EXPECT_EQ(g->Stats().kv_blocks_used, 0) << "blocks leaked";
+  EXPECT_TRUE(g->Health().ok());
+}
+
+TEST(GeneratorTest, OptionsThatDoNotFitAreRefused) {
+  std::shared_ptr<model::Transformer> m = TinyModel(1);
+  GeneratorOptions o;
+  o.kv_cache_bytes = 10;
+  EXPECT_EQ(Generator::Create(m, o).status().code(), StatusCode::kInvalidArgument);
+  o = GeneratorOptions{};
+  o.scheduler.max_model_len = 100000;
+  EXPECT_EQ(Generator::Create(m, o).status().code(), StatusCode::kInvalidArgument);
+  std::unique_ptr<Generator> g = MakeEngine(m);
+  GenerateRequest r = Greedy({1}, 4);
+  r.params.stop = {"x"};
+  Collector c;
+  EXPECT_EQ(g->Submit(r, c.Callback()).status().code(), StatusCode::kInvalidArgument);  // no tokenizer
+}
+
+}  // namespace
+}  // namespace tandem::inference
