@@ -13,7 +13,8 @@ each Chrome trace:
   * GPU time per launching ATen op, forward and backward apart (the
     backward ones named by their autograd node);
   * the top kernels by name.
-The traces go gzipped to $OUT for a closer look.
+The traces go gzipped to $OUT for a closer look (TANDEM_PROFILE_TRACES=0:
+not).
 
 Usage: model_profile.py TANDEM_MODEL_BENCH WORKDIR [MODEL ...]
 """
@@ -147,8 +148,10 @@ def main():
             step = json.loads(r.stdout.strip().splitlines()[-1])["seconds_per_step"]
             print(f"[profile] {name} {mode}: {step * 1e3:.1f} ms/step (timed, unprofiled)", flush=True)
             summarise(trace, f"{name} {mode}", sys.stdout)
-            with open(trace, "rb") as src, gzip.open(os.path.join(out_dir, f"trace-{name}-{mode}.json.gz"), "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            if os.environ.get("TANDEM_PROFILE_TRACES", "1") != "0":
+                with open(trace, "rb") as src, \
+                        gzip.open(os.path.join(out_dir, f"trace-{name}-{mode}.json.gz"), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
             sys.stdout.flush()
 
 
