@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/fused/fused.h"
 #include "workers/ops/glue_common.h"
@@ -79,60 +80,91 @@ RmsNormShape NormShape(const at::Tensor& x, const at::Tensor& weight, double eps
   return s;
 }
 
-// inputs: x, delta (undefined: no residual add), weight; outputs {y} or {sum, y}.
+// The norm's forward: y = RmsNorm(x), or with delta defined sum = x + delta
+// and y = RmsNorm(sum). Returns {sum (undefined without delta), y}.
+std::pair<at::Tensor, at::Tensor> NormForward(const RmsNormShape& s, const at::Tensor& x, const at::Tensor& delta,
+                                              const at::Tensor& w) {
+  const bool residual = delta.defined();
+  at::Tensor y = NewOutput(x.sizes(), x.options());
+  at::Tensor sum = residual ? NewOutput(x.sizes(), x.options()) : at::Tensor();
+  if (x.device().is_cpu()) {
+    ThrowIfError(RmsNormForwardCpu(s, x.data_ptr<float>(), FOrNull(delta), w.data_ptr<float>(), FOrNull(sum),
+                                   y.data_ptr<float>()),
+                 kNormFn);
+  } else {
+#ifdef TANDEM_TORCH_CUDA
+    c10::cuda::CUDAGuard guard(x.device());
+    ThrowIfError(RmsNormForwardCuda(s, Bf(x), BfOrNull(delta), Bf(w), residual ? Bf(sum) : nullptr, Bf(y), Stream()),
+                 kNormFn);
+#endif
+  }
+  return {sum, y};
+}
+
+// The norm's backward at input h: {grad of h (plus grad_h when defined),
+// grad of weight in its dtype}.
+std::pair<at::Tensor, at::Tensor> NormBackward(const at::Tensor& h, const at::Tensor& w, double eps,
+                                               const at::Tensor& grad_y, const at::Tensor& grad_h) {
+  const RmsNormShape s = NormShape(h, w, eps);
+  const at::Tensor gy = GradOrZeros(grad_y, h);
+  const at::Tensor gh = grad_h.defined() ? Dense(grad_h.to(h.scalar_type())) : at::Tensor();
+  at::Tensor gin = NewOutput(h.sizes(), h.options());
+  at::Tensor gw = NewOutput({s.cols}, h.options().dtype(at::kFloat));
+  if (h.device().is_cpu()) {
+    ThrowIfError(RmsNormBackwardCpu(s, h.data_ptr<float>(), w.data_ptr<float>(), gy.data_ptr<float>(), FOrNull(gh),
+                                    gin.data_ptr<float>(), gw.data_ptr<float>()),
+                 kNormFn);
+  } else {
+#ifdef TANDEM_TORCH_CUDA
+    c10::cuda::CUDAGuard guard(h.device());
+    const size_t bytes = RmsNormBackwardWorkspaceBytes(s);
+    at::Tensor ws = Workspace(bytes, h);
+    ThrowIfError(RmsNormBackwardCuda(s, Bf(h), Bf(w), Bf(gy), BfOrNull(gh), Bf(gin), gw.data_ptr<float>(),
+                                     ws.data_ptr(), bytes, Stream()),
+                 kNormFn);
+#endif
+  }
+  return {gin, gw.to(w.scalar_type())};
+}
+
 class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& delta_in,
-                               const at::Tensor& weight_in, double eps) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& weight_in,
+                               double eps) {
     const RmsNormShape s = NormShape(x_in, weight_in, eps);
-    const bool residual = delta_in.defined();
-    if (residual) CheckLike(delta_in, x_in, kNormFn, "delta");
-    const at::Tensor x = Dense(x_in), w = Dense(weight_in), delta = residual ? Dense(delta_in) : at::Tensor();
-    at::Tensor y = NewOutput(x.sizes(), x.options());
-    at::Tensor sum = residual ? NewOutput(x.sizes(), x.options()) : at::Tensor();
-    if (x.device().is_cpu()) {
-      ThrowIfError(RmsNormForwardCpu(s, x.data_ptr<float>(), FOrNull(delta), w.data_ptr<float>(), FOrNull(sum),
-                                     y.data_ptr<float>()),
-                   kNormFn);
-    } else {
-#ifdef TANDEM_TORCH_CUDA
-      c10::cuda::CUDAGuard guard(x.device());
-      ThrowIfError(RmsNormForwardCuda(s, Bf(x), BfOrNull(delta), Bf(w), residual ? Bf(sum) : nullptr, Bf(y), Stream()),
-                   kNormFn);
-#endif
-    }
-    ctx->save_for_backward({residual ? sum : x, w});
+    const at::Tensor x = Dense(x_in), w = Dense(weight_in);
+    at::Tensor y = NormForward(s, x, at::Tensor(), w).second;
+    ctx->save_for_backward({x, w});
     ctx->saved_data["eps"] = eps;
-    ctx->saved_data["residual"] = residual;
-    if (residual) return {sum, y};
     return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &h = saved[0], &w = saved[1];
-    const bool residual = ctx->saved_data["residual"].toBool();
-    const RmsNormShape s = NormShape(h, w, ctx->saved_data["eps"].toDouble());
-    const at::Tensor gy = GradOrZeros(residual ? grads[1] : grads[0], h);
-    const at::Tensor gh = residual && grads[0].defined() ? Dense(grads[0].to(h.scalar_type())) : at::Tensor();
-    at::Tensor gin = NewOutput(h.sizes(), h.options());
-    at::Tensor gw = NewOutput({s.cols}, h.options().dtype(at::kFloat));
-    if (h.device().is_cpu()) {
-      ThrowIfError(RmsNormBackwardCpu(s, h.data_ptr<float>(), w.data_ptr<float>(), gy.data_ptr<float>(), FOrNull(gh),
-                                      gin.data_ptr<float>(), gw.data_ptr<float>()),
-                   kNormFn);
-    } else {
-#ifdef TANDEM_TORCH_CUDA
-      c10::cuda::CUDAGuard guard(h.device());
-      const size_t bytes = RmsNormBackwardWorkspaceBytes(s);
-      at::Tensor ws = Workspace(bytes, h);
-      ThrowIfError(RmsNormBackwardCuda(s, Bf(h), Bf(w), Bf(gy), BfOrNull(gh), Bf(gin), gw.data_ptr<float>(),
-                                       ws.data_ptr(), bytes, Stream()),
-                   kNormFn);
-#endif
-    }
+    auto [gx, gw] = NormBackward(saved[0], saved[1], ctx->saved_data["eps"].toDouble(), grads[0], at::Tensor());
+    return {gx, gw, at::Tensor()};
+  }
+};
+
+// outputs {sum = x + delta, RmsNorm(sum)}
+class AddRmsNormFunction : public torch::autograd::Function<AddRmsNormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& delta_in,
+                               const at::Tensor& weight_in, double eps) {
+    const RmsNormShape s = NormShape(x_in, weight_in, eps);
+    CheckLike(delta_in, x_in, kNormFn, "delta");
+    const at::Tensor x = Dense(x_in), w = Dense(weight_in), delta = Dense(delta_in);
+    auto [sum, y] = NormForward(s, x, delta, w);
+    ctx->save_for_backward({sum, w});
+    ctx->saved_data["eps"] = eps;
+    return {sum, y};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [gin, gw] = NormBackward(saved[0], saved[1], ctx->saved_data["eps"].toDouble(), grads[1], grads[0]);
     // x and delta have one gradient (the sum's).
-    return {gin, residual ? gin : at::Tensor(), gw.to(w.scalar_type()), at::Tensor()};
+    return {gin, gin, gw, at::Tensor()};
   }
 };
 
@@ -251,12 +283,11 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
 }  // namespace
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  return RmsNormFunction::apply(x, at::Tensor(), weight, eps)[0];
+  return RmsNormFunction::apply(x, weight, eps)[0];
 }
 
 AddRmsNormOutput AddRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(delta.defined(), kNormFn, ": delta is undefined");
-  variable_list out = RmsNormFunction::apply(x, delta, weight, eps);
+  variable_list out = AddRmsNormFunction::apply(x, delta, weight, eps);
   return {out[0], out[1]};
 }
 

@@ -2,8 +2,9 @@
 // emulation, on the same bf16-rounded inputs, over shapes (the models' 1024
 // and 128 rows, widths off the warp's 64-column stride, odd element counts,
 // zero rows). Outputs poisoned before each launch. The forward outputs agree
-// up to rare one- or two-ulp flips (fp32 against fp64 before a rounding);
-// gradients within 1% of their RMS per element and 0.5% in relative L2.
+// up to rare flips of an intermediate rounding (fp32 against fp64 before a
+// rounding): within 0.2% in relative L2; gradients within 1% of their RMS
+// per element and 0.5% in relative L2.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -25,8 +26,12 @@ std::vector<float> RandomBf16(std::mt19937_64& rng, size_t n, float lo = -1, flo
   return v;
 }
 
+// A one-ulp flip of an intermediate (the normed row in rotary, then scaled
+// by cos or sin) shows in an output that cancels as an absolute error of
+// about 2^-7 of the intermediates' size: the absolute term is 2% of the RMS.
 void ExpectOutput(const std::vector<float>& out, const std::vector<float>& ref, const char* what) {
-  EXPECT_EQ(testing::CheckClose(out, ref, {1e-3 * testing::Rms(ref) + 1e-6, 1.6e-2}), "") << what;
+  EXPECT_EQ(testing::CheckClose(out, ref, {2e-2 * testing::Rms(ref) + 1e-6, 1.6e-2}), "") << what;
+  EXPECT_LT(testing::RelativeL2(out, ref), 2e-3) << what;
 }
 void ExpectGrad(const std::vector<float>& out, const std::vector<float>& ref, const char* what) {
   EXPECT_EQ(testing::CheckClose(out, ref, {1e-2 * testing::Rms(ref) + 1e-6, 1.6e-2}), "") << what;
