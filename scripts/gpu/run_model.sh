@@ -63,7 +63,7 @@ left=$(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) ))
 if [[ " $steps " == *" bench "* ]] && (( left < 120 )); then
   echo "[gpu] bench skipped: ${left} s left in this call"
 elif [[ " $steps " == *" bench "* ]]; then
-  OUT=$OUT timeout $left python3 scripts/gpu/model_bench.py "$(bin tandem-model-bench)" "$WORK/bench" 2>&1 | tee "$OUT/bench.log" | grep -vE "Warning|warn\(" | tail -30
+  PYTHONUNBUFFERED=1 OUT=$OUT timeout $left python3 scripts/gpu/model_bench.py "$(bin tandem-model-bench)" "$WORK/bench" 2>&1 | tee "$OUT/bench.log" | grep -vE "Warning|warn\(" | tail -30
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if [[ " $steps " == *" profile "* ]]; then
