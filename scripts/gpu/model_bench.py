@@ -116,13 +116,13 @@ def report(name, res, flops, tokens):
 def main():
     # Order per model: tandem (flat, packed), then transformers eager, then
     # compiled (the slowest to set up), each printed as it comes, so a call
-    # that runs out of time keeps what it measured. TANDEM_BENCH_PROFILE=1:
-    # the tandem runs also write a profiled step's trace, summarised last
-    # into $OUT/profile.log (model_profile.py).
+    # that runs out of time keeps what it measured. TANDEM_BENCH_PROFILE=a,b
+    # (model names): those models' tandem flat runs also write a profiled
+    # step's trace, summarised last into $OUT/profile.log (model_profile.py).
     tool, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     out_dir = os.environ.get("OUT", work)
-    profile = os.environ.get("TANDEM_BENCH_PROFILE") == "1"
+    profile = set(filter(None, os.environ.get("TANDEM_BENCH_PROFILE", "").split(",")))
     traces = []
     results = {}
     for name, cfg in configs().items():
@@ -136,7 +136,7 @@ def main():
         res = {}
         results[name] = res
         for mode in ("flat", "packed"):
-            trace = os.path.join(work, f"trace-{name}-{mode}.json") if profile else None
+            trace = os.path.join(work, f"trace-{name}-{mode}.json") if name in profile and mode == "flat" else None
             sec = tandem_step(tool, model_dir, mode, trace)
             if sec:
                 res[f"tandem {mode}"] = sec
