@@ -13,7 +13,8 @@ R tokens. Timed in the same run on the same weights:
 Throughput counts the flat batch's tokens (PROMPTS*G*(P+R)) per second for
 every contender, so packing shows as speed. MFU = model FLOPs of the flat
 batch (6*N_active*T + attention) / time / 989 TFLOP/s (H200 dense bf16).
-Prints one line per contender and the ratios last.
+Prints one line per contender as it is measured, then the table and the
+ratios per model.
 
 Usage: model_bench.py TANDEM_MODEL_BENCH WORKDIR
 """
@@ -82,9 +83,47 @@ def hf_step(model, ids, labels):
     return step
 
 
+def tandem_step(tool, model_dir, mode, trace=None):
+    cmd = [tool, "--model", model_dir, "--prompts", str(PROMPTS), "--prompt-len", str(P), "--group", str(G),
+           "--response-len", str(R), "--mode", mode, "--iters", str(ITERS), "--warmup", str(WARMUP)]
+    if trace:
+        cmd += ["--profile", trace]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        print(f"[bench] tandem {mode} failed rc={r.returncode}: {r.stderr[-1500:]}", flush=True)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])["seconds_per_step"]
+
+
+def report(name, res, flops, tokens):
+    for k, sec in res.items():
+        print(f"[bench] {name:16s} {k:22s} {sec * 1e3:9.1f} ms/step  {tokens / sec:10.0f} tok/s  "
+              f"MFU {flops / sec / PEAK * 100:5.1f}%", flush=True)
+    token_reduction = PROMPTS * G * (P + R) / (PROMPTS * (P + G * R))
+    eager = res.get("transformers eager")
+    comp = res.get("transformers compiled")
+    flat = res.get("tandem flat")
+    packed = res.get("tandem packed")
+    if flat and eager:
+        print(f"[bench] {name}: tandem flat / transformers eager = {eager / flat:.2f}x (target >= 1.3)")
+    if flat and comp:
+        print(f"[bench] {name}: tandem flat / transformers compiled = {comp / flat:.2f}x (target >= 1.0)")
+    if flat and packed:
+        print(f"[bench] {name}: tandem packed / tandem flat = {flat / packed:.2f}x of a token reduction "
+              f"{token_reduction:.2f}x = {flat / packed / token_reduction * 100:.0f}% (target >= 90%)", flush=True)
+
+
 def main():
+    # Order per model: tandem (flat, packed), then transformers eager, then
+    # compiled (the slowest to set up), each printed as it comes, so a call
+    # that runs out of time keeps what it measured. TANDEM_BENCH_PROFILE=a,b
+    # (model names): those models' tandem flat runs also write a profiled
+    # step's trace, summarised last into $OUT/profile.log (model_profile.py).
     tool, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
+    out_dir = os.environ.get("OUT", work)
+    profile = set(filter(None, os.environ.get("TANDEM_BENCH_PROFILE", "").split(",")))
+    traces = []
     results = {}
     for name, cfg in configs().items():
         torch.manual_seed(0)
@@ -94,15 +133,25 @@ def main():
         n_active = active_params(cfg, model)
         flops = model_flops(cfg, n_active)
         tokens = PROMPTS * G * (P + R)
+        res = {}
+        results[name] = res
+        for mode in ("flat", "packed"):
+            trace = os.path.join(work, f"trace-{name}-{mode}.json") if name in profile and mode == "flat" else None
+            sec = tandem_step(tool, model_dir, mode, trace)
+            if sec:
+                res[f"tandem {mode}"] = sec
+                print(f"[bench] {name:16s} tandem {mode:15s} {sec * 1e3:9.1f} ms/step", flush=True)
+                if trace:
+                    traces.append((f"{name} {mode}", trace))
         gen = torch.Generator().manual_seed(1)
         prompts = torch.randint(0, cfg.vocab_size, (PROMPTS, 1, P), generator=gen).expand(PROMPTS, G, P)
         resp = torch.randint(0, cfg.vocab_size, (PROMPTS, G, R), generator=gen)
         ids = torch.cat([prompts, resp], -1).reshape(PROMPTS * G, P + R).cuda()
         labels = ids.clone()
         labels[:, :P] = -100  # loss on the responses only
-        res = {}
         model.train()
         res["transformers eager"] = time_fn(hf_step(model, ids, labels))
+        print(f"[bench] {name:16s} transformers eager    {res['transformers eager'] * 1e3:9.1f} ms/step", flush=True)
         compiled = torch.compile(model)
         try:
             res["transformers compiled"] = time_fn(hf_step(compiled, ids, labels))
@@ -110,33 +159,15 @@ def main():
             print(f"[bench] {name}: torch.compile failed: {e!r}"[:500], flush=True)
         del compiled, model
         torch.cuda.empty_cache()
-        for mode in ("flat", "packed"):
-            r = subprocess.run([tool, "--model", model_dir, "--prompts", str(PROMPTS), "--prompt-len", str(P),
-                                "--group", str(G), "--response-len", str(R), "--mode", mode,
-                                "--iters", str(ITERS), "--warmup", str(WARMUP)],
-                               capture_output=True, text=True, timeout=900)
-            if r.returncode != 0:
-                print(f"[bench] {name} tandem {mode} failed rc={r.returncode}: {r.stderr[-1500:]}", flush=True)
-                continue
-            res[f"tandem {mode}"] = json.loads(r.stdout.strip().splitlines()[-1])["seconds_per_step"]
-        for k, sec in res.items():
-            print(f"[bench] {name:16s} {k:22s} {sec * 1e3:9.1f} ms/step  {tokens / sec:10.0f} tok/s  "
-                  f"MFU {flops / sec / PEAK * 100:5.1f}%", flush=True)
-        results[name] = res
-        token_reduction = PROMPTS * G * (P + R) / (PROMPTS * (P + G * R))
-        eager = res.get("transformers eager")
-        comp = res.get("transformers compiled")
-        flat = res.get("tandem flat")
-        packed = res.get("tandem packed")
-        if flat and eager:
-            print(f"[bench] {name}: tandem flat / transformers eager = {eager / flat:.2f}x (target >= 1.3)")
-        if flat and comp:
-            print(f"[bench] {name}: tandem flat / transformers compiled = {comp / flat:.2f}x (target >= 1.0)")
-        if flat and packed:
-            print(f"[bench] {name}: tandem packed / tandem flat = {flat / packed:.2f}x of a token reduction "
-                  f"{token_reduction:.2f}x = {flat / packed / token_reduction * 100:.0f}% (target >= 90%)")
-    with open(os.path.join(os.environ.get("OUT", work), "model_bench.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        report(name, res, flops, tokens)
+        with open(os.path.join(out_dir, "model_bench.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    if traces:
+        import model_profile  # noqa: E402  (beside this file)
+        with open(os.path.join(out_dir, "profile.log"), "w") as f:
+            for label, trace in traces:
+                model_profile.summarise(trace, label, f)
+                f.flush()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 # golden test against transformers (scripts/gpu/model_golden.py) and the
 # forward+backward benchmark (scripts/gpu/model_bench.py). Logs under $OUT.
 # Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
-# Usage: scripts/gpu/run_model.sh [golden|bench|tests ...]   (default: all)
+# Usage: scripts/gpu/run_model.sh [golden|bench|tests|profile ...]
+#   (default: tests golden bench; profile: scripts/gpu/model_profile.py, the
+#   per-kernel/per-op breakdown of tandem's step, traces to $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -22,12 +24,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$OUT/gpu.txt"
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 GEN=Ninja; command -v ninja >/dev/null || GEN="Unix Makefiles"
-tests="tree_attention_op_test moe_ops_test lm_head_loss_op_test model_parameter_set_test model_transformer_test model_checkpoint_test"
+tests="fused_test fused_gpu_test fused_ops_test tree_attention_op_test moe_ops_test lm_head_loss_op_test model_parameter_set_test model_transformer_test model_checkpoint_test"
+targets="tandem-model-bench"  # the profile step needs only the bench
+[[ " $steps " == *" tests "* ]] && targets="$targets $tests"
+[[ " $steps " == *" golden "* || " $steps " == *" bench "* ]] && targets="$targets tandem-model-eval"
 start=$(date +%s)
 cmake -S workers/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
   -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target tandem-model-eval tandem-model-bench $tests >>"$OUT/build.log" 2>&1
+  cmake --build "$BUILD" -j16 --target $targets >>"$OUT/build.log" 2>&1
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 grep -E "workers/ops: Torch|CUDA path" "$OUT/build.log" | head -3
@@ -58,7 +63,13 @@ left=$(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) ))
 if [[ " $steps " == *" bench "* ]] && (( left < 120 )); then
   echo "[gpu] bench skipped: ${left} s left in this call"
 elif [[ " $steps " == *" bench "* ]]; then
-  OUT=$OUT timeout $left python3 scripts/gpu/model_bench.py "$(bin tandem-model-bench)" "$WORK/bench" 2>&1 | tee "$OUT/bench.log" | grep -vE "Warning|warn\(" | tail -30
+  PYTHONUNBUFFERED=1 OUT=$OUT timeout $left python3 scripts/gpu/model_bench.py "$(bin tandem-model-bench)" "$WORK/bench" 2>&1 | tee "$OUT/bench.log" | grep -vE "Warning|warn\(" | tail -30
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+fi
+if [[ " $steps " == *" profile "* ]]; then
+  PYTHONUNBUFFERED=1 OUT=$OUT timeout 400 python3 scripts/gpu/model_profile.py "$(bin tandem-model-bench)" "$WORK/profile" \
+    ${TANDEM_PROFILE_MODELS:-} >"$OUT/profile.log" 2>&1
+  [[ $? -ne 0 ]] && status=1
+  grep -E "ms/step|busy|failed|Error" "$OUT/profile.log" | head -20
 fi
 exit $status

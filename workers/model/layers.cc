@@ -7,15 +7,41 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
+#include "kernels/fused/fused.h"
+#include "workers/ops/fused_ops.h"
 #include "workers/ops/moe_ops.h"
 
 namespace tandem::model {
 
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+namespace {
+
+// Rows the fused kernels take: an even width, at most kFusedCudaMaxCols.
+bool FusedWidth(int64_t cols) { return cols % 2 == 0 && cols <= kernels::kFusedCudaMaxCols; }
+
+// HF's formula in ATen ops, for the shapes the fused kernels do not take.
+at::Tensor RmsNormAten(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return weight * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!FusedWidth(x.size(-1))) return RmsNormAten(x, weight, eps);
+  return ops::RmsNorm(x, weight, eps);
+}
+
+ResidualNorm AddRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight, double eps) {
+  if (!FusedWidth(x.size(-1))) {
+    at::Tensor sum = x + delta;
+    at::Tensor normed = RmsNormAten(sum, weight, eps);
+    return {std::move(sum), std::move(normed)};
+  }
+  ops::AddRmsNormOutput out = ops::AddRmsNorm(x, delta, weight, eps);
+  return {std::move(out.sum), std::move(out.normed)};
 }
 
 at::Tensor RotaryInvFreq(int64_t head_dim, double theta, at::Device device) {
@@ -42,8 +68,13 @@ Qkv ProjectQkv(const at::Tensor& h, const AttentionWeights& w, const AttentionSh
   at::Tensor q = at::linear(h, w.q_proj).view({n, s.heads, s.head_dim});
   at::Tensor k = at::linear(h, w.k_proj).view({n, s.kv_heads, s.head_dim});
   at::Tensor v = at::linear(h, w.v_proj).view({n, s.kv_heads, s.head_dim});
-  q = ApplyRotary(RmsNorm(q, w.q_norm, s.eps), angles);
-  k = ApplyRotary(RmsNorm(k, w.k_norm, s.eps), angles);
+  if (s.head_dim % 4 == 0 && FusedWidth(s.head_dim)) {
+    q = ops::QkNormRotary(q, w.q_norm, angles.cos, angles.sin, s.eps);
+    k = ops::QkNormRotary(k, w.k_norm, angles.cos, angles.sin, s.eps);
+  } else {
+    q = ApplyRotary(RmsNorm(q, w.q_norm, s.eps), angles);
+    k = ApplyRotary(RmsNorm(k, w.k_norm, s.eps), angles);
+  }
   return {q, k, v};
 }
 
@@ -75,7 +106,7 @@ at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& keys, const at
 }
 
 at::Tensor DenseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+  return at::linear(ops::Swiglu(at::linear(x, gate), at::linear(x, up)), down);
 }
 
 MoeMlpOutput MoeMlp(const at::Tensor& x, const at::Tensor& router, const at::Tensor& w_gate_up,

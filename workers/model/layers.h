@@ -16,8 +16,15 @@
 namespace tandem::model {
 
 // HF's Qwen3RMSNorm over the last dim: x in fp32, x * rsqrt(mean(x^2) + eps),
-// cast back to x's dtype, times weight.
+// cast back to x's dtype, times weight. The fused op (ops::RmsNorm, one
+// kernel each way) when the last dim is even, else ATen ops.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// sum = x + delta (the residual add) and RmsNorm(sum), fused likewise.
+struct ResidualNorm {
+  at::Tensor sum;
+  at::Tensor normed;
+};
+ResidualNorm AddRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight, double eps);
 
 // Rotary embedding, HF's "default" rope: inv_freq[i] = theta^(-2i/D) (fp32,
 // [D/2]); angles pos * inv_freq in fp32; cos/sin of cat(angles, angles),
@@ -43,7 +50,9 @@ struct Qkv {
   at::Tensor k;  // [N, Hkv, D] after k_norm and rotary
   at::Tensor v;  // [N, Hkv, D]
 };
-// The projections, Qwen3's per-head q_norm/k_norm, then rotary at `angles`.
+// The projections, Qwen3's per-head q_norm/k_norm, then rotary at `angles`
+// (q/k norm and rotary in one fused op, ops::QkNormRotary, when head_dim is
+// a multiple of 4; else RmsNorm and ApplyRotary).
 Qkv ProjectQkv(const at::Tensor& h, const AttentionWeights& w, const AttentionShape& s, const RotaryAngles& angles);
 // Attention output [N, Hq, D] -> o_proj -> [N, H].
 at::Tensor OutputProjection(const at::Tensor& attn, const AttentionWeights& w);
@@ -55,7 +64,8 @@ at::Tensor ForestAttention(const Qkv& qkv, const c10::intrusive_ptr<ops::TreeFor
 at::Tensor DecodeAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                            const at::Tensor& visible);
 
-// SwiGLU: down(silu(gate(x)) * up(x)); gate/up [I, H], down [H, I].
+// SwiGLU: down(silu(gate(x)) * up(x)); gate/up [I, H], down [H, I]; the
+// activation is the fused op ops::Swiglu.
 at::Tensor DenseMlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
 
 // A MoE layer's router statistics, for the load-balancing loss.

@@ -36,9 +36,9 @@ at::Tensor DecoderLayer(const ModelConfig& c, const at::Tensor& x,
                         const std::function<at::Tensor(const at::Tensor&)>& mlp, Qkv* qkv_out) {
   const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
   Qkv qkv = ProjectQkv(RmsNorm(x, input_norm, c.rms_norm_eps), attn_w, shape, angles);
-  const at::Tensor h = x + OutputProjection(attend(qkv), attn_w);
+  const ResidualNorm h = AddRmsNorm(x, OutputProjection(attend(qkv), attn_w), post_norm, c.rms_norm_eps);
   if (qkv_out) *qkv_out = std::move(qkv);
-  return h + mlp(RmsNorm(h, post_norm, c.rms_norm_eps));
+  return h.sum + mlp(h.normed);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 //
 //   tandem-model-bench --model DIR [--prompts 4] [--prompt-len 512]
 //       [--group 8] [--response-len 512] [--mode packed|flat]
-//       [--iters 5] [--warmup 2] [--device cuda|cpu]
+//       [--iters 5] [--warmup 2] [--device cuda|cpu] [--profile TRACE.json]
 //
 // The batch: `prompts` random prompts, each followed by `group` random
 // responses; the loss is the mean negative log-prob of the response tokens
@@ -13,9 +13,13 @@
 // backward into the flat gradient buffer. --mode packed stores each prompt
 // once (a trie); flat keeps every sequence whole. Prints one JSON line:
 // seconds_per_step, tokens (the flat batch's), packed_tokens, pairs.
+// --profile: after the timed steps, one more step under LibTorch's Kineto
+// profiler (CPU ops and CUDA kernels), its Chrome trace written to the file
+// (scripts/gpu/model_profile.py summarises it).
 #include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
 #endif
@@ -25,6 +29,7 @@
 #include <iostream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +90,16 @@ int Run(std::map<std::string, std::string>& v) {
               "\"pairs\": %lld}\n",
               v["--mode"].c_str(), sec, static_cast<long long>(prompts) * group * (plen + rlen),
               static_cast<long long>(batch->num_tokens()), static_cast<long long>(batch->num_pairs()));
+  if (!v["--profile"].empty()) {
+    namespace prof = torch::profiler::impl;
+    const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+    const std::set<prof::ActivityType> activities{prof::ActivityType::CPU, prof::ActivityType::CUDA};
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    step();
+    Sync(device);
+    torch::autograd::profiler::disableProfiler()->save(v["--profile"]);
+  }
   return 0;
 }
 
@@ -93,7 +108,8 @@ int Run(std::map<std::string, std::string>& v) {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> v = {{"--model", ""},     {"--prompts", "4"},   {"--prompt-len", "512"},
                                           {"--group", "8"},    {"--response-len", "512"}, {"--mode", "packed"},
-                                          {"--iters", "5"},    {"--warmup", "2"},    {"--device", "cuda"}};
+                                          {"--iters", "5"},    {"--warmup", "2"},    {"--device", "cuda"},
+                                          {"--profile", ""}};
   for (int i = 1; i < argc; i += 2) {
     if (!v.count(argv[i]) || i + 1 >= argc) {
       std::cerr << "tandem-model-bench: unknown flag or missing value: " << argv[i] << "\n";
