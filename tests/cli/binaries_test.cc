@@ -73,7 +73,7 @@ TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
   auto r = d.client().Request("POST", "/v1/jobs", RolloutWorkerSpec().dump());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 400) << r->body;
-  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"rollout\" worker)"));
+  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"teacher\" worker)"));
 }
 
 }  // namespace

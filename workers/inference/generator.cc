@@ -32,7 +32,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
   if (!model) return InvalidArgument("generator: no model");
   const model::ModelConfig& c = model->config();
   SchedulerOptions& so = options.scheduler;
-  if (so.max_model_len <= 0) so.max_model_len = c.max_position_embeddings;
+  so.max_model_len = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
   if (so.max_model_len > c.max_position_embeddings)
     return InvalidArgument("generator: max_model_len " + std::to_string(so.max_model_len) +
                            " exceeds the model's max_position_embeddings " +
@@ -117,7 +117,7 @@ Status Generator::Pause(PauseMode mode) {
   DeliverFinished();
   kick_ = true;
   wake_.notify_all();
-  return OkStatus();
+  return Status::Ok();
 }
 
 Status Generator::Continue() {
@@ -125,7 +125,7 @@ Status Generator::Continue() {
   scheduler_->Continue();
   kick_ = true;
   wake_.notify_all();
-  return OkStatus();
+  return Status::Ok();
 }
 
 Status Generator::FlushCache() {
@@ -207,7 +207,7 @@ void Generator::Loop() {
       log::Error("rollout", "commit: {}", events.status().ToString());
       continue;
     }
-    health_ = OkStatus();
+    health_ = Status::Ok();
     Deliver(*events);
     DeliverFinished();
   }

@@ -44,10 +44,11 @@
 namespace tandem::inference {
 
 struct GeneratorOptions {
-  // num_blocks 0: sized from kv_cache_bytes. max_model_len 0: the model's
-  // max_position_embeddings.
+  // scheduler.num_blocks 0: sized from kv_cache_bytes. scheduler.max_model_len
+  // is set from max_model_len.
   SchedulerOptions scheduler;
   int64_t kv_cache_bytes = 256ll << 20;
+  int64_t max_model_len = 0;               // 0: the model's max_position_embeddings
   std::string model_path;                  // reported by Info
   std::string config_json;                 // reported by Info
   std::shared_ptr<const TextCodec> codec;  // for stop strings; null: stop strings are refused

@@ -2,6 +2,7 @@
 #include "workers/roles/rollout_role.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -92,7 +93,7 @@ Status RunRollout(const RolloutOptions& o) {
   g.scheduler.max_running = o.max_running;
   g.scheduler.max_step_tokens = o.max_step_tokens;
   g.scheduler.max_waiting = o.max_waiting;
-  g.scheduler.max_model_len = o.max_model_len;
+  g.max_model_len = o.max_model_len;
   g.scheduler.seed = o.seed;
   StatusOr<std::unique_ptr<inference::Generator>> engine = inference::Generator::Create(model, g);
   TANDEM_RETURN_IF_ERROR(engine.status(), "engine");
@@ -128,7 +129,7 @@ Status RunRollout(const RolloutOptions& o) {
   log::Info("rollout", "signal {}: stopping", sig);
   server.Stop();
   engine->reset();
-  return OkStatus();
+  return Status::Ok();
 }
 
 }  // namespace tandem::roles

@@ -215,7 +215,7 @@ TEST(GeneratorTest, OptionsThatDoNotFitAreRefused) {
   o.kv_cache_bytes = 10;
   EXPECT_EQ(Generator::Create(m, o).status().code(), StatusCode::kInvalidArgument);
   o = GeneratorOptions{};
-  o.scheduler.max_model_len = 100000;
+  o.max_model_len = 100000;
   EXPECT_EQ(Generator::Create(m, o).status().code(), StatusCode::kInvalidArgument);
   std::unique_ptr<Generator> g = MakeEngine(m);
   GenerateRequest r = Greedy({1}, 4);
