@@ -20,6 +20,7 @@
 //   sleep SECONDS             sleeps.
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -86,11 +87,17 @@ void PrintPid(const char* what, pid_t pid) {
 }
 
 int EscapeClean(const char* self, const char* seconds) {
+  // The helper returns only once the grandchild has printed its pid: when it
+  // returned first, the task's end could kill the grandchild before it
+  // printed (seen under load), and the test waited for a pid in vain.
+  int printed[2];
+  if (pipe2(printed, O_CLOEXEC) != 0) return 1;
   pid_t child = fork();
   if (child == 0) {
     setsid();
     if (fork() == 0) {
       PrintPid("grandchild", getpid());
+      (void)!write(printed[1], "x", 1);
       char* argv[] = {const_cast<char*>(self), const_cast<char*>("sleep"), const_cast<char*>(seconds), nullptr};
       char* envp[] = {nullptr};
       execve(self, argv, envp);
@@ -99,6 +106,9 @@ int EscapeClean(const char* self, const char* seconds) {
     _exit(0);
   }
   waitpid(child, nullptr, 0);
+  close(printed[1]);
+  char byte = 0;
+  (void)!read(printed[0], &byte, 1);
   return 0;
 }
 
