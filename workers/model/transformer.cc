@@ -41,6 +41,17 @@ at::Tensor DecoderLayer(const ModelConfig& c, const at::Tensor& x,
   return h.sum + mlp(h.normed);
 }
 
+// A layer's MLP: dense SwiGLU, or the MoE block, whose router statistics are
+// appended to `router` (the output's, in layer order). W is the layer's
+// weights (Transformer::LayerWeights, private to the class).
+template <typename W>
+at::Tensor LayerMlp(const ModelConfig& c, const W& w, const at::Tensor& h, std::vector<RouterStats>& router) {
+  if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
+  MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
+  router.push_back(std::move(m.stats));
+  return m.out;
+}
+
 }  // namespace
 
 Transformer::Transformer(ModelConfig config, at::Device device, at::ScalarType dtype)
@@ -134,12 +145,7 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
   auto attend = [&](const Qkv& qkv) { return ForestAttention(qkv, batch.forest); };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = Layer(l);
-    auto mlp = [&](const at::Tensor& h) {
-      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
-      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
-      out.router.push_back(std::move(m.stats));
-      return m.out;
-    };
+    auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     Qkv qkv;
     x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp,
                      options.return_kv ? &qkv : nullptr);
@@ -201,12 +207,7 @@ DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& pos
       const at::Tensor values = at::cat({pv, qkv.v.unsqueeze(1)}, 1);
       return DecodeAttention(qkv.q, keys, values, visible);
     };
-    auto mlp = [&](const at::Tensor& h) {
-      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
-      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
-      out.router.push_back(std::move(m.stats));
-      return m.out;
-    };
+    auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     Qkv qkv;
     x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, &qkv);
     out.new_keys.push_back(qkv.k);
@@ -242,12 +243,7 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
       ops::PagedKvWrite(qkv.k, qkv.v, kb, vb, kv.slot_mapping);
       return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, kv.q_lens, scale);
     };
-    auto mlp = [&](const at::Tensor& h) {
-      if (!w.moe) return DenseMlp(h, w.gate, w.up, w.down);
-      MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
-      out.router.push_back(std::move(m.stats));
-      return m.out;
-    };
+    auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, nullptr);
   }
   // Each sequence's last new token: row cumsum(q_lens) - 1.
