@@ -12,13 +12,13 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "common/log.h"
 #include "workers/data/tokenizer.h"
 #include "workers/inference/generator.h"
 #include "workers/inference/http_api.h"
 #include "workers/model/checkpoint.h"
+#include "workers/model/config.h"
 
 namespace tandem::roles {
 namespace {
@@ -52,14 +52,6 @@ StatusOr<int> LeasedPort() {
   return static_cast<int>(port);
 }
 
-StatusOr<std::string> ReadFile(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return NotFound(p.string() + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 Status RunRollout(const RolloutOptions& o) {
@@ -74,9 +66,7 @@ Status RunRollout(const RolloutOptions& o) {
 
   inference::GeneratorOptions g;
   g.model_path = o.model_dir;
-  StatusOr<std::string> config = ReadFile(std::filesystem::path(o.model_dir) / "config.json");
-  TANDEM_RETURN_IF_ERROR(config.status(), "--model");
-  g.config_json = *config;
+  g.config_json = model::ToHfJson(model->config()).dump();  // the config as loaded (unmodelled keys kept)
   std::shared_ptr<const inference::TextCodec> codec;
   if (std::filesystem::exists(std::filesystem::path(o.model_dir) / "tokenizer.json")) {
     StatusOr<data::Tokenizer> tok = data::Tokenizer::FromDirectory(o.model_dir);

@@ -128,6 +128,7 @@ TEST_F(RolloutRole, ServesGreedyGenerationOverHttpAndStopsOnSigterm) {
   const http::HttpReply info = http::Request(w.port, "GET", "/get_model_info");
   ASSERT_EQ(info.status, 200) << info.body;
   EXPECT_NE(info.body.find(model_dir), std::string::npos) << info.body;
+  EXPECT_NE(info.body.find("\"hidden_size\""), std::string::npos) << "the config is reported: " << info.body;
 
   // ignore_eos: the random model may well pick <|im_end|>.
   const json params = {{"temperature", 0}, {"max_new_tokens", 7}, {"ignore_eos", true}};
