@@ -14,10 +14,13 @@ if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
   set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "" FORCE)
 endif()
 
-# Sanitize: -O1 with line tables only (-g1): ASan and UBSan reports keep
-# file:line, and the build is CI's; full -g cost 12% more compile time for
-# nothing a report needs (orchestrator/daemon/http_server.cc, clang 14: 82 s
-# against 72 s, 2026-12-01; 150 s against 80 s for a LibTorch TU, g++ 12).
+# Sanitize: -O0 with line tables only (-g1): ASan and UBSan reports keep
+# file:line, and the build is CI's. -O1 cost 2.8x the compile time of -O0
+# (orchestrator/daemon/tandemd_main.cc, clang 14: 56 s against 20 s; the
+# optimiser and code generation of the inline Asio/Beast/JSON code every TU
+# emits are two thirds of it), for code that mostly waits on processes and
+# sockets; kernels/ (CPU numerics) is built at -O1 (kernels/CMakeLists.txt).
+# Full -g cost 12% more for nothing a report needs.
 set(_san "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined")
 # One tree for the tests and the fuzzers (scripts/test.sh): with clang and
 # TANDEM_BUILD_FUZZ, every translation unit also carries libFuzzer's coverage
@@ -28,8 +31,8 @@ set(_san_compile "${_san}")
 if(TANDEM_BUILD_FUZZ AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   string(APPEND _san_compile " -fsanitize=fuzzer-no-link")
 endif()
-set(CMAKE_CXX_FLAGS_SANITIZE "-O1 -g1 ${_san_compile}" CACHE STRING "" FORCE)
-set(CMAKE_C_FLAGS_SANITIZE "-O1 -g1 ${_san_compile}" CACHE STRING "" FORCE)
+set(CMAKE_CXX_FLAGS_SANITIZE "-O0 -g1 ${_san_compile}" CACHE STRING "" FORCE)
+set(CMAKE_C_FLAGS_SANITIZE "-O0 -g1 ${_san_compile}" CACHE STRING "" FORCE)
 set(CMAKE_EXE_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
 set(CMAKE_SHARED_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
 
@@ -49,6 +52,11 @@ function(tandem_test name)
   tandem_warnings(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  # No fuzz target links a test's own objects: they skip the coverage
+  # instrumentation (a third of a -O0 TU's compile time).
+  if(TANDEM_BUILD_FUZZ AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize=fuzzer-no-link>)
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
