@@ -19,7 +19,7 @@ endif()
 # (orchestrator/daemon/tandemd_main.cc, clang 14: 56 s against 20 s; the
 # optimiser and code generation of the inline Asio/Beast/JSON code every TU
 # emits are two thirds of it), for code that mostly waits on processes and
-# sockets; kernels/ (CPU numerics) is built at -O1 (kernels/CMakeLists.txt).
+# sockets; what is CPU-heavy under test keeps -O1 (tandem_optimize_under_sanitize).
 # Full -g cost 12% more for nothing a report needs.
 set(_san "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined")
 # One tree for the tests and the fuzzers (scripts/test.sh): with clang and
@@ -35,6 +35,14 @@ set(CMAKE_CXX_FLAGS_SANITIZE "-O0 -g1 ${_san_compile}" CACHE STRING "" FORCE)
 set(CMAKE_C_FLAGS_SANITIZE "-O0 -g1 ${_san_compile}" CACHE STRING "" FORCE)
 set(CMAKE_EXE_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
 set(CMAKE_SHARED_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
+
+# CPU-heavy code that the tests run at size (numeric kernels, the
+# tokenizer, the report's log parsing) keeps -O1 in the Sanitize build:
+# call at the top of its directory (applies to the targets defined after it,
+# subdirectories included).
+macro(tandem_optimize_under_sanitize)
+  add_compile_options($<$<AND:$<CONFIG:Sanitize>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
+endmacro()
 
 # Warnings for our own targets only (not third-party code).
 function(tandem_warnings target)

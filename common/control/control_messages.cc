@@ -112,9 +112,10 @@ StatusOr<std::vector<std::string>> Command::Tags() const {
 
 StatusOr<std::string> Command::Mode() const {
   auto it = body.find("mode");
-  if (it == body.end() || !it->is_string()) return InvalidArgument(type + ".mode: expected \"abort\" or \"finish\"");
+  const std::string expected = type + ".mode: expected \"abort\", \"retract\" or \"in_place\"";
+  if (it == body.end() || !it->is_string()) return InvalidArgument(expected);
   std::string m = it->get<std::string>();
-  if (m != "abort" && m != "finish") return InvalidArgument(type + ".mode: expected \"abort\" or \"finish\", got \"" + m + "\"");
+  if (m != "abort" && m != "retract" && m != "in_place") return InvalidArgument(expected + ", got \"" + m + "\"");
   return m;
 }
 

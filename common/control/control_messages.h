@@ -119,7 +119,7 @@ struct Command {
 
   // release/resume: the tags named (empty: all tags).
   StatusOr<std::vector<std::string>> Tags() const;
-  // pause: "abort" or "finish".
+  // pause: "abort", "retract" or "in_place" (SGLang's pause modes).
   StatusOr<std::string> Mode() const;
   // publish_weights/load_weights: the version.
   StatusOr<int64_t> Version() const;

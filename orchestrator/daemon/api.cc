@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/bounded_json.h"
@@ -55,14 +56,20 @@ json DetailsOf(const std::string& message) {
 
 // Reads `file` from `offset` in 64 KiB chunks, handing each to `take`, while
 // the client keeps up with what it was sent (the streams' back-pressure).
-enum class FileRead { kAtEnd, kBacklogged, kClosed };
+// kYield: this io turn's share was read and more may follow; the caller
+// posts itself to read on, so that one stream of a long file (a history
+// replayed to 8 clients: 16 MiB each, parsed line by line) never holds the
+// io thread from the daemon's other requests for long.
+enum class FileRead { kAtEnd, kBacklogged, kClosed, kYield };
+constexpr size_t kReadPerTurn = 256 * 1024;
 FileRead ReadWhileDrained(const fs::path& file, uint64_t& offset, Exchange& ex,
                           const std::function<void(std::string_view)>& take) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return FileRead::kAtEnd;
   in.seekg(static_cast<std::streamoff>(offset));
   std::string buf(64 * 1024, '\0');
-  while (in && !ex.backlogged()) {
+  for (size_t turn = 0; in && !ex.backlogged(); turn += buf.size()) {
+    if (turn >= kReadPerTurn) return FileRead::kYield;
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const auto n = static_cast<size_t>(in.gcount());
     if (n == 0) break;
@@ -96,6 +103,7 @@ class LogFollower : public std::enable_shared_from_this<LogFollower> {
       case FileRead::kClosed: return;
       // The client has not taken what it has: read on when it does.
       case FileRead::kBacklogged: return ex_->OnDrain([self = shared_from_this()] { self->Pump(); });
+      case FileRead::kYield: return boost::asio::post(timer_.get_executor(), [self = shared_from_this()] { self->Pump(); });
       case FileRead::kAtEnd: break;
     }
     const Job* job = jobs_.Find(job_id_);
@@ -128,14 +136,16 @@ std::string SseEvent(uint64_t seq, const std::string& type, const json& body) {
 }
 
 // GET /v1/jobs/{id}/events: the job's history from events.jsonl, read as the
-// client takes it, then (following) its live events. The file is read to its
-// end and the live subscription starts in the same io turn: the daemon writes
-// each event's line before it publishes it, so nothing is missed or repeated.
+// client takes it, then (following) its live events. The file is read in
+// shares of kReadPerTurn per io turn, and the read that reaches its end and
+// the live subscription happen in the same turn: the daemon writes each
+// event's line before it publishes it, so nothing is missed or repeated.
 // Live events are queued; a client over the stream's bound is dropped.
 class EventStream : public std::enable_shared_from_this<EventStream> {
  public:
-  EventStream(JobManager& jobs, std::string job_id, fs::path file, bool follow, std::shared_ptr<Exchange> ex)
-      : jobs_(jobs), job_id_(std::move(job_id)), file_(std::move(file)), follow_(follow), ex_(std::move(ex)) {}
+  EventStream(boost::asio::io_context& io, JobManager& jobs, std::string job_id, fs::path file, bool follow,
+              std::shared_ptr<Exchange> ex)
+      : io_(io), jobs_(jobs), job_id_(std::move(job_id)), file_(std::move(file)), follow_(follow), ex_(std::move(ex)) {}
 
   void Start() {
     ex_->BeginStream("text/event-stream");
@@ -154,6 +164,7 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
     switch (ReadWhileDrained(file_, offset_, *ex_, [this](std::string_view b) { TakeBytes(b); })) {
       case FileRead::kClosed: return;
       case FileRead::kBacklogged: return ex_->OnDrain([self = shared_from_this()] { self->Replay(); });
+      case FileRead::kYield: return boost::asio::post(io_, [self = shared_from_this()] { self->Replay(); });
       case FileRead::kAtEnd: break;
     }
     // The end of the file: a last line without its newline counts too.
@@ -236,6 +247,7 @@ class EventStream : public std::enable_shared_from_this<EventStream> {
     token_.reset();
   }
 
+  boost::asio::io_context& io_;
   JobManager& jobs_;
   std::string job_id_;
   fs::path file_;
@@ -415,7 +427,7 @@ void Api::Logs(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange>
 
 void Api::Events(const Job& job, const HttpRequest& req, std::shared_ptr<Exchange> ex) {
   const bool follow = !(req.query.count("follow") && req.query.at("follow") == "0");
-  std::make_shared<EventStream>(jobs_, job.id, fs::path(job.run_dir) / "events.jsonl", follow, ex)->Start();
+  std::make_shared<EventStream>(io_, jobs_, job.id, fs::path(job.run_dir) / "events.jsonl", follow, ex)->Start();
 }
 
 void Api::Metrics(std::shared_ptr<Exchange> ex) {

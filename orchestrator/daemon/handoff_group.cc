@@ -30,7 +30,7 @@ std::string DurableWeights(const fs::path& run_dir, int64_t version) {
 json CommandLine(const SendCommand& c, int64_t wire_id, const WeightSources& sources) {
   json line = {{"type", CommandKindName(c.kind)}, {"id", wire_id}};
   switch (c.kind) {
-    case CommandKind::kPause: line["mode"] = "finish"; break;
+    case CommandKind::kPause: line["mode"] = "retract"; break;  // docs/control-protocol.md "Pause modes"
     case CommandKind::kRelease:
     case CommandKind::kResume: line["tags"] = TagList(c.tags); break;
     case CommandKind::kPublishWeights:

@@ -19,13 +19,12 @@ at::Tensor HostTensor(const std::vector<int32_t>& v, at::Device device) {
   return at::tensor(c10::ArrayRef<int32_t>(v), at::TensorOptions().dtype(at::kInt)).to(device);
 }
 
-// Bytes one KV block takes over every layer, keys and values.
-int64_t BlockBytes(const model::ModelConfig& c, int64_t block_size, at::ScalarType dtype) {
+}  // namespace
+
+int64_t KvBlockBytes(const model::ModelConfig& c, int64_t block_size, at::ScalarType dtype) {
   return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
          static_cast<int64_t>(c10::elementSize(dtype));
 }
-
-}  // namespace
 
 StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const model::Transformer> model,
                                                        GeneratorOptions options) {
@@ -39,7 +38,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
                            std::to_string(c.max_position_embeddings));
   if (so.block_size <= 0) return InvalidArgument("generator: block_size must be positive");
   if (so.num_blocks <= 0) {
-    const int64_t per_block = BlockBytes(c, so.block_size, model->dtype());
+    const int64_t per_block = KvBlockBytes(c, so.block_size, model->dtype());
     if (options.kv_cache_bytes < per_block)
       return InvalidArgument("generator: kv_cache_bytes " + std::to_string(options.kv_cache_bytes) +
                              " holds no block of " + std::to_string(per_block) + " bytes");
@@ -48,16 +47,30 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
   StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
   TANDEM_RETURN_IF_ERROR(scheduler.status(), "generator");
 
+  const int64_t layer_numel = static_cast<int64_t>(so.num_blocks) * so.block_size * c.num_key_value_heads * c.head_dim;
+  const int64_t pool_numel = 2 * c.num_hidden_layers * layer_numel;
+  const at::Tensor given = options.kv_buffer;  // a handle, not a reference: `options` is moved below
+  if (given.defined() && (given.dim() != 1 || !given.is_contiguous() || given.scalar_type() != model->dtype() ||
+                          given.device() != model->device() || given.numel() < pool_numel))
+    return InvalidArgument("generator: the KV buffer is not a flat " + std::string(c10::toString(model->dtype())) +
+                           " tensor on " + model->device().str() + " of at least " + std::to_string(pool_numel) +
+                           " elements (" + std::to_string(so.num_blocks) + " blocks)");
   std::unique_ptr<Generator> g(new Generator(std::move(model), std::move(options)));
   g->scheduler_ = std::move(*scheduler);
+  g->weight_version_ = g->options_.weight_version;
+  g->scheduler_->set_weight_version(g->weight_version_);
   try {
-    const auto opts = at::TensorOptions().dtype(g->model_->dtype()).device(g->model_->device());
     const model::ModelConfig& mc = g->model_->config();
+    // A given buffer is not cleared: a step reads only the slots its
+    // sequences wrote (and clearing would commit every page of a CPU pool).
+    const at::Tensor pool =
+        given.defined()
+            ? given.narrow(0, 0, pool_numel)
+            : at::zeros({pool_numel}, at::TensorOptions().dtype(g->model_->dtype()).device(g->model_->device()));
+    const std::vector<int64_t> shape{so.num_blocks, so.block_size, mc.num_key_value_heads, mc.head_dim};
     for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
-      const std::vector<int64_t> shape{g->options_.scheduler.num_blocks, g->options_.scheduler.block_size,
-                                       mc.num_key_value_heads, mc.head_dim};
-      g->key_blocks_.push_back(at::zeros(shape, opts));
-      g->value_blocks_.push_back(at::zeros(shape, opts));
+      g->key_blocks_.push_back(pool.narrow(0, (2 * l) * layer_numel, layer_numel).view(shape));
+      g->value_blocks_.push_back(pool.narrow(0, (2 * l + 1) * layer_numel, layer_numel).view(shape));
     }
   } catch (const c10::Error& e) {
     return ResourceExhausted(std::string("generator: the KV pool does not fit: ") + e.what_without_backtrace());
@@ -80,8 +93,10 @@ Generator::~Generator() {
   if (thread_.joinable()) thread_.join();
 }
 
+const void* Generator::kv_pool_data() const { return key_blocks_.front().data_ptr(); }
+
 int64_t Generator::kv_pool_bytes() const {
-  return BlockBytes(model_->config(), options_.scheduler.block_size, model_->dtype()) * options_.scheduler.num_blocks;
+  return KvBlockBytes(model_->config(), options_.scheduler.block_size, model_->dtype()) * options_.scheduler.num_blocks;
 }
 
 StatusOr<RequestId> Generator::Submit(GenerateRequest request, SampleCallback on_update) {
@@ -122,6 +137,9 @@ Status Generator::Pause(PauseMode mode) {
 
 Status Generator::Continue() {
   std::lock_guard<std::mutex> l(mu_);
+  if (weights_absent_ || kv_absent_)
+    return FailedPrecondition(std::string("continue: the ") + (weights_absent_ ? "weights are" : "KV cache is") +
+                              " released (resume the memory first)");
   scheduler_->Continue();
   kick_ = true;
   wake_.notify_all();
@@ -148,7 +166,8 @@ EngineInfo Generator::Info() const {
   info.config_json = options_.config_json;
   info.max_context_length = options_.scheduler.max_model_len;
   info.vocab_size = model_->config().vocab_size;
-  info.weight_version = 0;
+  std::lock_guard<std::mutex> l(mu_);
+  info.weight_version = weight_version_;
   return info;
 }
 
@@ -173,7 +192,7 @@ void Generator::Loop() {
     StepPlan plan;
     {
       std::unique_lock<std::mutex> l(mu_);
-      wake_.wait(l, [this] { return stop_ || kick_; });
+      wake_.wait(l, [this] { return stop_ || (kick_ && !loading_ && !weights_absent_ && !kv_absent_); });
       if (stop_) return;
       StatusOr<StepPlan> p = scheduler_->Plan();
       if (!p.ok()) {
@@ -188,9 +207,12 @@ void Generator::Loop() {
         continue;
       }
       plan = std::move(*p);
+      stepping_ = true;
     }
     StatusOr<std::vector<SampledToken>> sampled = RunStep(plan);
     std::lock_guard<std::mutex> l(mu_);
+    stepping_ = false;
+    step_done_.notify_all();
     if (!sampled.ok()) {
       // The step's requests end (abort) rather than retrying a step that
       // may fail again; the engine stays up for the next ones.
@@ -211,6 +233,65 @@ void Generator::Loop() {
     Deliver(*events);
     DeliverFinished();
   }
+}
+
+Status Generator::MarkAbsent(MemoryPart part) {
+  std::unique_lock<std::mutex> l(mu_);
+  const char* what = part == MemoryPart::kWeights ? "weights" : "kv_cache";
+  if (!scheduler_->paused())
+    return FailedPrecondition(std::string("release ") + what + ": the engine is generating; pause it first");
+  step_done_.wait(l, [this] { return !stepping_ && !loading_; });
+  const SchedulerStats s = scheduler_->stats();
+  if (part == MemoryPart::kKvCache && s.running_sequences > 0)
+    return FailedPrecondition("release kv_cache: " + std::to_string(s.running_sequences) +
+                              " sequences keep their KV (an in_place pause); pause with retract or abort to release it");
+  if (part == MemoryPart::kWeights) {
+    weights_absent_ = true;
+    return Status::Ok();
+  }
+  TANDEM_RETURN_IF_ERROR(scheduler_->FlushCache(), "release kv_cache");
+  const SchedulerStats after = scheduler_->stats();
+  if (after.free_blocks != after.num_blocks)
+    return Internal("release kv_cache: " + std::to_string(after.num_blocks - after.free_blocks) +
+                    " KV blocks are still held with no sequence running");
+  kv_absent_ = true;
+  return Status::Ok();
+}
+
+void Generator::MarkPresent(MemoryPart part) {
+  std::lock_guard<std::mutex> l(mu_);
+  (part == MemoryPart::kWeights ? weights_absent_ : kv_absent_) = false;
+  kick_ = true;
+  wake_.notify_all();
+}
+
+Status Generator::LoadWeights(int64_t version, const std::function<Status()>& load) {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (weights_absent_) return FailedPrecondition("load_weights: the weights are released; resume them first");
+    step_done_.wait(l, [this] { return !stepping_ && !loading_; });
+    loading_ = true;
+  }
+  Status st;
+  try {
+    st = load();
+  } catch (const std::exception& e) {
+    st = Internal(std::string("load_weights: ") + e.what());
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  loading_ = false;
+  // The prefix cache holds KV of the old weights: gone, even when the load
+  // failed half-way (the parameters may be partly new).
+  const Status flushed = scheduler_->InvalidateCache();
+  if (st.ok()) st = flushed;
+  if (st.ok()) {
+    weight_version_ = version;
+    scheduler_->set_weight_version(version);
+  }
+  step_done_.notify_all();
+  kick_ = true;
+  wake_.notify_all();
+  return st;
 }
 
 StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {

@@ -18,9 +18,15 @@
 //
 // The KV pool is num_blocks blocks per layer for keys and for values
 // ([num_blocks, block_size, Hkv, D] each, the model's dtype and device:
-// workers/model/paged_kv.h). Not yet: tagged-memory pools (release/resume),
-// CUDA-graph decode, tree-attention prefill of a group's prompts, weight
-// loading by version.
+// workers/model/paged_kv.h), carved from one flat buffer: the caller's
+// (the rollout's `kv_cache` tagged-memory pool) or a new one.
+//
+// Memory handoff (docs/inference.md "Memory and the control protocol"): the
+// rollout role releases the memory behind the weights or the KV pool only
+// after MarkAbsent said yes, and calls MarkPresent once it is mapped again.
+// While a part is absent no step runs and Continue fails. LoadWeights
+// rewrites the parameters in place between steps.
+// Not yet: CUDA-graph decode, tree-attention prefill of a group's prompts.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,16 +49,26 @@
 
 namespace tandem::inference {
 
+// Bytes one KV block takes over every layer, keys and values.
+int64_t KvBlockBytes(const model::ModelConfig& config, int64_t block_size, at::ScalarType dtype);
+
 struct GeneratorOptions {
   // scheduler.num_blocks 0: sized from kv_cache_bytes. scheduler.max_model_len
   // is set from max_model_len.
   SchedulerOptions scheduler;
   int64_t kv_cache_bytes = 256ll << 20;
+  // Holds the KV pool when defined: flat, contiguous, the model's dtype and
+  // device, at least num_blocks * KvBlockBytes bytes; the caller keeps it
+  // mapped except between MarkAbsent(kKvCache) and MarkPresent.
+  at::Tensor kv_buffer;
+  int64_t weight_version = 0;              // the version of the weights the model starts with
   int64_t max_model_len = 0;               // 0: the model's max_position_embeddings
   std::string model_path;                  // reported by Info
   std::string config_json;                 // reported by Info
   std::shared_ptr<const TextCodec> codec;  // for stop strings; null: stop strings are refused
 };
+
+enum class MemoryPart { kWeights, kKvCache };
 
 class Generator final : public Engine {
  public:
@@ -74,8 +90,26 @@ class Generator final : public Engine {
   EngineInfo Info() const override;
   EngineStats Stats() const override;
 
-  // Bytes of the KV pool (keys and values of every layer).
+  // Bytes of the KV pool (keys and values of every layer), and where it
+  // starts (kv_buffer's data when one was given).
   int64_t kv_pool_bytes() const;
+  const void* kv_pool_data() const;
+
+  // Before the memory behind `part` is released: waits for the step in
+  // flight and returns once none can start. FailedPrecondition unless the
+  // engine is paused; for kKvCache also while a sequence holds KV (an
+  // in_place pause keeps it: pause with retract or abort first). The prefix
+  // cache is emptied with the KV pool. Idempotent.
+  Status MarkAbsent(MemoryPart part);
+  // After the memory is mapped again (at the same addresses).
+  void MarkPresent(MemoryPart part);
+  // Runs `load`, which rewrites the model's parameters in place, with no step
+  // in flight, and reports `version` for the requests that start after it
+  // (running ones go on with the new weights and keep the version they
+  // started with). The prefix cache is emptied (its KV is the old
+  // weights'). FailedPrecondition while the weights are absent; the version
+  // is unchanged when `load` fails.
+  Status LoadWeights(int64_t version, const std::function<Status()>& load);
 
  private:
   Generator(std::shared_ptr<const model::Transformer> model, GeneratorOptions options);
@@ -103,6 +137,12 @@ class Generator final : public Engine {
   std::map<RequestId, Pending> pending_;
   bool stop_ = false;
   bool kick_ = false;
+  bool stepping_ = false;         // a plan is out: RunStep may be touching the memory
+  bool loading_ = false;          // LoadWeights is rewriting the parameters
+  bool weights_absent_ = false;
+  bool kv_absent_ = false;
+  std::condition_variable step_done_;
+  int64_t weight_version_ = 0;
   Status health_;
   uint64_t prompt_tokens_total_ = 0;
   std::thread thread_;

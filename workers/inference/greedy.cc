@@ -2,6 +2,7 @@
 #include "workers/inference/greedy.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <string>
@@ -76,7 +77,7 @@ StatusOr<std::vector<std::vector<int32_t>>> GreedyDecode(const model::Transforme
   std::vector<std::vector<int32_t>> out;
   out.reserve(prompts.size());
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t start = 0; start < prompts.size(); start += static_cast<size_t>(options.batch_size)) {
       const size_t end = std::min(prompts.size(), start + static_cast<size_t>(options.batch_size));
       const std::vector<std::vector<int32_t>> chunk(prompts.begin() + static_cast<std::ptrdiff_t>(start),

@@ -450,6 +450,11 @@ Status Scheduler::Pause(PauseMode mode) {
   return Status::Ok();
 }
 
+Status Scheduler::InvalidateCache() {
+  for (const SequenceId id : running_) sequences_.at(id).cache_chain_open = false;
+  return cache_->Flush();
+}
+
 std::vector<FinishedRequest> Scheduler::TakeFinished() { return std::exchange(finished_, {}); }
 
 SchedulerStats Scheduler::stats() const {

@@ -168,6 +168,10 @@ class Scheduler {
   bool paused() const { return paused_; }
   // Drops the prefix cache (blocks that running sequences hold stay).
   Status FlushCache() { return cache_->Flush(); }
+  // The weights changed: drops the prefix cache, and what the running
+  // sequences computed under the old weights never enters it (their cache
+  // chains close; retracted and waiting ones compute theirs anew).
+  Status InvalidateCache();
 
   // Requests whose samples have all finished since the last call.
   std::vector<FinishedRequest> TakeFinished();

@@ -58,22 +58,43 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-}  // namespace
-
-ParameterSet ParameterSet::Create(const ModelConfig& config, at::Device device, at::ScalarType dtype) {
-  const std::vector<SlotSpec> layout = Layout(config);
+std::vector<int64_t> Offsets(const std::vector<SlotSpec>& layout, at::ScalarType dtype, int64_t& total) {
   const int64_t align = kAlignBytes / static_cast<int64_t>(c10::elementSize(dtype));
   std::vector<int64_t> offsets;
-  int64_t total = 0;
+  total = 0;
   for (const SlotSpec& spec : layout) {
     offsets.push_back(total);
     total += (Numel(spec.shape) + align - 1) / align * align;
   }
+  return offsets;
+}
+
+}  // namespace
+
+int64_t ParameterSet::BufferNumel(const ModelConfig& config, at::ScalarType dtype) {
+  int64_t total = 0;
+  (void)Offsets(Layout(config), dtype, total);
+  return total;
+}
+
+ParameterSet ParameterSet::Create(const ModelConfig& config, at::Device device, at::ScalarType dtype,
+                                  const at::Tensor& buffer) {
+  const std::vector<SlotSpec> layout = Layout(config);
+  int64_t total = 0;
+  const std::vector<int64_t> offsets = Offsets(layout, dtype, total);
   ParameterSet ps;
-  ps.buffers_.push_back(at::empty({total}, at::TensorOptions().dtype(dtype).device(device)));
-  const at::Tensor& buffer = ps.buffers_[0];
+  if (buffer.defined()) {
+    TORCH_CHECK(buffer.dim() == 1 && buffer.is_contiguous() && buffer.scalar_type() == dtype &&
+                    buffer.device() == device && buffer.numel() >= total,
+                "ParameterSet::Create: the given buffer is not a flat ", c10::toString(dtype), " tensor on ",
+                device.str(), " of at least ", total, " elements");
+    ps.buffers_.push_back(buffer.narrow(0, 0, total));
+  } else {
+    ps.buffers_.push_back(at::empty({total}, at::TensorOptions().dtype(dtype).device(device)));
+  }
+  const at::Tensor& flat = ps.buffers_[0];
   for (size_t i = 0; i < layout.size(); ++i) {
-    at::Tensor leaf = buffer.narrow(0, offsets[i], Numel(layout[i].shape)).view(layout[i].shape).detach();
+    at::Tensor leaf = flat.narrow(0, offsets[i], Numel(layout[i].shape)).view(layout[i].shape).detach();
     ps.slot_index_[layout[i].name] = static_cast<int>(ps.slots_.size());
     ps.slots_.push_back({layout[i].name, leaf, 0, offsets[i]});
   }

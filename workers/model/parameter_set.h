@@ -62,8 +62,14 @@ class ParameterSet {
   };
 
   // Lays out every parameter of `config` (which must be valid) in one
-  // uninitialised buffer of `dtype` on `device`.
-  static ParameterSet Create(const ModelConfig& config, at::Device device, at::ScalarType dtype);
+  // uninitialised buffer of `dtype` on `device`: `buffer` when defined (a
+  // flat contiguous tensor of that dtype and device with at least
+  // BufferNumel elements, e.g. over a tagged-memory pool, which the caller
+  // keeps mapped while the set is used), else a new one.
+  static ParameterSet Create(const ModelConfig& config, at::Device device, at::ScalarType dtype,
+                             const at::Tensor& buffer = {});
+  // Elements of the one buffer Create lays `config` out in (alignment padding included).
+  static int64_t BufferNumel(const ModelConfig& config, at::ScalarType dtype);
 
   ParameterSet() = default;
   ParameterSet(ParameterSet&&) = default;

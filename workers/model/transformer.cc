@@ -60,7 +60,7 @@ Transformer::Transformer(ModelConfig config, at::Device device, at::ScalarType d
 Transformer::~Transformer() = default;
 
 StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, at::Device device,
-                                                           at::ScalarType dtype) {
+                                                           at::ScalarType dtype, const at::Tensor& parameter_buffer) {
   TANDEM_RETURN_IF_ERROR(ValidateModelConfig(config), "model");
   const bool cpu_ok = device.is_cpu() && dtype == at::kFloat;
 #ifdef TANDEM_TORCH_CUDA
@@ -78,8 +78,15 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& co
                            " (this build has no CUDA path)"
 #endif
     );
+  if (parameter_buffer.defined()) {
+    const int64_t need = ParameterSet::BufferNumel(config, dtype);
+    if (parameter_buffer.dim() != 1 || !parameter_buffer.is_contiguous() || parameter_buffer.scalar_type() != dtype ||
+        parameter_buffer.device() != device || parameter_buffer.numel() < need)
+      return InvalidArgument("model: the parameter buffer is not a flat " + std::string(c10::toString(dtype)) +
+                             " tensor on " + device.str() + " of at least " + std::to_string(need) + " elements");
+  }
   std::unique_ptr<Transformer> m(new Transformer(config, device, dtype));
-  m->params_ = ParameterSet::Create(config, device, dtype);
+  m->params_ = ParameterSet::Create(config, device, dtype, parameter_buffer);
   m->inv_freq_ = RotaryInvFreq(config.head_dim, config.rope_theta, device);
   const ParameterSet& p = m->params_;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {

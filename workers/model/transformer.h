@@ -72,8 +72,11 @@ class Transformer {
   // A model of `config` with uninitialised parameters (load a checkpoint or
   // call InitRandom). InvalidArgument for an invalid config or an
   // unsupported (device, dtype): CPU takes kFloat, CUDA kBFloat16.
+  // `parameter_buffer`, when defined, holds the parameters
+  // (ParameterSet::Create; InvalidArgument when it does not fit): the rollout
+  // puts them in its `weights` tagged-memory pool.
   static StatusOr<std::unique_ptr<Transformer>> Create(const ModelConfig& config, at::Device device,
-                                                       at::ScalarType dtype);
+                                                       at::ScalarType dtype, const at::Tensor& parameter_buffer = {});
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;

@@ -27,6 +27,9 @@ void RolloutCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--seed", o_.seed, "seeds requests that have none")->capture_default_str();
   s->add_option("--threads", o_.threads, "LibTorch intra-op threads (0: its default)");
   s->add_option("--port-file", o_.port_file, "write the bound port here once listening");
+  s->add_option("--control", o_.control, "tandemd's control channel, unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL)");
+  s->add_option("--reconnect-window-s", o_.reconnect_window_s, "reconnect to a restarted tandemd for this long")
+      ->capture_default_str();
 }
 
 int RolloutCommand::Run() {

@@ -1,9 +1,11 @@
 // The rollout worker (issue #14; docs/inference.md "tandem-worker rollout"):
-// loads a Hugging Face model directory, starts the engine (generator.h) and
-// serves SGLang's native HTTP API (http_api.h) on the given port until
-// SIGTERM or SIGINT, then stops accepting, aborts what runs and exits.
-// Not yet: the control protocol (release/resume of the memory tags, pause
-// modes carried by `pause`, load_weights by version).
+// loads a Hugging Face model directory into tagged memory (its parameters
+// in the `weights` pool, the paged KV cache in `kv_cache`), starts the
+// engine (generator.h) and serves SGLang's native HTTP API (http_api.h) on
+// the given port. With a control endpoint it joins tandemd's handoff
+// (rollout_control.h): pause modes, release/resume of its tags, load_weights
+// by version. It runs until SIGTERM or SIGINT, or the daemon's shutdown,
+// then stops accepting, aborts what runs and exits.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +30,15 @@ struct RolloutOptions {
   uint64_t seed = 0;
   int threads = 0;              // LibTorch intra-op threads (0: its default)
   std::string port_file;        // write the bound port here once listening (tests, scripts)
+  // The control channel: unix:PATH or tcp:HOST:PORT; empty: $TANDEM_CONTROL;
+  // neither: none (the HTTP API only).
+  std::string control;
+  int reconnect_window_s = 60;  // after a lost connection to tandemd; 0: exit 1 at once
 };
 
-// Blocks until a signal asks it to stop. InvalidArgument for bad options or
-// model files, Unavailable when the port cannot be bound.
+// Blocks until a signal or the daemon asks it to stop. InvalidArgument for
+// bad options or model files, Unavailable when the port cannot be bound or
+// the daemon went away for good.
 Status RunRollout(const RolloutOptions& options);
 
 }  // namespace tandem::roles

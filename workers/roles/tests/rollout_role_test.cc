@@ -18,6 +18,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -27,6 +29,7 @@
 #include "workers/inference/tests/http_test_client.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/tests/model_test_util.h"
+#include "workers/runtime/tests/test_server.h"
 
 extern char** environ;
 
@@ -150,6 +153,102 @@ TEST_F(RolloutRole, ServesGreedyGenerationOverHttpAndStopsOnSigterm) {
   EXPECT_EQ(http::Request(w.port, "GET", "/health").status, 200);
 
   EXPECT_EQ(w.Stop(SIGTERM), 0) << ReadAll(log);
+}
+
+// The handoff over the real control protocol, tandemd's side played by
+// TestServer: the worker says hello with its two tags; pause (retract) and
+// release free them (the weights backed up); a request sent meanwhile waits;
+// continue is refused until the memory is back; load_weights from another
+// model's directory, then continue: the waiting request gets the new
+// model's greedy tokens, tagged with the new version; shutdown ends it.
+TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
+  model::ModelConfig c = model::testing::TinyConfig(/*moe=*/false);
+  c.vocab_size = 259;
+  std::unique_ptr<model::Transformer> a = model::testing::MakeModel(c), b = model::testing::MakeModel(c);
+  a->InitRandom(17, 0.5);
+  b->InitRandom(18, 0.5);
+  ASSERT_TRUE(model::SavePretrained(*a, dir_ + "/a").ok());
+  ASSERT_TRUE(model::SavePretrained(*b, dir_ + "/b").ok());
+  const std::vector<int32_t> prompt = {72, 105, 33, 32, 50};
+  inference::GreedyOptions go;
+  go.max_new_tokens = 6;
+  const auto want_a = inference::GreedyDecode(*a, {prompt}, go), want_b = inference::GreedyDecode(*b, {prompt}, go);
+  ASSERT_TRUE(want_a.ok() && want_b.ok());
+  ASSERT_NE((*want_a)[0], (*want_b)[0]);
+
+  tandem::testing::TestServer daemon;
+  Worker w;
+  const std::string log = dir_ + "/worker.log";
+  setenv("TANDEM_ROLE", "gen", 1);
+  auto started = std::async(std::launch::async, [&] {
+    Start(w, {"--model", dir_ + "/a", "--kv-blocks", "32", "--threads", "1", "--control", daemon.endpoint()},
+          dir_ + "/port", log);
+  });
+  const std::optional<json> hello = daemon.Handshake(std::chrono::seconds(60));
+  unsetenv("TANDEM_ROLE");
+  ASSERT_TRUE(hello) << ReadAll(log);
+  started.get();
+  ASSERT_GT(w.port, 0) << ReadAll(log);
+  EXPECT_EQ((*hello)["role"], "gen");
+  ASSERT_EQ((*hello)["tags"].size(), 2u) << *hello;
+  EXPECT_EQ((*hello)["tags"][0]["name"], "kv_cache");
+  EXPECT_EQ((*hello)["tags"][1]["name"], "weights");
+  EXPECT_EQ((*hello)["tags"][1]["backup"], true);
+  const uint64_t weight_bytes = (*hello)["residency"]["tags"]["weights"];
+  EXPECT_GE(weight_bytes, static_cast<uint64_t>(model::ParameterSet::BufferNumel(c, at::kFloat) * 4));
+
+  const json params = {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}};
+  const std::string body = json{{"input_ids", prompt}, {"sampling_params", params}}.dump();
+  const http::HttpReply first = http::Request(w.port, "POST", "/generate", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(json::parse(first.body).at("output_ids").get<std::vector<int32_t>>(), (*want_a)[0]);
+
+  std::optional<json> r = daemon.Command("release", {{"tags", {"weights"}}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "failed_precondition") << "released while generating: " << *r;
+  r = daemon.Command("pause", {{"mode", "retract"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["type"], "ack") << *r;
+  r = daemon.Command("release");
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r;
+  EXPECT_EQ((*r)["residency"]["tags"]["weights"], 0);
+  EXPECT_EQ((*r)["residency"]["tags"]["kv_cache"], 0);
+  EXPECT_EQ((*r)["detail"]["copied_bytes"], weight_bytes) << "the weights are backed up";
+  r = daemon.Command("release", {{"tags", {"cuda_graph"}}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "not_found") << *r;
+
+  auto waiting = std::async(std::launch::async, [&] { return http::Request(w.port, "POST", "/generate", body); });
+  r = daemon.Command("continue");
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "failed_precondition") << "continue with the memory released: " << *r;
+  r = daemon.Command("resume", {{"tags", {"weights", "kv_cache"}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r;
+  EXPECT_EQ((*r)["residency"]["tags"]["weights"], weight_bytes);
+  r = daemon.Command("load_weights", {{"version", 3}, {"source", "file:" + dir_ + "/b"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r;
+  r = daemon.Command("load_weights", {{"version", 4}, {"source", "ipc:v4"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "invalid_argument") << *r;
+  r = daemon.Command("continue");
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["type"], "ack") << *r;
+
+  const http::HttpReply late = waiting.get();
+  ASSERT_EQ(late.status, 200) << late.body;
+  const json got = json::parse(late.body);
+  EXPECT_EQ(got.at("output_ids").get<std::vector<int32_t>>(), (*want_b)[0]) << late.body;
+  EXPECT_EQ(got.at("meta_info").at("weight_version"), "3") << late.body;
+
+  r = daemon.Command("shutdown", {{"reason", "test"}});
+  ASSERT_TRUE(r);
+  const std::optional<int> status = tandem::testing::WaitFor(w.pid, std::chrono::seconds(30));
+  ASSERT_TRUE(status) << "the worker did not exit after shutdown: " << ReadAll(log);
+  w.pid = -1;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadAll(log);
 }
 
 TEST_F(RolloutRole, ADirectoryWithoutAModelExitsNamingIt) {

@@ -123,11 +123,11 @@ TEST(ControlClient, AnswersEveryCommandWithResidency) {
   });
   ASSERT_TRUE(server.Handshake());
 
-  auto a = server.Command("pause", {{"mode", "finish"}});
+  auto a = server.Command("pause", {{"mode", "retract"}});
   ASSERT_TRUE(a);
   EXPECT_EQ((*a)["type"], "ack");
   EXPECT_EQ((*a)["command"], "pause");
-  EXPECT_EQ((*a)["detail"]["mode"], "finish");
+  EXPECT_EQ((*a)["detail"]["mode"], "retract");
 
   a = server.Command("release", {{"tags", {"kv_cache"}}});
   ASSERT_TRUE(a);

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Decode throughput of the rollout engine against transformers (issue #14,
+"Performance"), on the GPU machine, in one run.
+
+A random ~0.35B Qwen3 (bf16) saved with save_pretrained; for each batch size
+B, B prompts of PROMPT tokens get NEW greedy tokens:
+  * transformers `generate` (static cache, eager; batched, no padding);
+  * `tandem-generate` (continuous batching, paged KV in tagged memory);
+each timed for NEW tokens and for 1 token (the prefill), so that decode
+tokens/s = B * (NEW - 1) / (t(NEW) - t(1)). The bandwidth limit: the bytes a
+decode step reads (weights + the batch's KV at the mean context) over the
+device's measured copy bandwidth. Prints a markdown table with the ratios.
+
+Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+PROMPT, NEW = 512, 128
+
+
+def config():
+    return Qwen3Config(vocab_size=32768, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=64, intermediate_size=2816, max_position_embeddings=4096,
+                       rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+
+
+def copy_bandwidth():
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    y.copy_(x)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    return 2 * 10 * x.numel() / (time.perf_counter() - t)  # bytes read + written per second
+
+
+def hf_time(model, ids, new):
+    def run():
+        with torch.no_grad():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    run()  # warm up (static cache allocation)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def tandem_time(tool, model_dir, prompts, work, new):
+    pfile = os.path.join(work, f"bench_{len(prompts)}.json")
+    out = os.path.join(work, f"bench_{len(prompts)}_{new}_out.json")
+    with open(pfile, "w") as f:
+        json.dump({"prompts": prompts}, f)
+    r = subprocess.run([tool, "--model", model_dir, "--prompts", pfile, "--out", out, "--device", "cuda",
+                        "--max-new-tokens", str(new), "--kv-cache-mib", "16384", "--repeat", "2",
+                        "--max-running", "512", "--max-step-tokens", "16384"],
+                       capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    with open(out) as f:
+        return json.load(f)["runs"][-1]["seconds"]
+
+
+def main():
+    tool, work = sys.argv[1], sys.argv[2]
+    batches = [int(b) for b in sys.argv[3:]] or [1, 16, 64, 256]
+    os.makedirs(work, exist_ok=True)
+    cfg = config()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).to("cuda").eval()
+    model_dir = os.path.join(work, "bench_model")
+    model.save_pretrained(model_dir)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
+    bw = copy_bandwidth()
+    print(f"model {weight_bytes / 1e9:.2f} GB bf16; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
+    print("| batch | transformers tok/s | tandem tok/s | tandem / transformers | bandwidth limit tok/s | tandem / limit |")
+    print("|---|---|---|---|---|---|")
+    gen = torch.Generator().manual_seed(1)
+    for b in batches:
+        prompts = torch.randint(0, cfg.vocab_size, (b, PROMPT), generator=gen)
+        ids = prompts.to("cuda")
+        hf = b * (NEW - 1) / (hf_time(model, ids, NEW) - hf_time(model, ids, 1))
+        lst = prompts.tolist()
+        td = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW) - tandem_time(tool, model_dir, lst, work, 1))
+        step_bytes = weight_bytes + b * (PROMPT + NEW / 2) * kv_per_token
+        limit = b / (step_bytes / bw)
+        print(f"| {b} | {hf:.0f} | {td:.0f} | {td / hf:.2f} | {limit:.0f} | {td / limit:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

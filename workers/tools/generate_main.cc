@@ -1,0 +1,284 @@
+// tandem-generate: greedy generation of a batch of prompts through the
+// rollout engine (docs/inference.md "Checking the engine against
+// transformers"; scripts/gpu/engine_check.py drives it on the GPU machine).
+//
+//   tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json
+//       [--device cpu|cuda] [--max-new-tokens 32] [--kv-cache-mib 1024]
+//       [--block-size 16] [--max-running 256] [--max-step-tokens 8192]
+//       [--repeat 1] [--handoff]
+//
+// PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
+// at once (greedy, ignore_eos), `--repeat` times; OUT.json:
+//   {"outputs": [[ids], ...], "runs": [{"seconds", "generated_tokens",
+//    "tokens_per_s"}, ...], "handoff": {...}}
+// The model and the KV pool live in tagged memory (tagged_model.h). With
+// --handoff, after the first run the engine is paused (retract), both pools
+// are released and the device reading taken, then resumed, and the prompts
+// run again: "handoff" reports the pools' bytes, the device's used bytes at
+// start and before and after the release, the fraction of the pools and of
+// everything the worker added to the device that came back, the release
+// and resume times, and whether the second run gave the same tokens.
+#include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/bounded_json.h"
+#include "workers/inference/generator.h"
+#include "workers/inference/tagged_model.h"
+
+namespace inf = tandem::inference;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Flags {
+  std::string model, prompts, out, device = "cpu";
+  int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192;
+  int32_t block_size = 16;
+  int repeat = 1;
+  bool handoff = false;
+};
+
+int Usage(const std::string& why) {
+  std::cerr << "tandem-generate: " << why << "\n"
+            << "usage: tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json [--device cpu|cuda]\n"
+               "       [--max-new-tokens N] [--kv-cache-mib N] [--block-size N] [--max-running N]\n"
+               "       [--max-step-tokens N] [--repeat N] [--handoff]\n";
+  return 2;
+}
+
+bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
+  std::map<std::string, std::string*> text = {{"--model", &f.model}, {"--prompts", &f.prompts},
+                                              {"--out", &f.out}, {"--device", &f.device}};
+  std::map<std::string, int64_t*> ints = {{"--max-new-tokens", &f.max_new_tokens}, {"--kv-cache-mib", &f.kv_cache_mib},
+                                          {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens}};
+  int64_t block_size = f.block_size, repeat = f.repeat;
+  ints["--block-size"] = &block_size;
+  ints["--repeat"] = &repeat;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--handoff") {
+      f.handoff = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      error = "missing value: " + a;
+      return false;
+    }
+    if (auto t = text.find(a); t != text.end()) {
+      *t->second = argv[++i];
+    } else if (auto n = ints.find(a); n != ints.end()) {
+      char* end = nullptr;
+      *n->second = std::strtoll(argv[++i], &end, 10);
+      if (*end != '\0' || *n->second <= 0) {
+        error = a + ": expected a positive integer";
+        return false;
+      }
+    } else {
+      error = "unknown flag: " + a;
+      return false;
+    }
+  }
+  f.block_size = static_cast<int32_t>(std::min<int64_t>(block_size, 1 << 16));
+  f.repeat = static_cast<int>(std::min<int64_t>(repeat, 1000));
+  if (f.model.empty() || f.prompts.empty() || f.out.empty()) {
+    error = "--model, --prompts and --out are required";
+    return false;
+  }
+  if (f.device != "cpu" && f.device != "cuda") {
+    error = "--device: expected cpu or cuda";
+    return false;
+  }
+  return true;
+}
+
+tandem::StatusOr<std::vector<std::vector<int32_t>>> ReadPrompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return tandem::NotFound(path + ": cannot read");
+  std::stringstream s;
+  s << in.rdbuf();
+  TANDEM_ASSIGN_OR_RETURN(json j, tandem::ParseJsonBounded(s.str(), 16), path);
+  if (!j.is_object() || !j.contains("prompts") || !j["prompts"].is_array() || j["prompts"].empty())
+    return tandem::InvalidArgument(path + ": prompts: expected a non-empty array of token arrays");
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t p = 0; p < j["prompts"].size(); ++p) {
+    const json& row = j["prompts"][p];
+    const std::string where = path + ": prompts[" + std::to_string(p) + "]";
+    if (!row.is_array() || row.empty()) return tandem::InvalidArgument(where + ": expected a non-empty array");
+    std::vector<int32_t> ids;
+    for (const json& t : row) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
+        return tandem::InvalidArgument(where + ": expected token ids");
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
+}
+
+// Submits every prompt, waits for all; the outputs by prompt and the run's figures.
+struct Run {
+  std::vector<std::vector<int32_t>> outputs;
+  double seconds = 0;
+  int64_t tokens = 0;
+};
+
+tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+  std::mutex mu;
+  std::condition_variable cv;
+  Run run;
+  run.outputs.resize(prompts.size());
+  size_t done = 0;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    inf::GenerateRequest r;
+    r.input_ids = prompts[i];
+    r.params.temperature = 0;
+    r.params.max_new_tokens = max_new;
+    r.params.ignore_eos = true;
+    TANDEM_RETURN_IF_ERROR(g.Submit(std::move(r), [&, i](inf::SampleUpdate u) {
+      if (!u.finished) return;
+      std::lock_guard<std::mutex> l(mu);
+      run.outputs[i] = u.finished->output_ids;
+      run.tokens += static_cast<int64_t>(u.finished->output_ids.size());
+      ++done;
+      cv.notify_all();
+    }).status(), "prompt " + std::to_string(i));
+  }
+  std::unique_lock<std::mutex> l(mu);
+  if (!cv.wait_for(l, std::chrono::minutes(10), [&] { return done == prompts.size(); }))
+    return tandem::DeadlineExceeded("generation did not finish in 10 minutes");
+  run.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return run;
+}
+
+json Figures(const Run& r) {
+  return {{"seconds", r.seconds}, {"generated_tokens", r.tokens}, {"tokens_per_s", r.tokens / r.seconds}};
+}
+
+// `baseline`: the device's used bytes before the model was loaded.
+tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& mem, uint64_t baseline) {
+  const uint64_t pools = mem.ResidentBytes();
+  TANDEM_RETURN_IF_ERROR(g.Pause(inf::PauseMode::kRetract));
+  const uint64_t before = mem.Residency().device.used;
+  const inf::AllocatorBytes allocator_before = inf::AllocatorDeviceBytes();
+  const auto t0 = Clock::now();
+  for (const char* tag : {"kv_cache", "weights"}) {
+    const std::string t = tag;
+    TANDEM_RETURN_IF_ERROR(g.MarkAbsent(t == "weights" ? inf::MemoryPart::kWeights : inf::MemoryPart::kKvCache));
+    TANDEM_RETURN_IF_ERROR(mem.Release(t).status(), "release " + t);
+  }
+  inf::ReturnCachedDeviceMemory();
+  const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const uint64_t after = mem.Residency().device.used;
+  const inf::AllocatorBytes allocator_after = inf::AllocatorDeviceBytes();
+  const auto t1 = Clock::now();
+  for (const char* tag : {"weights", "kv_cache"}) {
+    const std::string t = tag;
+    TANDEM_RETURN_IF_ERROR(mem.Resume(t).status(), "resume " + t);
+    g.MarkPresent(t == "weights" ? inf::MemoryPart::kWeights : inf::MemoryPart::kKvCache);
+  }
+  const double resume_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  TANDEM_RETURN_IF_ERROR(g.Continue());
+  const double freed = before > after ? static_cast<double>(before - after) : 0.0;
+  const double held = before > baseline ? static_cast<double>(before - baseline) : 0.0;
+  return json{{"pool_bytes", pools},
+              {"device_used_at_start", baseline},
+              {"device_used_before", before},
+              {"device_used_released", after},
+              {"returned_fraction", freed / static_cast<double>(pools)},  // of the pools
+              {"returned_of_worker", held > 0 ? freed / held : 0.0},   // of all the worker added to the device
+              // of what it allocated: its pools and LibTorch's allocator (the rest of
+              // `held` is the CUDA runtime's: loaded kernels, library workspaces)
+              {"returned_of_allocated",
+               freed / static_cast<double>(pools + static_cast<uint64_t>(allocator_before.reserved))},
+              {"allocator_bytes_before", allocator_before.reserved},
+              {"allocator_bytes_released", allocator_after.reserved},
+              {"allocator_live_bytes_before", allocator_before.allocated},
+              {"allocator_live_bytes_released", allocator_after.allocated},
+              {"release_s", release_s},
+              {"resume_s", resume_s},
+              {"source", mem.Residency().device.source}};
+}
+
+int Main(const Flags& f) {
+  auto fail = [](const tandem::Status& st) {
+    std::cerr << "tandem-generate: " << st.ToString() << "\n";
+    return 1;
+  };
+  auto prompts = ReadPrompts(f.prompts);
+  if (!prompts.ok()) return fail(prompts.status());
+  const bool cuda = f.device == "cuda";
+  uint64_t baseline = 0;  // the device's reading before the model (the CUDA context made)
+  if (cuda) {
+    (void)at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+    auto probe = tandem::memory::MakeCudaBackend(0);
+    if (!probe.ok()) return fail(probe.status());
+    baseline = (*probe)->Usage(0).used;
+  }
+  inf::TaggedModelOptions to;
+  to.kv_cache_bytes = f.kv_cache_mib << 20;
+  to.block_size = f.block_size;
+  auto placed = inf::LoadTaggedModel(f.model, cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU),
+                                     cuda ? at::kBFloat16 : at::kFloat, to);
+  if (!placed.ok()) return fail(placed.status());
+  std::shared_ptr<tandem::model::Transformer> model(std::move(placed->model));
+  inf::GeneratorOptions go;
+  go.kv_buffer = placed->kv_buffer;
+  go.scheduler.num_blocks = placed->kv_blocks;
+  go.scheduler.block_size = f.block_size;
+  go.scheduler.max_running = f.max_running;
+  go.scheduler.max_step_tokens = f.max_step_tokens;
+  go.scheduler.max_waiting = static_cast<int64_t>(prompts->size()) + 1;
+  auto engine = inf::Generator::Create(model, go);
+  if (!engine.ok()) return fail(engine.status());
+
+  json out = {{"runs", json::array()}};
+  std::vector<std::vector<int32_t>> first;
+  for (int r = 0; r < f.repeat; ++r) {
+    auto run = Generate(**engine, *prompts, f.max_new_tokens);
+    if (!run.ok()) return fail(run.status());
+    out["runs"].push_back(Figures(*run));
+    if (r == 0) first = run->outputs;
+  }
+  out["outputs"] = first;
+  if (f.handoff) {
+    auto h = Handoff(**engine, *placed->memory, baseline);
+    if (!h.ok()) return fail(h.status());
+    auto again = Generate(**engine, *prompts, f.max_new_tokens);
+    if (!again.ok()) return fail(again.status());
+    (*h)["same_after_handoff"] = again->outputs == first;
+    (*h)["run_after"] = Figures(*again);
+    out["handoff"] = *h;
+  }
+  engine->reset();
+  model.reset();
+  std::ofstream o(f.out);
+  o << out.dump() << "\n";
+  if (!o) return fail(tandem::Internal(f.out + ": cannot write"));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  std::string error;
+  if (!ParseFlags(argc, argv, f, error)) return Usage(error);
+  try {
+    return Main(f);
+  } catch (const std::exception& e) {
+    std::cerr << "tandem-generate: " << e.what() << "\n";
+    return 1;
+  }
+}
