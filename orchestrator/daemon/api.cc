@@ -57,17 +57,18 @@ json DetailsOf(const std::string& message) {
 // Reads `file` from `offset` in 64 KiB chunks, handing each to `take`, while
 // the client keeps up with what it was sent (the streams' back-pressure).
 // kYield: this io turn's share was read and more may follow; the caller
-// posts itself to read on, so that one stream of a long file (a history
-// replayed to 8 clients: 16 MiB each, parsed line by line) never holds the
-// io thread from the daemon's other requests for long.
+// posts itself to read on, so that streams of a long file (a history
+// replayed to 8 clients: 16 MiB each, parsed line by line) hold the io
+// thread for a few milliseconds at a time, and a request waits for one
+// round of them per step it takes (accept, read, answer).
 enum class FileRead { kAtEnd, kBacklogged, kClosed, kYield };
-constexpr size_t kReadPerTurn = 256 * 1024;
+constexpr size_t kReadPerTurn = 32 * 1024;
 FileRead ReadWhileDrained(const fs::path& file, uint64_t& offset, Exchange& ex,
                           const std::function<void(std::string_view)>& take) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return FileRead::kAtEnd;
   in.seekg(static_cast<std::streamoff>(offset));
-  std::string buf(64 * 1024, '\0');
+  std::string buf(16 * 1024, '\0');
   for (size_t turn = 0; in && !ex.backlogged(); turn += buf.size()) {
     if (turn >= kReadPerTurn) return FileRead::kYield;
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
