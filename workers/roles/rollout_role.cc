@@ -5,7 +5,6 @@
 #include <ATen/Parallel.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
