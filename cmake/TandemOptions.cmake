@@ -36,9 +36,8 @@ set(CMAKE_C_FLAGS_SANITIZE "-O0 -g1 ${_san_compile}" CACHE STRING "" FORCE)
 set(CMAKE_EXE_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
 set(CMAKE_SHARED_LINKER_FLAGS_SANITIZE "${_san}" CACHE STRING "" FORCE)
 
-# CPU-heavy code that the tests run at size (numeric kernels, the
-# tokenizer, the report's log parsing and the CLI that runs it) keeps -O1 in
-# the Sanitize build:
+# CPU-heavy code that the tests run at size (numeric kernels, the report's
+# log parsing and the CLI that runs it) keeps -O1 in the Sanitize build:
 # call at the top of its directory (applies to the targets defined after it,
 # subdirectories included).
 macro(tandem_optimize_under_sanitize)

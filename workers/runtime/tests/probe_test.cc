@@ -245,7 +245,9 @@ TEST(Probe, VerifyingASmallTagDoesNotTouchAChunkSizedBuffer) {
   const long cycled = peak_kib("20");
   ASSERT_GT(fill_only, 0);
   ASSERT_GT(cycled, 0);
-  EXPECT_LT(cycled - fill_only, 1024) << "peak RSS " << fill_only << " KiB filling, " << cycled << " KiB after 20 verified resumes";
+  // The buffer this guards against is 4 MiB; the sanitizers' own
+  // bookkeeping over 20 cycles has measured up to 1.1 MiB (-O0).
+  EXPECT_LT(cycled - fill_only, 2048) << "peak RSS " << fill_only << " KiB filling, " << cycled << " KiB after 20 verified resumes";
 }
 
 // The Python program in docs/control-protocol.md, extracted and run as is.
