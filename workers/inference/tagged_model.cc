@@ -21,6 +21,18 @@ at::Tensor Over(void* base, int64_t numel, at::ScalarType dtype, at::Device devi
   return at::from_blob(base, {numel}, at::TensorOptions().dtype(dtype).device(device));
 }
 
+StatusOr<MemoryPart> PartOf(const std::string& tag) {
+  if (tag == "weights") return MemoryPart::kWeights;
+  if (tag == "kv_cache") return MemoryPart::kKvCache;
+  return NotFound("tag " + tag + " is not held by the engine (it holds weights, kv_cache)");
+}
+
+void Add(memory::TaggedMemory::Moved& sum, const memory::TaggedMemory::Moved& m) {
+  sum.freed_bytes += m.freed_bytes;
+  sum.mapped_bytes += m.mapped_bytes;
+  sum.copied_bytes += m.copied_bytes;
+}
+
 }  // namespace
 
 StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device, at::ScalarType dtype,
@@ -54,6 +66,31 @@ StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device,
   TANDEM_RETURN_IF_ERROR(model::LoadWeights(*p.model, ckpt));
   p.kv_buffer = Over(kv, kv_bytes / elem, dtype, device);
   return p;
+}
+
+StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+                                                          const std::vector<std::string>& tags) {
+  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t).status(), "release");
+  memory::TaggedMemory::Moved sum;
+  for (const std::string& t : tags) {
+    TANDEM_RETURN_IF_ERROR(engine.MarkAbsent(*PartOf(t)));
+    TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, memory.Release(t), "release " + t);
+    Add(sum, moved);
+  }
+  ReturnCachedDeviceMemory();
+  return sum;
+}
+
+StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+                                                         const std::vector<std::string>& tags) {
+  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t).status(), "resume");
+  memory::TaggedMemory::Moved sum;
+  for (const std::string& t : tags) {
+    TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, memory.Resume(t), "resume " + t);
+    engine.MarkPresent(*PartOf(t));
+    Add(sum, moved);
+  }
+  return sum;
 }
 
 void ReturnCachedDeviceMemory() {

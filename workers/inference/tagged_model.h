@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "workers/model/transformer.h"
@@ -39,6 +40,19 @@ struct TaggedModel {
 
 StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device, at::ScalarType dtype,
                                       const TaggedModelOptions& options);
+
+class Generator;
+
+// The handoff of an engine's memory, tag by tag ("weights", "kv_cache";
+// NotFound for another). Release: Generator::MarkAbsent (its refusals are
+// FailedPrecondition), TaggedMemory::Release, and once all are out
+// ReturnCachedDeviceMemory. Resume: TaggedMemory::Resume, MarkPresent. The
+// bytes moved, summed over the tags. Used by the rollout role and
+// tandem-generate.
+StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+                                                          const std::vector<std::string>& tags);
+StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+                                                         const std::vector<std::string>& tags);
 
 // Gives LibTorch's cached, unused device blocks (a step's activations) and
 // cuBLAS's workspaces back to the device, as SGLang's release does with

@@ -14,18 +14,10 @@ namespace {
 
 using nlohmann::json;
 
-StatusOr<inference::MemoryPart> PartOf(const std::string& tag) {
-  if (tag == "weights") return inference::MemoryPart::kWeights;
-  if (tag == "kv_cache") return inference::MemoryPart::kKvCache;
-  return NotFound("tag " + tag + " is not held by this rollout (it holds weights, kv_cache)");
-}
-
-// The tags a release/resume names (all when none), each one the rollout holds.
+// The tags a release/resume names (all the rollout holds when none).
 StatusOr<std::vector<std::string>> TagsOf(const control::Command& c, const memory::TaggedMemory& mem) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, c.Tags());
-  if (tags.empty()) return mem.TagNames();
-  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t).status(), c.type);
-  return tags;
+  return tags.empty() ? mem.TagNames() : tags;
 }
 
 }  // namespace
@@ -43,30 +35,17 @@ void RegisterRolloutControl(control::RoleHost& host, RolloutParts p) {
   });
   host.On("release", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, TagsOf(c, p.memory));
-    uint64_t freed = 0, copied = 0;
-    for (const std::string& t : tags) {
-      TANDEM_ASSIGN_OR_RETURN(inference::MemoryPart part, PartOf(t));
-      TANDEM_RETURN_IF_ERROR(p.engine.MarkAbsent(part));
-      TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, p.memory.Release(t), "release " + t);
-      freed += moved.freed_bytes;
-      copied += moved.copied_bytes;
-    }
-    inference::ReturnCachedDeviceMemory();
-    log::Info("rollout", "released {} freed_bytes={} copied_bytes={}", json(tags).dump(), freed, copied);
-    return json{{"freed_bytes", freed}, {"copied_bytes", copied}};
+    TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, inference::ReleaseEngineMemory(p.engine, p.memory, tags));
+    log::Info("rollout", "released {} freed_bytes={} copied_bytes={}", json(tags).dump(), moved.freed_bytes,
+              moved.copied_bytes);
+    return json{{"freed_bytes", moved.freed_bytes}, {"copied_bytes", moved.copied_bytes}};
   });
   host.On("resume", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, TagsOf(c, p.memory));
-    uint64_t mapped = 0, copied = 0;
-    for (const std::string& t : tags) {
-      TANDEM_ASSIGN_OR_RETURN(inference::MemoryPart part, PartOf(t));
-      TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, p.memory.Resume(t), "resume " + t);
-      p.engine.MarkPresent(part);
-      mapped += moved.mapped_bytes;
-      copied += moved.copied_bytes;
-    }
-    log::Info("rollout", "resumed {} mapped_bytes={} copied_bytes={}", json(tags).dump(), mapped, copied);
-    return json{{"mapped_bytes", mapped}, {"copied_bytes", copied}};
+    TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, inference::ResumeEngineMemory(p.engine, p.memory, tags));
+    log::Info("rollout", "resumed {} mapped_bytes={} copied_bytes={}", json(tags).dump(), moved.mapped_bytes,
+              moved.copied_bytes);
+    return json{{"mapped_bytes", moved.mapped_bytes}, {"copied_bytes", moved.copied_bytes}};
   });
   host.On("load_weights", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(int64_t version, c.Version());

@@ -173,21 +173,12 @@ tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& 
   const uint64_t before = mem.Residency().device.used;
   const inf::AllocatorBytes allocator_before = inf::AllocatorDeviceBytes();
   const auto t0 = Clock::now();
-  for (const char* tag : {"kv_cache", "weights"}) {
-    const std::string t = tag;
-    TANDEM_RETURN_IF_ERROR(g.MarkAbsent(t == "weights" ? inf::MemoryPart::kWeights : inf::MemoryPart::kKvCache));
-    TANDEM_RETURN_IF_ERROR(mem.Release(t).status(), "release " + t);
-  }
-  inf::ReturnCachedDeviceMemory();
+  TANDEM_RETURN_IF_ERROR(inf::ReleaseEngineMemory(g, mem, {"kv_cache", "weights"}).status());
   const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const uint64_t after = mem.Residency().device.used;
   const inf::AllocatorBytes allocator_after = inf::AllocatorDeviceBytes();
   const auto t1 = Clock::now();
-  for (const char* tag : {"weights", "kv_cache"}) {
-    const std::string t = tag;
-    TANDEM_RETURN_IF_ERROR(mem.Resume(t).status(), "resume " + t);
-    g.MarkPresent(t == "weights" ? inf::MemoryPart::kWeights : inf::MemoryPart::kKvCache);
-  }
+  TANDEM_RETURN_IF_ERROR(inf::ResumeEngineMemory(g, mem, {"weights", "kv_cache"}).status());
   const double resume_s = std::chrono::duration<double>(Clock::now() - t1).count();
   TANDEM_RETURN_IF_ERROR(g.Continue());
   const double freed = before > after ? static_cast<double>(before - after) : 0.0;
