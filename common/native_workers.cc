@@ -7,11 +7,12 @@ namespace tandem {
 namespace {
 
 // One row per subcommand of tandem-worker (workers/tandem_worker_main.cc).
-// The LibTorch roles still to come (actor, teacher) get their rows when they land.
-constexpr std::array<NativeWorker, 3> kNativeWorkers = {{
+// The LibTorch actor gets its row when it lands.
+constexpr std::array<NativeWorker, 4> kNativeWorkers = {{
     {"probe", "allocate tagged pools, fill them, obey the control protocol, verify after resume"},
     {"sft", "train a small model (from scratch or an HF directory) on a data set's reference solutions"},
     {"rollout", "serve generation from an HF model directory over SGLang's native HTTP API"},
+    {"teacher", "score token sequences (per-token and top-k log-probs) with an HF model over HTTP"},
 }};
 
 }  // namespace

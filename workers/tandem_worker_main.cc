@@ -1,9 +1,10 @@
 // tandem-worker: the native worker binary (docs/architecture.md "Native
 // workers"). Its subcommands are the rows of common/native_workers.h, the
-// table the spec parser checks a role's "worker" against: today `probe`
-// (probe_worker.h); the LibTorch roles actor and teacher join later.
-// `sft` (workers/roles/sft_command.h) trains small models; `rollout`
-// (workers/roles/rollout_command.h) serves generation over HTTP. `--list-workers` prints the subcommands this binary registered, one a
+// table the spec parser checks a role's "worker" against: `probe`
+// (probe_worker.h); `sft` (workers/roles/sft_command.h) trains small models;
+// `rollout` (workers/roles/rollout_command.h) serves generation and
+// `teacher` (workers/roles/teacher_command.h) scores sequences over HTTP;
+// the LibTorch actor joins later. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
 // `--version` prints the project's version. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
@@ -19,6 +20,7 @@
 #include "workers/probe_worker.h"
 #include "workers/roles/rollout_command.h"
 #include "workers/roles/sft_command.h"
+#include "workers/roles/teacher_command.h"
 
 namespace {
 
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
   sft.Register(app, Summary("sft"));
   tandem::roles::RolloutCommand rollout;
   rollout.Register(app, Summary("rollout"));
+  tandem::roles::TeacherCommand teacher;
+  teacher.Register(app, Summary("teacher"));
 
   try {
     app.parse(argc, argv);
@@ -84,9 +88,9 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-worker: name a worker: " << names << " (tandem-worker --help)\n";
     return 2;
   }
-  if (sft.selected() || rollout.selected()) {
+  if (sft.selected() || rollout.selected() || teacher.selected()) {
     try {
-      return sft.selected() ? sft.Run() : rollout.Run();
+      return sft.selected() ? sft.Run() : rollout.selected() ? rollout.Run() : teacher.Run();
     } catch (const std::exception& e) {
       tandem::log::Error("worker", "unexpected exception: {}", e.what());
       return 1;

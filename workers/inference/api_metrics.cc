@@ -19,6 +19,25 @@ void One(std::string* out, std::string_view name, std::string_view type, std::st
   fmt::format_to(std::back_inserter(*out), "{} {}\n", name, value);
 }
 
+// The server's counters and the response counts, under `prefix`_http_*.
+void HttpFamilies(std::string* out, std::string_view prefix, const HttpCounters* http,
+                  const ResponseCounts* responses) {
+  const std::string p(prefix);
+  if (http != nullptr) {
+    One(out, p + "_http_open_connections", "gauge", "Open HTTP connections.", http->open_connections.load());
+    One(out, p + "_http_refused_connections_total", "counter", "Connections closed at once: over the connection cap.",
+        http->refused_connections.load());
+    One(out, p + "_http_dropped_slow_clients_total", "counter",
+        "Stream readers dropped for falling behind the output queue bound.", http->dropped_slow_clients.load());
+  }
+  if (responses != nullptr) {
+    Family(out, p + "_http_responses_total", "counter", "HTTP responses by endpoint and status.");
+    for (const auto& [key, count] : *responses)
+      fmt::format_to(std::back_inserter(*out), "{}_http_responses_total{{endpoint=\"{}\",code=\"{}\"}} {}\n", p,
+                     key.first, key.second, count);
+  }
+}
+
 }  // namespace
 
 std::string PrometheusText(const ApiMetrics& m) {
@@ -49,20 +68,30 @@ std::string PrometheusText(const ApiMetrics& m) {
       m.weight_version);
   One(&out, "tandem_inference_generate_calls_open", "gauge", "POST /generate calls in flight.",
       m.open_generate_calls);
-  if (m.http != nullptr) {
-    One(&out, "tandem_inference_http_open_connections", "gauge", "Open HTTP connections.",
-        m.http->open_connections.load());
-    One(&out, "tandem_inference_http_refused_connections_total", "counter",
-        "Connections closed at once: over the connection cap.", m.http->refused_connections.load());
-    One(&out, "tandem_inference_http_dropped_slow_clients_total", "counter",
-        "Stream readers dropped for falling behind the output queue bound.", m.http->dropped_slow_clients.load());
-  }
-  if (m.responses != nullptr) {
-    Family(&out, "tandem_inference_http_responses_total", "counter", "HTTP responses by endpoint and status.");
-    for (const auto& [key, count] : *m.responses)
-      fmt::format_to(std::back_inserter(out), "tandem_inference_http_responses_total{{endpoint=\"{}\",code=\"{}\"}} {}\n",
-                     key.first, key.second, count);
-  }
+  HttpFamilies(&out, "tandem_inference", m.http, m.responses);
+  return out;
+}
+
+std::string ScorePrometheusText(const ScoreApiMetrics& m) {
+  std::string out;
+  const ScoreStats& s = m.stats;
+  One(&out, "tandem_teacher_running_requests", "gauge", "Requests with sequences being scored.", s.running_requests);
+  One(&out, "tandem_teacher_queued_requests", "gauge", "Requests accepted and waiting to be scored.",
+      s.queued_requests);
+  One(&out, "tandem_teacher_requests_total", "counter", "Requests answered with their scores.", s.requests_total);
+  One(&out, "tandem_teacher_sequences_total", "counter", "Sequences scored.", s.sequences_total);
+  One(&out, "tandem_teacher_input_tokens_total", "counter", "Tokens of the sequences scored.", s.input_tokens_total);
+  One(&out, "tandem_teacher_packed_tokens_total", "counter",
+      "Tokens run through the model (a prefix shared by sequences once).", s.packed_tokens_total);
+  One(&out, "tandem_teacher_scored_tokens_total", "counter", "Token log-probs returned.", s.scored_tokens_total);
+  One(&out, "tandem_teacher_forwards_total", "counter", "Model forward passes.", s.forwards_total);
+  One(&out, "tandem_teacher_scored_tokens_per_second", "gauge", "Token log-probs returned per second over the last 10 s.",
+      fmt::format("{:.3f}", m.tokens_per_second));
+  One(&out, "tandem_teacher_paused", "gauge", "1 while scoring is paused.", s.paused ? 1 : 0);
+  One(&out, "tandem_teacher_weight_version", "gauge", "The weight version that scores new requests.",
+      m.weight_version);
+  One(&out, "tandem_teacher_score_calls_open", "gauge", "POST /score calls in flight.", m.open_score_calls);
+  HttpFamilies(&out, "tandem_teacher", m.http, m.responses);
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/bounded_json.h"
+#include "workers/inference/json_fields.h"
 
 namespace tandem::inference {
 
@@ -17,76 +18,6 @@ constexpr std::array<std::string_view, 5> kBodyFields = {"input_ids", "text", "s
                                                          "stream"};
 constexpr std::array<std::string_view, 10> kSamplingFields = {
     "temperature", "top_p", "top_k", "min_p", "max_new_tokens", "stop", "stop_token_ids", "n", "seed", "ignore_eos"};
-
-template <size_t N>
-bool Known(const std::array<std::string_view, N>& names, std::string_view key) {
-  return std::find(names.begin(), names.end(), key) != names.end();
-}
-
-template <size_t N>
-std::string KnownList(const std::array<std::string_view, N>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + std::string(n);
-  return out;
-}
-
-// A key from the body, safe to quote in a message (bounded; invalid UTF-8 is
-// replaced when the message is dumped as JSON).
-std::string QuoteKey(std::string_view key) {
-  constexpr size_t kMax = 64;
-  return "\"" + std::string(key.substr(0, kMax)) + (key.size() > kMax ? "...\"" : "\"");
-}
-
-std::string Index(std::string_view path, size_t i) { return std::string(path) + "[" + std::to_string(i) + "]"; }
-
-Status WrongType(std::string_view path, std::string_view expected, const json& got) {
-  return InvalidArgument(std::string(path) + ": expected " + std::string(expected) + ", got " + got.type_name());
-}
-
-StatusOr<int64_t> AsInt64(const json& v, std::string_view path, std::string_view expected = "an integer") {
-  if (!v.is_number_integer()) return WrongType(path, expected, v);
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return InvalidArgument(std::string(path) + ": " + std::to_string(u) + " is too large");
-    return static_cast<int64_t>(u);
-  }
-  return v.get<int64_t>();
-}
-
-StatusOr<double> AsNumber(const json& v, std::string_view path) {
-  if (!v.is_number()) return WrongType(path, "a number", v);
-  return v.get<double>();
-}
-
-StatusOr<bool> AsBool(const json& v, std::string_view path) {
-  if (!v.is_boolean()) return WrongType(path, "true or false", v);
-  return v.get<bool>();
-}
-
-// A token id in [0, vocab).
-StatusOr<int32_t> AsTokenId(const json& v, std::string_view path, int64_t vocab) {
-  if (!v.is_number_integer()) return WrongType(path, "an integer token id", v);
-  const bool neg = v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0;
-  const bool big = !neg && v.get<uint64_t>() >= static_cast<uint64_t>(vocab);
-  if (neg || big) {
-    const std::string shown = neg ? std::to_string(v.get<int64_t>()) : std::to_string(v.get<uint64_t>());
-    return InvalidArgument(std::string(path) + ": token id " + shown + " outside the vocabulary [0, " +
-                           std::to_string(vocab) + ")");
-  }
-  return static_cast<int32_t>(v.get<int64_t>());
-}
-
-StatusOr<std::vector<int32_t>> TokenList(const json& v, std::string_view path, int64_t vocab) {
-  if (!v.is_array()) return WrongType(path, "a list of token ids", v);
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    TANDEM_ASSIGN_OR_RETURN(const int32_t id, AsTokenId(v[i], Index(path, i), vocab));
-    ids.push_back(id);
-  }
-  return ids;
-}
 
 Status ParseStop(const json& v, const GenerateLimits& limits, std::vector<std::string>* out) {
   out->clear();

@@ -44,6 +44,7 @@
 #include "common/status.h"
 #include "workers/inference/engine.h"
 #include "workers/inference/generate_json.h"
+#include "workers/inference/handoff_engine.h"
 #include "workers/inference/scheduler.h"
 #include "workers/model/transformer.h"
 
@@ -68,9 +69,7 @@ struct GeneratorOptions {
   std::shared_ptr<const TextCodec> codec;  // for stop strings; null: stop strings are refused
 };
 
-enum class MemoryPart { kWeights, kKvCache };
-
-class Generator final : public Engine {
+class Generator final : public Engine, public HandoffEngine {
  public:
   // Allocates the KV pool and starts the engine thread. InvalidArgument for
   // options that do not fit the model (a pool smaller than one sequence of
@@ -100,16 +99,16 @@ class Generator final : public Engine {
   // engine is paused; for kKvCache also while a sequence holds KV (an
   // in_place pause keeps it: pause with retract or abort first). The prefix
   // cache is emptied with the KV pool. Idempotent.
-  Status MarkAbsent(MemoryPart part);
+  Status MarkAbsent(MemoryPart part) override;
   // After the memory is mapped again (at the same addresses).
-  void MarkPresent(MemoryPart part);
+  void MarkPresent(MemoryPart part) override;
   // Runs `load`, which rewrites the model's parameters in place, with no step
   // in flight, and reports `version` for the requests that start after it
   // (running ones go on with the new weights and keep the version they
   // started with). The prefix cache is emptied (its KV is the old
   // weights'). FailedPrecondition while the weights are absent; the version
   // is unchanged when `load` fails.
-  Status LoadWeights(int64_t version, const std::function<Status()>& load);
+  Status LoadWeights(int64_t version, const std::function<Status()>& load) override;
 
  private:
   Generator(std::shared_ptr<const model::Transformer> model, GeneratorOptions options);

@@ -2,65 +2,23 @@
 #include "workers/inference/http_api.h"
 
 #include <atomic>
-#include <chrono>
-#include <deque>
-#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "common/bounded_json.h"
 #include "common/log.h"
 #include "workers/inference/api_metrics.h"
+#include "workers/inference/api_service.h"
 
 namespace tandem::inference {
 
 namespace asio = boost::asio;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Posts work to the io thread from any thread, until closed (the engine may
-// call a callback after the server stopped).
-struct Mailbox {
-  std::mutex mu;
-  asio::io_context* io;
-  bool open = true;
-  explicit Mailbox(asio::io_context* i) : io(i) {}
-  template <typename F>
-  void Post(F&& f) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (open) asio::post(*io, std::forward<F>(f));
-  }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu);
-    open = false;
-  }
-};
-
-struct HttpError {
-  int status;
-  const char* code;
-};
-
-HttpError ToHttp(StatusCode code) {
-  switch (code) {
-    case StatusCode::kInvalidArgument: return {400, "invalid_argument"};
-    case StatusCode::kNotFound: return {404, "not_found"};
-    case StatusCode::kFailedPrecondition: return {409, "failed_precondition"};
-    case StatusCode::kResourceExhausted: return {503, "resource_exhausted"};
-    case StatusCode::kUnavailable: return {503, "unavailable"};
-    case StatusCode::kPermissionDenied: return {403, "permission_denied"};
-    case StatusCode::kDeadlineExceeded: return {504, "deadline_exceeded"};
-    default: return {500, "internal"};
-  }
-}
 
 // One POST /generate: its prompts, the engine's id for each, and every
 // sample's progress (prompt-major).
@@ -79,29 +37,17 @@ struct GenerateCall {
 struct HttpApiServer::Impl {
   Engine& engine;
   HttpApiOptions options;
-  asio::io_context io;  // before what uses it: destroyed after it
-  std::shared_ptr<Mailbox> mailbox = std::make_shared<Mailbox>(&io);
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::unique_ptr<HttpServer> server;
-  std::thread thread;
-  asio::steady_timer rate_timer{io};
-  std::atomic<bool> stopped{false};
+  ApiService api;
 
   // io thread only:
   std::map<uint64_t, std::shared_ptr<GenerateCall>> calls;
   uint64_t next_call = 0;
-  std::map<std::pair<std::string, int>, uint64_t> responses;  // (endpoint, status) -> count
-  std::deque<std::pair<Clock::time_point, uint64_t>> token_samples;  // for tokens/s
   std::atomic<int64_t> open_calls{0};
 
-  Impl(Engine& e, HttpApiOptions o) : engine(e), options(std::move(o)) {}
+  Impl(Engine& e, HttpApiOptions o)
+      : engine(e), options(std::move(o)), api("inference-api", options.http, options.retry_after_s) {}
 
   void Handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
-  void Reply(const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint, int status, const json& body,
-             const HttpHeaders& headers = {});
-  void ReplyError(const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint, const Status& st);
-  bool Allow(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint,
-             std::initializer_list<std::string_view> methods);
 
   void Generate(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
   void OnUpdate(uint64_t key, size_t prompt, SampleUpdate update);
@@ -112,70 +58,34 @@ struct HttpApiServer::Impl {
 
   void Pause(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
   void Continue(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex);
-  void ModelInfo(const std::shared_ptr<HttpExchange>& ex);
   void Metrics(const std::shared_ptr<HttpExchange>& ex);
-  void SampleTokens();
 };
-
-namespace {
-constexpr auto kRateWindow = std::chrono::seconds(10);
-}  // namespace
-
-void HttpApiServer::Impl::Reply(const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint, int status,
-                                const json& body, const HttpHeaders& headers) {
-  ++responses[{endpoint, status}];
-  ex->RespondJson(status, body, headers);
-}
-
-void HttpApiServer::Impl::ReplyError(const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint,
-                                     const Status& st) {
-  const HttpError e = ToHttp(st.code());
-  HttpHeaders headers;
-  if (e.status == 503) headers.emplace_back("Retry-After", std::to_string(options.retry_after_s));
-  if (e.status >= 500) log::Warn("inference-api", "answered {} path={} error={}", e.status, endpoint, st.message());
-  else log::Debug("inference-api", "answered {} path={} error={}", e.status, endpoint, st.message());
-  Reply(ex, endpoint, e.status, ErrorJson(e.code, st.message()), headers);
-}
-
-bool HttpApiServer::Impl::Allow(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
-                                const std::string& endpoint, std::initializer_list<std::string_view> methods) {
-  std::string allowed;
-  for (const auto m : methods) {
-    if (req.method == m) return true;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(m);
-  }
-  Reply(ex, endpoint, 405,
-        ErrorJson("method_not_allowed", req.method.substr(0, 16) + " " + endpoint + ": method not allowed (allowed: " +
-                                            allowed + ")"),
-        {{"Allow", allowed}});
-  return false;
-}
 
 void HttpApiServer::Impl::Handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
   const std::string& p = req.path;
   if (p == "/generate") {
-    if (Allow(req, ex, p, {"POST"})) Generate(req, ex);
+    if (api.Allow(req, ex, p, {"POST"})) Generate(req, ex);
   } else if (p == "/health") {
-    if (!Allow(req, ex, p, {"GET"})) return;
+    if (!api.Allow(req, ex, p, {"GET"})) return;
     const Status st = engine.Health();
-    if (st.ok()) Reply(ex, p, 200, {{"status", "ok"}});
-    else ReplyError(ex, p, Unavailable(st.message()));
+    if (st.ok()) api.Reply(ex, p, 200, {{"status", "ok"}});
+    else api.ReplyError(ex, p, Unavailable(st.message()));
   } else if (p == "/get_model_info") {
-    if (Allow(req, ex, p, {"GET"})) ModelInfo(ex);
+    if (api.Allow(req, ex, p, {"GET"})) api.Reply(ex, p, 200, ModelInfoJson(engine.Info(), true));
   } else if (p == "/flush_cache") {
-    if (!Allow(req, ex, p, {"POST", "GET"})) return;
+    if (!api.Allow(req, ex, p, {"POST", "GET"})) return;
     const Status st = engine.FlushCache();
     if (st.ok()) log::Info("inference-api", "flushed the prefix cache");
-    if (st.ok()) Reply(ex, p, 200, {{"flushed", true}});
-    else ReplyError(ex, p, st);
+    if (st.ok()) api.Reply(ex, p, 200, {{"flushed", true}});
+    else api.ReplyError(ex, p, st);
   } else if (p == "/pause_generation") {
-    if (Allow(req, ex, p, {"POST"})) Pause(req, ex);
+    if (api.Allow(req, ex, p, {"POST"})) Pause(req, ex);
   } else if (p == "/continue_generation") {
-    if (Allow(req, ex, p, {"POST"})) Continue(req, ex);
+    if (api.Allow(req, ex, p, {"POST"})) Continue(req, ex);
   } else if (p == "/metrics") {
-    if (Allow(req, ex, p, {"GET"})) Metrics(ex);
+    if (api.Allow(req, ex, p, {"GET"})) Metrics(ex);
   } else {
-    Reply(ex, "other", 404, ErrorJson("not_found", "no endpoint " + p.substr(0, 128)));
+    api.Reply(ex, "other", 404, ErrorJson("not_found", "no endpoint " + p.substr(0, 128)));
   }
 }
 
@@ -201,63 +111,36 @@ StatusOr<json> ControlBody(const std::string& body, std::initializer_list<std::s
 void HttpApiServer::Impl::Pause(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
   const std::string ep = "/pause_generation";
   auto body = ControlBody(req.body, {"mode"});
-  if (!body.ok()) return ReplyError(ex, ep, body.status());
+  if (!body.ok()) return api.ReplyError(ex, ep, body.status());
   const std::string name = body->value("mode", "abort");  // SGLang's default
   const StatusOr<PauseMode> mode = ParsePauseMode(name.substr(0, 64));
-  if (!mode.ok()) return ReplyError(ex, ep, mode.status());
+  if (!mode.ok()) return api.ReplyError(ex, ep, mode.status());
   const Status st = engine.Pause(*mode);
-  if (!st.ok()) return ReplyError(ex, ep, st);
+  if (!st.ok()) return api.ReplyError(ex, ep, st);
   log::Info("inference-api", "paused generation mode={}", name);
-  Reply(ex, ep, 200, {{"paused", true}, {"mode", name}});
+  api.Reply(ex, ep, 200, {{"paused", true}, {"mode", name}});
 }
 
 void HttpApiServer::Impl::Continue(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
   const std::string ep = "/continue_generation";
   auto body = ControlBody(req.body, {});
-  if (!body.ok()) return ReplyError(ex, ep, body.status());
+  if (!body.ok()) return api.ReplyError(ex, ep, body.status());
   const Status st = engine.Continue();
-  if (!st.ok()) return ReplyError(ex, ep, st);
+  if (!st.ok()) return api.ReplyError(ex, ep, st);
   log::Info("inference-api", "continued generation");
-  Reply(ex, ep, 200, {{"paused", false}});
-}
-
-void HttpApiServer::Impl::ModelInfo(const std::shared_ptr<HttpExchange>& ex) {
-  const EngineInfo info = engine.Info();
-  auto config = ParseJsonBounded(info.config_json);
-  Reply(ex, "/get_model_info", 200,
-        {{"model_path", info.model_path},
-         {"is_generation", true},
-         {"config", config.ok() ? *config : json(nullptr)},
-         {"max_context_length", info.max_context_length},
-         {"vocab_size", info.vocab_size},
-         {"weight_version", std::to_string(info.weight_version)}});
+  api.Reply(ex, ep, 200, {{"paused", false}});
 }
 
 void HttpApiServer::Impl::Metrics(const std::shared_ptr<HttpExchange>& ex) {
   ApiMetrics m;
   m.stats = engine.Stats();
   m.weight_version = engine.Info().weight_version;
-  m.http = &server->counters();
+  m.http = &api.counters();
   m.open_generate_calls = static_cast<int64_t>(calls.size());
-  m.responses = &responses;
-  if (!token_samples.empty()) {
-    const auto& [t0, n0] = token_samples.front();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (dt > 0 && m.stats.generated_tokens_total >= n0)
-      m.tokens_per_second = static_cast<double>(m.stats.generated_tokens_total - n0) / dt;
-  }
-  ++responses[{"/metrics", 200}];
+  m.responses = &api.responses();
+  m.tokens_per_second = api.rate();
+  api.Count("/metrics", 200);
   ex->Respond(200, "text/plain; version=0.0.4; charset=utf-8", PrometheusText(m));
-}
-
-void HttpApiServer::Impl::SampleTokens() {
-  const auto now = Clock::now();
-  token_samples.emplace_back(now, engine.Stats().generated_tokens_total);
-  while (token_samples.size() > 1 && now - token_samples.front().first > kRateWindow) token_samples.pop_front();
-  rate_timer.expires_after(std::chrono::seconds(1));
-  rate_timer.async_wait([this](boost::system::error_code ec) {
-    if (!ec && !stopped) SampleTokens();
-  });
 }
 
 // ---- POST /generate ----
@@ -282,7 +165,7 @@ void HttpApiServer::Impl::Generate(const HttpRequest& req, const std::shared_ptr
   limits.vocab_size = info.vocab_size;
   limits.max_context_length = info.max_context_length;
   auto parsed = ParseGenerateBody(req.body, limits, options.codec.get());
-  if (!parsed.ok()) return ReplyError(ex, ep, parsed.status());
+  if (!parsed.ok()) return api.ReplyError(ex, ep, parsed.status());
 
   auto call = std::make_shared<GenerateCall>();
   call->ex = ex;
@@ -295,7 +178,7 @@ void HttpApiServer::Impl::Generate(const HttpRequest& req, const std::shared_ptr
   }
   const uint64_t key = ++next_call;
   for (size_t p = 0; p < call->body.prompts.size(); ++p) {
-    auto mailbox_ref = mailbox;
+    auto mailbox_ref = api.mailbox();
     SampleCallback cb = [mailbox_ref, this, key, p](SampleUpdate u) {
       mailbox_ref->Post([this, key, p, update = std::move(u)]() mutable { OnUpdate(key, p, std::move(update)); });
     };
@@ -304,7 +187,7 @@ void HttpApiServer::Impl::Generate(const HttpRequest& req, const std::shared_ptr
       for (size_t q = 0; q < p; ++q) engine.Abort(call->ids[q]);
       Status st = id.status();
       if (call->body.prompts.size() > 1) st = st.WithContext("prompt " + std::to_string(p));
-      return ReplyError(ex, ep, st);
+      return api.ReplyError(ex, ep, st);
     }
     call->ids[p] = *id;
   }
@@ -314,7 +197,7 @@ void HttpApiServer::Impl::Generate(const HttpRequest& req, const std::shared_ptr
     AbortCall(key, "the connection closed (the client went away, was dropped, or the server stopped)");
   });
   if (call->body.stream) {
-    ++responses[{ep, 200}];
+    api.Count(ep, 200);
     ex->BeginStream("text/event-stream");
   }
 }
@@ -369,7 +252,7 @@ void HttpApiServer::Impl::Complete(uint64_t key) {
   } else {
     out = SampleBody(*call, 0);
   }
-  Reply(call->ex, "/generate", 200, out);
+  api.Reply(call->ex, "/generate", 200, out);
 }
 
 void HttpApiServer::Impl::AbortCall(uint64_t key, std::string_view why) {
@@ -395,61 +278,30 @@ HttpApiServer::HttpApiServer(Engine& engine, HttpApiOptions options)
 HttpApiServer::~HttpApiServer() { Stop(); }
 
 Status HttpApiServer::Start() {
-  Impl& s = *impl_;
-  if (s.server) return FailedPrecondition("the HTTP API is started already");
   Impl* raw = impl_.get();
-  s.server = std::make_unique<HttpServer>(
-      s.io, [raw](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) { raw->Handle(req, ex); },
-      s.options.http);
-  if (Status st = s.server->Listen(s.options.host, s.options.port, s.options.allow_remote); !st.ok()) {
-    s.server.reset();
-    return st.WithContext("HTTP API");
-  }
-  s.work.emplace(asio::make_work_guard(s.io));
-  s.SampleTokens();
-  s.thread = std::thread([raw] {
-    // Handlers catch their own exceptions (http_server); this is the last guard.
-    for (;;) {
-      try {
-        raw->io.run();
-        return;
-      } catch (const std::exception& e) {
-        log::Error("inference-api", "io thread caught error={}", e.what());
-      }
-    }
-  });
+  TANDEM_RETURN_IF_ERROR(raw->api.Start(raw->options.host, raw->options.port, raw->options.allow_remote,
+                                        [raw](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+                                          raw->Handle(req, ex);
+                                        },
+                                        [raw] { return raw->engine.Stats().generated_tokens_total; }));
   return Status::Ok();
 }
 
-int HttpApiServer::port() const { return impl_->server ? impl_->server->port() : 0; }
+int HttpApiServer::port() const { return impl_->api.port(); }
 
 void HttpApiServer::Stop() {
-  Impl& s = *impl_;
-  if (s.stopped || !s.thread.joinable()) return;
-  s.stopped = true;
   Impl* raw = impl_.get();
-  std::promise<void> closed;
-  asio::post(s.io, [raw, &closed] {
-    raw->rate_timer.cancel();
-    raw->server->Close();  // each open exchange's OnClose aborts its requests
+  raw->api.Stop([raw] {
+    // Closing each open exchange (after this) aborts its requests; these are
+    // the calls whose exchange is gone already.
     for (const auto& [key, call] : raw->calls)
       for (const RequestId id : call->ids) raw->engine.Abort(id);
     raw->calls.clear();
     raw->open_calls = 0;
-    raw->mailbox->Close();
-    closed.set_value();
   });
-  closed.get_future().wait();
-  s.work.reset();
-  s.io.stop();
-  s.thread.join();
-  // What is still queued (aborted socket operations) runs against closed
-  // sessions and finishes; then the io context holds nothing.
-  s.io.restart();
-  s.io.run();
 }
 
-const HttpCounters& HttpApiServer::http_counters() const { return impl_->server->counters(); }
+const HttpCounters& HttpApiServer::http_counters() const { return impl_->api.counters(); }
 
 int64_t HttpApiServer::open_generate_calls() const { return impl_->open_calls.load(); }
 

@@ -21,10 +21,14 @@ at::Tensor Over(void* base, int64_t numel, at::ScalarType dtype, at::Device devi
   return at::from_blob(base, {numel}, at::TensorOptions().dtype(dtype).device(device));
 }
 
-StatusOr<MemoryPart> PartOf(const std::string& tag) {
-  if (tag == "weights") return MemoryPart::kWeights;
-  if (tag == "kv_cache") return MemoryPart::kKvCache;
-  return NotFound("tag " + tag + " is not held by the engine (it holds weights, kv_cache)");
+StatusOr<MemoryPart> PartOf(const std::string& tag, const memory::TaggedMemory& memory) {
+  const std::vector<std::string> held = memory.TagNames();
+  if (std::find(held.begin(), held.end(), tag) == held.end() || (tag != "weights" && tag != "kv_cache")) {
+    std::string names;
+    for (const std::string& h : held) names += (names.empty() ? "" : ", ") + h;
+    return NotFound("tag " + tag + " is not held by the engine (it holds " + names + ")");
+  }
+  return tag == "weights" ? MemoryPart::kWeights : MemoryPart::kKvCache;
 }
 
 void Add(memory::TaggedMemory::Moved& sum, const memory::TaggedMemory::Moved& m) {
@@ -43,37 +47,38 @@ StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device,
   const int64_t weight_numel = model::ParameterSet::BufferNumel(config, dtype);
   const int64_t block_bytes = KvBlockBytes(config, o.block_size, dtype);
   TaggedModel p;
-  p.kv_blocks = o.kv_blocks > 0 ? o.kv_blocks
-                                : static_cast<int32_t>(std::min<int64_t>(o.kv_cache_bytes / block_bytes, 1 << 30));
-  if (p.kv_blocks <= 0)
+  p.kv_blocks = !o.kv_cache     ? 0
+                : o.kv_blocks > 0 ? o.kv_blocks
+                                  : static_cast<int32_t>(std::min<int64_t>(o.kv_cache_bytes / block_bytes, 1 << 30));
+  if (o.kv_cache && p.kv_blocks <= 0)
     return InvalidArgument("kv cache: " + std::to_string(o.kv_cache_bytes) + " bytes hold no KV block of " +
                            std::to_string(block_bytes) + " bytes");
   const int64_t kv_bytes = block_bytes * p.kv_blocks;
   StatusOr<std::unique_ptr<memory::MemoryBackend>> backend =
       device.is_cuda() ? memory::MakeCudaBackend(device.index()) : memory::MakeCpuBackend();
   TANDEM_RETURN_IF_ERROR(backend.status(), "tagged memory");
-  TANDEM_ASSIGN_OR_RETURN(p.memory,
-                          memory::TaggedMemory::Create(std::move(*backend),
-                                                       {{"weights", static_cast<uint64_t>(weight_numel * elem), true},
-                                                        {"kv_cache", static_cast<uint64_t>(kv_bytes), false}}),
-                          "tagged memory");
+  std::vector<memory::TagSpec> tags = {{"weights", static_cast<uint64_t>(weight_numel * elem), true}};
+  if (o.kv_cache) tags.push_back({"kv_cache", static_cast<uint64_t>(kv_bytes), false});
+  TANDEM_ASSIGN_OR_RETURN(p.memory, memory::TaggedMemory::Create(std::move(*backend), tags), "tagged memory");
   TANDEM_ASSIGN_OR_RETURN(void* weights, p.memory->Allocate("weights", static_cast<size_t>(weight_numel * elem)));
-  TANDEM_ASSIGN_OR_RETURN(void* kv, p.memory->Allocate("kv_cache", static_cast<size_t>(kv_bytes)));
   TANDEM_ASSIGN_OR_RETURN(p.model,
                           model::Transformer::Create(config, device, dtype, Over(weights, weight_numel, dtype, device)),
                           dir);
   TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir));
   TANDEM_RETURN_IF_ERROR(model::LoadWeights(*p.model, ckpt));
-  p.kv_buffer = Over(kv, kv_bytes / elem, dtype, device);
+  if (o.kv_cache) {
+    TANDEM_ASSIGN_OR_RETURN(void* kv, p.memory->Allocate("kv_cache", static_cast<size_t>(kv_bytes)));
+    p.kv_buffer = Over(kv, kv_bytes / elem, dtype, device);
+  }
   return p;
 }
 
-StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(HandoffEngine& engine, memory::TaggedMemory& memory,
                                                           const std::vector<std::string>& tags) {
-  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t).status(), "release");
+  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t, memory).status(), "release");
   memory::TaggedMemory::Moved sum;
   for (const std::string& t : tags) {
-    TANDEM_RETURN_IF_ERROR(engine.MarkAbsent(*PartOf(t)));
+    TANDEM_RETURN_IF_ERROR(engine.MarkAbsent(*PartOf(t, memory)));
     TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, memory.Release(t), "release " + t);
     Add(sum, moved);
   }
@@ -81,13 +86,13 @@ StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(Generator& engine, mem
   return sum;
 }
 
-StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(HandoffEngine& engine, memory::TaggedMemory& memory,
                                                          const std::vector<std::string>& tags) {
-  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t).status(), "resume");
+  for (const std::string& t : tags) TANDEM_RETURN_IF_ERROR(PartOf(t, memory).status(), "resume");
   memory::TaggedMemory::Moved sum;
   for (const std::string& t : tags) {
     TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, memory.Resume(t), "resume " + t);
-    engine.MarkPresent(*PartOf(t));
+    engine.MarkPresent(*PartOf(t, memory));
     Add(sum, moved);
   }
   return sum;

@@ -4,8 +4,9 @@
 //
 // LoadTaggedModel reads DIR/config.json, sizes two pools — `weights` (the
 // model's one parameter buffer, ParameterSet::BufferNumel; backed up to
-// host on release) and `kv_cache` (kv_blocks blocks of KvBlockBytes, or as
-// many as kv_cache_bytes holds; discarded on release) — on the CUDA backend
+// host on release) and, unless options.kv_cache is false, `kv_cache`
+// (kv_blocks blocks of KvBlockBytes, or as many as kv_cache_bytes holds;
+// discarded on release) — on the CUDA backend
 // for a CUDA device, else the CPU one, creates the model over the first and
 // loads DIR's weights into it (model::LoadWeights' rules). The KV buffer is
 // what GeneratorOptions::kv_buffer takes. Errors name the file or the size
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "workers/inference/handoff_engine.h"
 #include "workers/model/transformer.h"
 #include "workers/runtime/tagged_memory.h"
 
@@ -29,6 +31,7 @@ struct TaggedModelOptions {
   int64_t kv_cache_bytes = 256ll << 20;
   int32_t kv_blocks = 0;   // > 0: overrides kv_cache_bytes
   int32_t block_size = 16;
+  bool kv_cache = true;    // false: the `weights` pool only (the teacher)
 };
 
 struct TaggedModel {
@@ -41,17 +44,15 @@ struct TaggedModel {
 StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device, at::ScalarType dtype,
                                       const TaggedModelOptions& options);
 
-class Generator;
-
 // The handoff of an engine's memory, tag by tag ("weights", "kv_cache";
-// NotFound for another). Release: Generator::MarkAbsent (its refusals are
-// FailedPrecondition), TaggedMemory::Release, and once all are out
-// ReturnCachedDeviceMemory. Resume: TaggedMemory::Resume, MarkPresent. The
-// bytes moved, summed over the tags. Used by the rollout role and
-// tandem-generate.
-StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+// NotFound for a tag `memory` does not hold). Release:
+// HandoffEngine::MarkAbsent (its refusals are FailedPrecondition),
+// TaggedMemory::Release, and once all are out ReturnCachedDeviceMemory.
+// Resume: TaggedMemory::Resume, MarkPresent. The bytes moved, summed over
+// the tags. Used by the rollout and teacher roles and tandem-generate.
+StatusOr<memory::TaggedMemory::Moved> ReleaseEngineMemory(HandoffEngine& engine, memory::TaggedMemory& memory,
                                                           const std::vector<std::string>& tags);
-StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(Generator& engine, memory::TaggedMemory& memory,
+StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(HandoffEngine& engine, memory::TaggedMemory& memory,
                                                          const std::vector<std::string>& tags);
 
 // Gives LibTorch's cached, unused device blocks (a step's activations) and

@@ -137,6 +137,22 @@ at::Tensor Transformer::Embed(const at::Tensor& tokens, const char* fn) const {
   return at::embedding(params_.Leaf("model.embed_tokens.weight"), tokens);
 }
 
+void Transformer::TopLogprobs(const at::Tensor& rows, const at::Tensor& pair_head, const ForwardOptions& options,
+                              ForestOutput& out) const {
+  TORCH_CHECK(options.top_k <= config_.vocab_size, "Transformer::Forward: top_k ", options.top_k,
+              " exceeds the vocabulary (", config_.vocab_size, ")");
+  std::vector<at::Tensor> values, ids;
+  for (int64_t start = 0; start < rows.size(0); start += options.chunk_rows) {
+    const int64_t n = std::min(options.chunk_rows, rows.size(0) - start);
+    const at::Tensor logits = at::linear(rows.narrow(0, start, n), HeadWeight()).to(at::kFloat).div_(options.temperature);
+    auto [v, i] = at::log_softmax(logits, -1).topk(options.top_k, -1);
+    values.push_back(v);
+    ids.push_back(i);
+  }
+  out.top_logprobs = at::cat(values).index_select(0, pair_head);
+  out.top_ids = at::cat(ids).index_select(0, pair_head);
+}
+
 ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions& options) const {
   constexpr const char* kFn = "Transformer::Forward";
   TORCH_CHECK(batch.forest, kFn, ": the batch has no forest");
@@ -177,6 +193,7 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
       ops::LmHeadLoss(rows, HeadWeight(), batch.pair_head, batch.labels, options.temperature, options.chunk_rows);
   out.logprob = head.logprob;
   out.entropy = head.entropy.index_select(0, batch.pair_head);
+  if (options.top_k > 0) TopLogprobs(rows, batch.pair_head, options, out);
   return out;
 }
 

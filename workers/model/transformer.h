@@ -51,6 +51,11 @@ struct ForwardOptions {
   int64_t chunk_rows = 1024;  // LM-head rows per chunk (bounds the CUDA workspace)
   bool return_hidden = false; // fill ForestOutput::hidden
   bool return_kv = false;     // fill ForestOutput::keys/values
+  // > 0: fill ForestOutput::top_logprobs/top_ids with the top_k most likely
+  // tokens of each pair's row (the teacher's /score). The logits of chunk_rows
+  // rows at a time are built for it; not differentiable (run under
+  // c10::NoGradGuard). At most vocab_size.
+  int64_t top_k = 0;
 };
 
 struct ForestOutput {
@@ -59,6 +64,8 @@ struct ForestOutput {
   at::Tensor hidden;   // [T, H] after the final norm, model dtype (return_hidden)
   std::vector<at::Tensor> keys, values;  // per layer [T, Hkv, D], packed order (return_kv)
   std::vector<RouterStats> router;       // one per MoE layer, in layer order
+  at::Tensor top_logprobs;  // [M, top_k] fp32, descending (top_k > 0)
+  at::Tensor top_ids;       // [M, top_k] int64, their token ids
 };
 
 struct DecodeOutput {
@@ -119,6 +126,8 @@ class Transformer {
   const LayerWeights& Layer(int64_t l) const;
   at::Tensor HeadWeight() const;
   at::Tensor Embed(const at::Tensor& tokens, const char* fn) const;
+  void TopLogprobs(const at::Tensor& rows, const at::Tensor& pair_head, const ForwardOptions& options,
+                   ForestOutput& out) const;
 
   ModelConfig config_;
   at::Device device_;

@@ -3,23 +3,20 @@
 // in the `weights` pool, the paged KV cache in `kv_cache`), starts the
 // engine (generator.h) and serves SGLang's native HTTP API (http_api.h) on
 // the given port. With a control endpoint it joins tandemd's handoff
-// (rollout_control.h): pause modes, release/resume of its tags, load_weights
+// (engine_control.h): pause modes, release/resume of its tags, load_weights
 // by version. It runs until SIGTERM or SIGINT, or the daemon's shutdown,
 // then stops accepting, aborts what runs and exits.
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "common/status.h"
+#include "workers/roles/serve_options.h"
 
 namespace tandem::roles {
 
 struct RolloutOptions {
-  std::string model_dir;        // config.json, *.safetensors, optionally tokenizer.json
-  std::string device = "cpu";   // cpu (fp32) or cuda (bf16)
-  std::string host = "127.0.0.1";
-  int port = 0;                 // 0: the first of $TANDEM_PORTS, else any free port
+  ServeOptions serve;           // --model, --device, --port, --control, ... (serve_options.h)
   int64_t kv_cache_mib = 256;   // KV pool size (ignored when kv_blocks > 0)
   int32_t kv_blocks = 0;
   int32_t block_size = 16;
@@ -28,12 +25,6 @@ struct RolloutOptions {
   int64_t max_waiting = 1024;
   int64_t max_model_len = 0;    // 0: the model's max_position_embeddings
   uint64_t seed = 0;
-  int threads = 0;              // LibTorch intra-op threads (0: its default)
-  std::string port_file;        // write the bound port here once listening (tests, scripts)
-  // The control channel: unix:PATH or tcp:HOST:PORT; empty: $TANDEM_CONTROL;
-  // neither: none (the HTTP API only).
-  std::string control;
-  int reconnect_window_s = 60;  // after a lost connection to tandemd; 0: exit 1 at once
 };
 
 // Blocks until a signal or the daemon asks it to stop. InvalidArgument for

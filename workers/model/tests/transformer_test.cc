@@ -234,6 +234,40 @@ TEST_P(TransformerDecodeTest, StepByStepEqualsForestLogits) {
   EXPECT_EQ(cache.capacity(), 7);
 }
 
+// top_k: each pair's top log-probs are the best of its row's full
+// log_softmax at the temperature, in the pairs' order (a shared fork row
+// scored twice, rows split across LM-head chunks).
+TEST_P(TransformerDecodeTest, TopLogprobsAreEachRowsBest) {
+  const ModelConfig c = TinyConfig(GetParam(), 2);
+  auto model = MakeModel(c);
+  ASSERT_TRUE(model);
+  const uint64_t seed = kernels::testing::FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  RandomizeParameters(*model, seed);
+  c10::NoGradGuard no_grad;
+  auto seqs = RandomSequences(rng, {9, 9, 4}, c.vocab_size);
+  for (int i = 0; i < 5; ++i) seqs[1][static_cast<size_t>(i)] = seqs[0][static_cast<size_t>(i)];
+  auto batch = BuildForestBatch(seqs, {5, 5, 2}, c.vocab_size, at::Device(at::kCPU));
+  ASSERT_TRUE(batch.ok());
+  ForwardOptions o;
+  o.temperature = 0.7;
+  o.top_k = 6;
+  o.chunk_rows = 3;
+  const ForestOutput out = model->Forward(*batch, o);
+  ASSERT_EQ(out.top_logprobs.sizes(), at::IntArrayRef({batch->num_pairs(), 6}));
+  const at::Tensor logits = ForestLogits(*model, *batch);
+  for (int64_t m = 0; m < batch->num_pairs(); ++m) {
+    const at::Tensor row = at::log_softmax(logits[batch->pair_rows[static_cast<size_t>(m)]] / 0.7, 0);
+    const auto [want, want_ids] = row.topk(6);
+    EXPECT_EQ(Close(out.top_logprobs[m], want, OutTol(want)), "") << "pair " << m;
+    EXPECT_NEAR(row[out.top_ids[m][0].item<int64_t>()].item<double>(), want[0].item<double>(), 1e-5);
+    EXPECT_NEAR(out.logprob[m].item<double>(), row[batch->labels[m].item<int64_t>()].item<double>(), 1e-4);
+  }
+  o.top_k = c.vocab_size + 1;
+  EXPECT_THROW(model->Forward(*batch, o), c10::Error);
+}
+
 // Prefill two prompts of different lengths through the forest (return_kv),
 // copy their K/V into one cache with garbage past each row's length, then
 // decode the next token of each: the forest's logits of the longer sequences.

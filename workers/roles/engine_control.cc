@@ -1,5 +1,5 @@
-// The rollout's control commands (rollout_control.h).
-#include "workers/roles/rollout_control.h"
+// The engines' control commands (engine_control.h).
+#include "workers/roles/engine_control.h"
 
 #include <string>
 #include <vector>
@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-// The tags a release/resume names (all the rollout holds when none).
+// The tags a release/resume names (all the engine holds when none).
 StatusOr<std::vector<std::string>> TagsOf(const control::Command& c, const memory::TaggedMemory& mem) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, c.Tags());
   return tags.empty() ? mem.TagNames() : tags;
@@ -22,7 +22,7 @@ StatusOr<std::vector<std::string>> TagsOf(const control::Command& c, const memor
 
 }  // namespace
 
-void RegisterRolloutControl(control::RoleHost& host, RolloutParts p) {
+void RegisterEngineControl(control::RoleHost& host, EngineParts p) {
   host.On("pause", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(std::string name, c.Mode());
     TANDEM_ASSIGN_OR_RETURN(inference::PauseMode mode, inference::ParsePauseMode(name), "pause");
@@ -36,14 +36,14 @@ void RegisterRolloutControl(control::RoleHost& host, RolloutParts p) {
   host.On("release", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, TagsOf(c, p.memory));
     TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, inference::ReleaseEngineMemory(p.engine, p.memory, tags));
-    log::Info("rollout", "released {} freed_bytes={} copied_bytes={}", json(tags).dump(), moved.freed_bytes,
+    log::Info(p.component, "released {} freed_bytes={} copied_bytes={}", json(tags).dump(), moved.freed_bytes,
               moved.copied_bytes);
     return json{{"freed_bytes", moved.freed_bytes}, {"copied_bytes", moved.copied_bytes}};
   });
   host.On("resume", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> tags, TagsOf(c, p.memory));
     TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved, inference::ResumeEngineMemory(p.engine, p.memory, tags));
-    log::Info("rollout", "resumed {} mapped_bytes={} copied_bytes={}", json(tags).dump(), moved.mapped_bytes,
+    log::Info(p.component, "resumed {} mapped_bytes={} copied_bytes={}", json(tags).dump(), moved.mapped_bytes,
               moved.copied_bytes);
     return json{{"mapped_bytes", moved.mapped_bytes}, {"copied_bytes", moved.copied_bytes}};
   });
@@ -52,7 +52,7 @@ void RegisterRolloutControl(control::RoleHost& host, RolloutParts p) {
     TANDEM_ASSIGN_OR_RETURN(std::string source, c.Source());
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<weights::WeightSource> from, weights::OpenWeightSource(source));
     TANDEM_RETURN_IF_ERROR(p.engine.LoadWeights(version, [&] { return from->LoadInto(p.model); }), "load_weights");
-    log::Info("rollout", "loaded weights version {} from {}", version, from->Describe());
+    log::Info(p.component, "loaded weights version {} from {}", version, from->Describe());
     return json{{"version", version}, {"source", from->Describe()}};
   });
 }

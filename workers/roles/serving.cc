@@ -1,0 +1,84 @@
+// What the serving roles share (serving.h).
+#include "workers/roles/serving.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "common/log.h"
+
+namespace tandem::roles {
+
+StatusOr<int> ListenPort(const ServeOptions& o) {
+  if (o.port != 0) return o.port;
+  const char* env = std::getenv("TANDEM_PORTS");
+  if (env == nullptr || *env == '\0') return 0;
+  std::string first(env);
+  first = first.substr(0, first.find(','));
+  char* end = nullptr;
+  errno = 0;
+  const long port = std::strtol(first.c_str(), &end, 10);
+  if (errno != 0 || end == first.c_str() || *end != '\0' || port <= 0 || port > 65535)
+    return InvalidArgument("TANDEM_PORTS: '" + std::string(env) + "' does not start with a port");
+  return static_cast<int>(port);
+}
+
+sigset_t BlockStopSignals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
+
+StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, const std::string& default_role,
+                                                        EngineParts parts) {
+  std::string text = o.control;
+  if (text.empty()) {
+    const char* env = std::getenv("TANDEM_CONTROL");
+    if (env != nullptr) text = env;
+  }
+  if (text.empty()) return std::unique_ptr<control::RoleHost>();
+  TANDEM_ASSIGN_OR_RETURN(control::Endpoint endpoint, control::ParseEndpoint(text), "--control");
+  control::RoleHost::Options ho;
+  ho.client.endpoint = endpoint;
+  ho.client.hello = control::HelloFromEnvironment();
+  if (ho.client.hello.role.empty()) ho.client.hello.role = default_role;
+  for (const memory::TagSpec& t : parts.memory.Specs()) ho.client.hello.tags.push_back({t.name, t.bytes, t.backup});
+  ho.client.residency = [mem = &parts.memory] { return mem->Residency(); };
+  ho.reconnect_window = std::chrono::seconds(o.reconnect_window_s);
+  auto host = std::make_unique<control::RoleHost>(ho);
+  const std::string component = parts.component;
+  RegisterEngineControl(*host, std::move(parts));
+  TANDEM_RETURN_IF_ERROR(host->Start());
+  log::Info(component, "joined tandemd at {} as {} rank {}", endpoint.ToString(), ho.client.hello.role,
+            ho.client.hello.rank);
+  return host;
+}
+
+void WritePortFile(const ServeOptions& o, int port) {
+  if (o.port_file.empty()) return;
+  const std::string tmp = o.port_file + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  if (std::rename(tmp.c_str(), o.port_file.c_str()) != 0) log::Warn("serving", "--port-file {}: rename failed", o.port_file);
+}
+
+Status WaitForStop(const sigset_t& stop_signals, control::RoleHost* host, const std::string& component) {
+  const timespec poll{0, 200'000'000};
+  for (;;) {
+    const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
+    if (sig > 0) {
+      log::Info(component, "signal {}: stopping", sig);
+      return Status::Ok();
+    }
+    if (host != nullptr && host->done()) {
+      Status outcome = host->Wait();
+      log::Info(component, "control loop ended: {}", outcome.ok() ? "shutdown" : outcome.ToString());
+      return outcome;
+    }
+  }
+}
+
+}  // namespace tandem::roles
