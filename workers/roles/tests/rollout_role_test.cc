@@ -9,91 +9,26 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <fstream>
 #include <future>
 #include <optional>
 #include <random>
-#include <sstream>
-#include <thread>
 
 #include "workers/data/byte_tokenizer.h"
 #include "workers/inference/greedy.h"
 #include "workers/inference/tests/http_test_client.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/tests/model_test_util.h"
+#include "workers/roles/tests/worker_process.h"
 #include "workers/runtime/tests/test_server.h"
-
-extern char** environ;
 
 namespace tandem::roles {
 namespace {
 
 using nlohmann::json;
 namespace http = inference::testing;
-
-std::string BinDir() {
-  const char* d = std::getenv("TANDEM_BIN_DIR");
-  return d ? d : "bin";
-}
-
-struct Worker {
-  pid_t pid = -1;
-  int port = 0;
-  int exit_status = -1;  // when it exited before listening
-  int Stop(int sig = SIGTERM) {
-    if (pid <= 0) return -1;
-    kill(pid, sig);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  ~Worker() { Stop(SIGKILL); }
-};
-
-// Starts the worker; waits for its port file (or for it to exit).
-void Start(Worker& w, const std::vector<std::string>& args, const std::string& port_file, const std::string& log) {
-  std::vector<std::string> argv = {BinDir() + "/tandem-worker", "rollout"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--port-file");
-  argv.push_back(port_file);
-  std::vector<char*> cargv;
-  for (std::string& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 2, 1);
-  ASSERT_EQ(posix_spawn(&w.pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0) << cargv[0];
-  posix_spawn_file_actions_destroy(&fa);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(port_file);
-    if (in >> w.port && w.port > 0) return;
-    int status = 0;
-    if (waitpid(w.pid, &status, WNOHANG) == w.pid) {
-      w.pid = -1;
-      w.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class RolloutRole : public ::testing::Test {
  protected:
@@ -124,7 +59,7 @@ TEST_F(RolloutRole, ServesGreedyGenerationOverHttpAndStopsOnSigterm) {
 
   Worker w;
   const std::string log = dir_ + "/worker.log";
-  Start(w, {"--model", model_dir, "--kv-blocks", "64", "--threads", "1"}, dir_ + "/port", log);
+  Start(w, "rollout", {"--model", model_dir, "--kv-blocks", "64", "--threads", "1"}, dir_ + "/port", log);
   ASSERT_GT(w.port, 0) << "the worker did not start: " << ReadAll(log);
 
   EXPECT_EQ(http::Request(w.port, "GET", "/health").status, 200);
@@ -181,7 +116,7 @@ TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
   const std::string log = dir_ + "/worker.log";
   setenv("TANDEM_ROLE", "gen", 1);
   auto started = std::async(std::launch::async, [&] {
-    Start(w, {"--model", dir_ + "/a", "--kv-blocks", "32", "--threads", "1", "--control", daemon.endpoint()},
+    Start(w, "rollout", {"--model", dir_ + "/a", "--kv-blocks", "32", "--threads", "1", "--control", daemon.endpoint()},
           dir_ + "/port", log);
   });
   const std::optional<json> hello = daemon.Handshake(std::chrono::seconds(60));
@@ -254,7 +189,7 @@ TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
 TEST_F(RolloutRole, ADirectoryWithoutAModelExitsNamingIt) {
   Worker w;
   const std::string log = dir_ + "/worker.log";
-  Start(w, {"--model", dir_ + "/nothing"}, dir_ + "/port", log);
+  Start(w, "rollout", {"--model", dir_ + "/nothing"}, dir_ + "/port", log);
   EXPECT_EQ(w.pid, -1) << "the worker started without a model";
   EXPECT_EQ(w.exit_status, 1) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find(dir_ + "/nothing"), std::string::npos) << ReadAll(log);
