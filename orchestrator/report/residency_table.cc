@@ -53,9 +53,9 @@ std::string Legend(bool device_wide, bool worker_reported, bool spec_capacity) {
   }
   if (worker_reported) {
     out +=
-        "worker-reported: no device-wide reading (CPU probes): the bytes mapped in the pools of the\n"
-        "  worker named, of its own --cpu-capacity, at its last answer; not the GPU's total, and not\n"
-        "  compared with the ledger.\n";
+        "worker-reported: no device-wide reading (CPU workers): the bytes mapped in the pools of the\n"
+        "  worker named, of its own capacity (a probe's --cpu-capacity, else the host's memory), at its\n"
+        "  last answer; not the GPU's total, and not compared with the ledger.\n";
   }
   out += spec_capacity ? "capacity: the spec's handoff.gpu_memory, per GPU.\n"
                        : "capacity: the device's total (the spec sets no handoff.gpu_memory).\n";

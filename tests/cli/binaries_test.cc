@@ -48,16 +48,16 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
-// A colocated job whose rollout role names the format's "teacher" worker,
+// A colocated job whose trainer role names the format's "actor" worker,
 // which this build's tandem-worker does not have.
 nlohmann::json RolloutWorkerSpec() {
   return nlohmann::json::parse(R"({"name": "rl", "roles": {
-      "actor": {"worker": "probe", "args": ["--tag", "params=1MiB"], "gpus_per_replica": 1},
-      "rollout": {"worker": "teacher", "gpus_per_replica": 1, "colocate_with": "actor"}}})");
+      "rollout": {"worker": "probe", "args": ["--tag", "weights=1MiB"], "gpus_per_replica": 1},
+      "trainer": {"worker": "actor", "gpus_per_replica": 1, "colocate_with": "rollout"}}})");
 }
 
 constexpr const char* kRefusal =
-    R"(roles.rollout.worker: this build's tandem-worker has no "teacher" worker; it has "probe", "sft", "rollout")";
+    R"(roles.trainer.worker: this build's tandem-worker has no "actor" worker; it has "probe", "sft", "rollout", "teacher")";
 
 TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
   const fs::path spec = tmp_ / "rl.json";
@@ -73,7 +73,7 @@ TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
   auto r = d.client().Request("POST", "/v1/jobs", RolloutWorkerSpec().dump());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 400) << r->body;
-  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"teacher\" worker)"));
+  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"actor\" worker)"));
 }
 
 }  // namespace

@@ -24,10 +24,14 @@ struct ServeOptions {
   // neither: none (the HTTP API only).
   std::string control;
   int reconnect_window_s = 60;  // after a lost connection to tandemd; 0: exit 1 at once
+  // With a control channel: release every tag once loaded, before the hello
+  // (the weights backed up to host), so that colocated workers start empty
+  // and the daemon's first phase brings back what it needs.
+  bool start_released = false;
 };
 
 // --model, --device, --host, --port, --threads, --port-file, --control,
-// --reconnect-window-s.
+// --reconnect-window-s, --start-released.
 void AddServeFlags(CLI::App& sub, ServeOptions& o);
 
 // A serving role's exit status: 0 for ok, 2 for InvalidArgument (bad

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "workers/inference/tagged_model.h"
 
 namespace tandem::roles {
 
@@ -42,6 +43,14 @@ StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, c
   }
   if (text.empty()) return std::unique_ptr<control::RoleHost>();
   TANDEM_ASSIGN_OR_RETURN(control::Endpoint endpoint, control::ParseEndpoint(text), "--control");
+  TANDEM_RETURN_IF_ERROR(parts.engine.Pause(inference::PauseMode::kRetract), "pause until the daemon's continue");
+  if (o.start_released) {
+    TANDEM_ASSIGN_OR_RETURN(memory::TaggedMemory::Moved moved,
+                            inference::ReleaseEngineMemory(parts.engine, parts.memory, parts.memory.TagNames()),
+                            "--start-released");
+    log::Info(parts.component, "released every tag before joining (freed_bytes={}, copied_bytes={})",
+              moved.freed_bytes, moved.copied_bytes);
+  }
   control::RoleHost::Options ho;
   ho.client.endpoint = endpoint;
   ho.client.hello = control::HelloFromEnvironment();

@@ -27,9 +27,12 @@ StatusOr<int> ListenPort(const ServeOptions& o);
 sigset_t BlockStopSignals();
 
 // Joins tandemd when the flag or $TANDEM_CONTROL names an endpoint (else
-// null): the hello from the environment (role `default_role` when
-// $TANDEM_ROLE is unset) with the memory's tags, its residency, the control
-// handlers of engine_control.h, the reconnect window.
+// null). A worker in a handoff starts paused, as the daemon assumes of a
+// worker that said hello (docs/control-protocol.md): requests are accepted
+// and wait for the daemon's first continue. With o.start_released its tags
+// are released too. Then the hello from the environment (role
+// `default_role` when $TANDEM_ROLE is unset) with the memory's tags, its
+// residency, the control handlers of engine_control.h, the reconnect window.
 StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, const std::string& default_role,
                                                         EngineParts parts);
 

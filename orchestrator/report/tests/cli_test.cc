@@ -192,7 +192,7 @@ TEST_F(ReportCli, ResidencyNamesTheWorkerOfAWorkerReportedReading) {
   CliRun r = Tandem(tmp_, {"residency", run.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("GPU 0  worker-reported 1.0 MiB used of 8.0 MiB (rollout/1, at "));
-  EXPECT_THAT(r.out, HasSubstr("worker-reported: no device-wide reading (CPU probes)"));
+  EXPECT_THAT(r.out, HasSubstr("worker-reported: no device-wide reading (CPU workers)"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("untracked")));
 }
 

@@ -132,13 +132,18 @@ TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
   const uint64_t weight_bytes = (*hello)["residency"]["tags"]["weights"];
   EXPECT_GE(weight_bytes, static_cast<uint64_t>(model::ParameterSet::BufferNumel(c, at::kFloat) * 4));
 
+  // Idle at hello, as the daemon assumes: a release needs no pause, and the
+  // engine generates once continued.
+  std::optional<json> r = daemon.Command("continue");
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r;
   const json params = {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}};
   const std::string body = json{{"input_ids", prompt}, {"sampling_params", params}}.dump();
   const http::HttpReply first = http::Request(w.port, "POST", "/generate", body);
   ASSERT_EQ(first.status, 200) << first.body;
   EXPECT_EQ(json::parse(first.body).at("output_ids").get<std::vector<int32_t>>(), (*want_a)[0]);
 
-  std::optional<json> r = daemon.Command("release", {{"tags", {"weights"}}});
+  r = daemon.Command("release", {{"tags", {"weights"}}});
   ASSERT_TRUE(r);
   EXPECT_EQ((*r)["code"], "failed_precondition") << "released while generating: " << *r;
   r = daemon.Command("pause", {{"mode", "retract"}});

@@ -151,7 +151,10 @@ TEST_F(TeacherRole, HandsItsWeightsOffOverTheControlProtocolAndLoadsNewOnes) {
   const uint64_t weight_bytes = (*hello)["residency"]["tags"]["weights"];
   EXPECT_GE(weight_bytes, static_cast<uint64_t>(model::ParameterSet::BufferNumel(a_->config(), at::kFloat) * 4));
 
-  std::optional<json> r = daemon.Command("release", {{"tags", {"weights"}}});
+  std::optional<json> r = daemon.Command("continue");  // idle at hello, as the daemon assumes
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r;
+  r = daemon.Command("release", {{"tags", {"weights"}}});
   ASSERT_TRUE(r);
   EXPECT_EQ((*r)["code"], "failed_precondition") << "released while scoring: " << *r;
   r = daemon.Command("pause", {{"mode", "retract"}});
