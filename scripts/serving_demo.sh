@@ -15,7 +15,9 @@
 # Exits non-zero, saying why, when a step or a check fails (ctest runs it:
 # workers/roles/CMakeLists.txt). Needs curl and jq (scripts/setup.sh --test).
 # Usage: scripts/serving_demo.sh [WORK_DIR]   (default: the repository root)
-#   TANDEM_BIN_DIR (default build/bin), SERVING_SFT_STEPS (default 60).
+#   TANDEM_BIN_DIR (default build/bin), SERVING_SFT_STEPS (default 60),
+#   SERVING_SPEC (default examples/serving.json; scripts/gpu/run_serving.sh
+#   gives a CUDA one), SERVING_LOGPROB_TOL (default 1e-3: CPU fp32).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "${TANDEM_BIN_DIR:-$SRC/build/bin}" && pwd)
@@ -34,7 +36,7 @@ fi
 echo "[serving] 2/6 tandem run examples/serving.json"
 state=$(mktemp -d "${TMPDIR:-/tmp}/tandem-serving-XXXXXX")
 rm -f runs/serving/rollout.port runs/serving/teacher.port
-"$BIN/tandem" run "$SRC/examples/serving.json" --state-dir "$state" --gpus 0 >runs/serving.out 2>runs/serving.err &
+"$BIN/tandem" run "${SERVING_SPEC:-$SRC/examples/serving.json}" --state-dir "$state" --gpus 0 >runs/serving.out 2>runs/serving.err &
 run_pid=$!
 cleanup() {
   if kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi
@@ -80,7 +82,7 @@ echo "[serving]     /generate sampled: $(jq -c '{output_ids, weight_version: .me
 echo "[serving] 4/6 tandem phase $job teacher"
 "${T[@]}" phase "$job" teacher
 expect_resident rollout weights no; expect_resident rollout kv_cache no; expect_resident teacher weights yes
-"${T[@]}" residency "$job"
+"${T[@]}" residency "$job" | tee runs/serving.residency
 curl -sSf "$rollout/generate" -d "{\"input_ids\": $prompt, \"sampling_params\": {\"temperature\": 0, \"max_new_tokens\": 4}}" \
   >runs/serving.waited &
 waiting=$!
@@ -91,7 +93,7 @@ echo "[serving]     /score: $(jq -c '.results[0].token_logprobs | map(. * 1000 |
 worst=$(jq -n --argjson a "$(jq -c '[.meta_info.output_token_logprobs[][0]]' <<<"$sample")" \
   --argjson b "$(jq -c '.results[0].token_logprobs' <<<"$score")" \
   'if ($a | length) != ($b | length) then 1e9 else [range($a | length) | ($a[.] - $b[.]) | fabs] | max end')
-jq -e -n --argjson w "$worst" '$w < 1e-3' >/dev/null ||
+jq -e -n --argjson w "$worst" --argjson tol "${SERVING_LOGPROB_TOL:-1e-3}" '$w < $tol' >/dev/null ||
   fail "the teacher's log-probs differ from the rollout's by $worst (same model: they must agree)"
 echo "[serving]     the teacher's log-probs of the sample equal the rollout's (largest difference $worst)"
 sleep 1

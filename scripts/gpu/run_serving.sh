@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A rollout and a teacher colocated on the H200 under `tandem run`, driven
+# through `tandem phase` (issue #14 item 7; docs/inference.md "A colocated
+# rollout and teacher"), one device call:
+#   1. unpacks .gpu-deps/serving.tar.xz (scripts/gpu/stage_deps.sh --serving:
+#      ICU, tandem and tandem-exec built here with the libraries they need,
+#      Qwen3's tokenizer);
+#   2. builds tandem-worker there (workers/standalone, the machine's LibTorch);
+#   3. saves a random ~0.35B Qwen3 (bf16, Qwen3's vocabulary and tokenizer)
+#      with transformers' save_pretrained;
+#   4. runs scripts/serving_demo.sh on a CUDA copy of examples/serving.json:
+#      the handoff with real device memory (the workers' device-wide
+#      reading in `tandem residency`), the teacher's log-probs against the
+#      rollout's (bf16).
+# Logs under $OUT: build.log, serving.log, residency.txt, tasks.log.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/tandem-gpu-out}
+DEPS=/tmp/tandem-serving-deps
+BUILD=${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-serving-build}
+WORK=/tmp/tandem-serving-work
+BIN=/tmp/tandem-serving-bin
+mkdir -p "$OUT" "$DEPS" "$WORK/runs" "$BIN"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
+for t in curl jq; do command -v $t >/dev/null || echo "[gpu] missing: $t"; done
+command -v jq >/dev/null || { cp "$DEPS/orch/bin/jq" "$BIN/" 2>/dev/null && export PATH=$BIN:$PATH; }
+
+start=$(date +%s)
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
+  -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j16 --target tandem-worker >>"$OUT/build.log" 2>&1
+rc=$?
+echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
+if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
+cp "$(find "$BUILD" -name tandem-worker -type f -perm -u+x | head -1)" "$BIN/"
+cp "$DEPS/orch/bin/tandem" "$DEPS/orch/bin/tandem-exec" "$BIN/"
+export LD_LIBRARY_PATH="$DEPS/orch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$BIN/tandem" --version && "$BIN/tandem-worker" --list-workers | tr '\n' ' ' && echo || exit 1
+
+python3 - "$WORK/runs/serving-model" <<'PY' || exit 1
+import sys, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=64, intermediate_size=3072, max_position_embeddings=4096,
+                  tie_word_embeddings=True)
+torch.manual_seed(0)
+Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(sys.argv[1])
+print("[gpu] saved", sys.argv[1], sum(p.numel() for p in Qwen3ForCausalLM(cfg).parameters()) / 1e6, "M parameters")
+PY
+cp "$DEPS/qwen3/"* "$WORK/runs/serving-model/"
+python3 - "$ROOT/examples/serving.json" "$WORK/serving-cuda.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for name, role in spec["roles"].items():
+    role["args"] = [a for a in role["args"]] + ["--device", "cuda"]
+    if name == "rollout":
+        i = role["args"].index("--kv-cache-mib"); role["args"][i + 1] = "8192"
+spec["handoff"].pop("gpu_memory")  # the device's total
+json.dump(spec, open(sys.argv[2], "w"), indent=2)
+PY
+TANDEM_BIN_DIR=$BIN SERVING_SPEC=$WORK/serving-cuda.json SERVING_LOGPROB_TOL=${SERVING_LOGPROB_TOL:-0.05} \
+  timeout 400 bash scripts/serving_demo.sh "$WORK" 2>&1 | tee "$OUT/serving.log"
+status=${PIPESTATUS[0]}
+cp "$WORK/runs/serving.residency" "$OUT/residency.txt" 2>/dev/null
+tail -n 30 "$WORK"/runs/serving/tasks/*.err >"$OUT/tasks.log" 2>/dev/null
+nvidia-smi --query-gpu=memory.used,memory.total --format=csv >>"$OUT/serving.log"
+exit $status
