@@ -13,6 +13,8 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <utility>
+#include <vector>
 
 #include "common/log.h"
 #include "common/native_workers.h"
@@ -67,11 +69,11 @@ int main(int argc, char** argv) {
   probe->add_option("--role", o.hello.role, "role in hello (default $TANDEM_ROLE or 'probe')");
 
   tandem::roles::SftCommand sft;
-  sft.Register(app, Summary("sft"));
   tandem::roles::RolloutCommand rollout;
-  rollout.Register(app, Summary("rollout"));
   tandem::roles::TeacherCommand teacher;
-  teacher.Register(app, Summary("teacher"));
+  const std::vector<std::pair<const char*, tandem::roles::WorkerCommand*>> commands = {
+      {"sft", &sft}, {"rollout", &rollout}, {"teacher", &teacher}};
+  for (const auto& [name, command] : commands) command->Register(app, Summary(name));
 
   try {
     app.parse(argc, argv);
@@ -88,9 +90,10 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-worker: name a worker: " << names << " (tandem-worker --help)\n";
     return 2;
   }
-  if (sft.selected() || rollout.selected() || teacher.selected()) {
+  for (const auto& [name, command] : commands) {
+    if (!command->selected()) continue;
     try {
-      return sft.selected() ? sft.Run() : rollout.selected() ? rollout.Run() : teacher.Run();
+      return command->Run();
     } catch (const std::exception& e) {
       tandem::log::Error("worker", "unexpected exception: {}", e.what());
       return 1;

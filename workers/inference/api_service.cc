@@ -130,14 +130,33 @@ bool ApiService::Allow(const HttpRequest& req, const std::shared_ptr<HttpExchang
   return false;
 }
 
-json ModelInfoJson(const EngineInfo& info, bool is_generation) {
-  auto config = ParseJsonBounded(info.config_json);
-  return {{"model_path", info.model_path},
-          {"is_generation", is_generation},
-          {"config", config.ok() ? *config : json(nullptr)},
-          {"max_context_length", info.max_context_length},
-          {"vocab_size", info.vocab_size},
-          {"weight_version", std::to_string(info.weight_version)}};
+bool ApiService::ServeInfo(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                           const std::function<Status()>& health, const std::function<EngineInfo()>& info,
+                           bool is_generation) {
+  const std::string& p = req.path;
+  if (p == "/health") {
+    if (!Allow(req, ex, p, {"GET"})) return true;
+    const Status st = health();
+    if (st.ok()) Reply(ex, p, 200, {{"status", "ok"}});
+    else ReplyError(ex, p, Unavailable(st.message()));
+    return true;
+  }
+  if (p != "/get_model_info") return false;
+  if (!Allow(req, ex, p, {"GET"})) return true;
+  const EngineInfo i = info();
+  auto config = ParseJsonBounded(i.config_json);  // SGLang's fields; the config parsed
+  Reply(ex, p, 200,
+        {{"model_path", i.model_path},
+         {"is_generation", is_generation},
+         {"config", config.ok() ? *config : json(nullptr)},
+         {"max_context_length", i.max_context_length},
+         {"vocab_size", i.vocab_size},
+         {"weight_version", std::to_string(i.weight_version)}});
+  return true;
+}
+
+void ApiService::ReplyNoEndpoint(const std::shared_ptr<HttpExchange>& ex, const std::string& path) {
+  Reply(ex, "other", 404, ErrorJson("not_found", "no endpoint " + path.substr(0, 128)));
 }
 
 }  // namespace tandem::inference

@@ -99,6 +99,13 @@ class ApiService {
   // with Allow and returns false.
   bool Allow(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint,
              std::initializer_list<std::string_view> methods);
+  // GET /health (200 while `health` is ok, else 503 with its message) and
+  // GET /get_model_info, as both APIs serve them. False, answering nothing,
+  // for another path.
+  bool ServeInfo(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex,
+                 const std::function<Status()>& health, const std::function<EngineInfo()>& info, bool is_generation);
+  // 404 naming the path.
+  void ReplyNoEndpoint(const std::shared_ptr<HttpExchange>& ex, const std::string& path);
   // Counts a response sent some other way (a stream, /metrics' text).
   void Count(const std::string& endpoint, int status) { ++responses_[{endpoint, status}]; }
   const ResponseCounts& responses() const { return responses_; }
@@ -124,7 +131,5 @@ class ApiService {
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> samples_;
 };
 
-// GET /get_model_info's body (SGLang's fields; the config parsed).
-nlohmann::json ModelInfoJson(const EngineInfo& info, bool is_generation);
 
 }  // namespace tandem::inference

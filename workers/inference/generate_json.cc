@@ -147,15 +147,7 @@ int64_t GenerateBody::Samples() const {
 
 StatusOr<GenerateBody> ParseGenerateBody(std::string_view text, const GenerateLimits& limits,
                                          const TextCodec* codec) {
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    return InvalidArgument("body: empty; expected a JSON object");
-  auto parsed = ParseJsonBounded(text, limits.max_json_depth);
-  if (!parsed.ok()) return parsed.status().WithContext("body");
-  const json& body = *parsed;
-  if (!body.is_object()) return WrongType("body", "a JSON object", body);
-  for (const auto& [key, value] : body.items())
-    if (!Known(kBodyFields, key))
-      return InvalidArgument("unknown field " + QuoteKey(key) + " (known: " + KnownList(kBodyFields) + ")");
+  TANDEM_ASSIGN_OR_RETURN(const json body, ParseBodyObject(text, limits.max_json_depth, kBodyFields));
 
   GenerateBody out;
   TANDEM_RETURN_IF_ERROR(ParsePrompts(body, limits, codec, &out));

@@ -63,15 +63,9 @@ struct HttpApiServer::Impl {
 
 void HttpApiServer::Impl::Handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
   const std::string& p = req.path;
+  if (api.ServeInfo(req, ex, [this] { return engine.Health(); }, [this] { return engine.Info(); }, true)) return;
   if (p == "/generate") {
     if (api.Allow(req, ex, p, {"POST"})) Generate(req, ex);
-  } else if (p == "/health") {
-    if (!api.Allow(req, ex, p, {"GET"})) return;
-    const Status st = engine.Health();
-    if (st.ok()) api.Reply(ex, p, 200, {{"status", "ok"}});
-    else api.ReplyError(ex, p, Unavailable(st.message()));
-  } else if (p == "/get_model_info") {
-    if (api.Allow(req, ex, p, {"GET"})) api.Reply(ex, p, 200, ModelInfoJson(engine.Info(), true));
   } else if (p == "/flush_cache") {
     if (!api.Allow(req, ex, p, {"POST", "GET"})) return;
     const Status st = engine.FlushCache();
@@ -85,7 +79,7 @@ void HttpApiServer::Impl::Handle(const HttpRequest& req, const std::shared_ptr<H
   } else if (p == "/metrics") {
     if (api.Allow(req, ex, p, {"GET"})) Metrics(ex);
   } else {
-    api.Reply(ex, "other", 404, ErrorJson("not_found", "no endpoint " + p.substr(0, 128)));
+    api.ReplyNoEndpoint(ex, p);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/bounded_json.h"
 #include "common/status.h"
 
 namespace tandem::inference {
@@ -45,5 +46,21 @@ StatusOr<bool> AsBool(const nlohmann::json& v, std::string_view path);
 // A token id in [0, vocab).
 StatusOr<int32_t> AsTokenId(const nlohmann::json& v, std::string_view path, int64_t vocab);
 StatusOr<std::vector<int32_t>> TokenList(const nlohmann::json& v, std::string_view path, int64_t vocab);
+
+// A request body: a JSON object at most `max_depth` deep whose keys are all
+// `known` ("body: empty; ...", "body: expected a JSON object, got array",
+// "unknown field \"x\" (known: ...)").
+template <size_t N>
+StatusOr<nlohmann::json> ParseBodyObject(std::string_view text, size_t max_depth,
+                                         const std::array<std::string_view, N>& known) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return InvalidArgument("body: empty; expected a JSON object");
+  auto parsed = ParseJsonBounded(text, max_depth);
+  if (!parsed.ok()) return parsed.status().WithContext("body");
+  if (!parsed->is_object()) return WrongType("body", "a JSON object", *parsed);
+  for (const auto& [key, value] : parsed->items())
+    if (!Known(known, key)) return InvalidArgument("unknown field " + QuoteKey(key) + " (known: " + KnownList(known) + ")");
+  return parsed;
+}
 
 }  // namespace tandem::inference

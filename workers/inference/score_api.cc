@@ -40,19 +40,13 @@ struct ScoreApiServer::Impl {
 
 void ScoreApiServer::Impl::Handle(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
   const std::string& p = req.path;
+  if (api.ServeInfo(req, ex, [this] { return engine.Health(); }, [this] { return engine.Info(); }, false)) return;
   if (p == "/score") {
     if (api.Allow(req, ex, p, {"POST"})) Score(req, ex);
-  } else if (p == "/health") {
-    if (!api.Allow(req, ex, p, {"GET"})) return;
-    const Status st = engine.Health();
-    if (st.ok()) api.Reply(ex, p, 200, {{"status", "ok"}});
-    else api.ReplyError(ex, p, Unavailable(st.message()));
-  } else if (p == "/get_model_info") {
-    if (api.Allow(req, ex, p, {"GET"})) api.Reply(ex, p, 200, ModelInfoJson(engine.Info(), false));
   } else if (p == "/metrics") {
     if (api.Allow(req, ex, p, {"GET"})) Metrics(ex);
   } else {
-    api.Reply(ex, "other", 404, ErrorJson("not_found", "no endpoint " + p.substr(0, 128)));
+    api.ReplyNoEndpoint(ex, p);
   }
 }
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <string>
 
-#include "common/bounded_json.h"
 #include "workers/inference/json_fields.h"
 
 namespace tandem::inference {
@@ -89,15 +88,7 @@ int64_t ScoreRequest::ScoredTokens() const {
 }
 
 StatusOr<ScoreRequest> ParseScoreBody(std::string_view text, const ScoreLimits& limits) {
-  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
-    return InvalidArgument("body: empty; expected a JSON object");
-  auto parsed = ParseJsonBounded(text, limits.max_json_depth);
-  if (!parsed.ok()) return parsed.status().WithContext("body");
-  const json& body = *parsed;
-  if (!body.is_object()) return WrongType("body", "a JSON object", body);
-  for (const auto& [key, value] : body.items())
-    if (!Known(kFields, key))
-      return InvalidArgument("unknown field " + QuoteKey(key) + " (known: " + KnownList(kFields) + ")");
+  TANDEM_ASSIGN_OR_RETURN(const json body, ParseBodyObject(text, limits.max_json_depth, kFields));
   const auto ids = body.find("input_ids");
   if (ids == body.end()) return InvalidArgument("input_ids: required");
   ScoreRequest out;

@@ -1,9 +1,6 @@
 // The rollout worker's run (rollout_role.h).
 #include "workers/roles/rollout_role.h"
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-
 #include <filesystem>
 #include <memory>
 
@@ -40,19 +37,13 @@ class TokenizerCodec final : public inference::TextCodec {
 
 Status RunRollout(const RolloutOptions& o) {
   const ServeOptions& so = o.serve;
-  if (so.model_dir.empty()) return InvalidArgument("--model: a Hugging Face model directory is required");
-  const sigset_t stop_signals = BlockStopSignals();  // before any thread starts (LibTorch's, the engine's)
-  if (so.threads > 0) at::set_num_threads(so.threads);
-  TANDEM_ASSIGN_OR_RETURN(const int port, ListenPort(so), "port");
-  const bool cuda = so.device == "cuda";
-  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   inference::TaggedModelOptions to;
   to.kv_cache_bytes = o.kv_cache_mib << 20;
   to.kv_blocks = o.kv_blocks;
   to.block_size = o.block_size;
-  TANDEM_ASSIGN_OR_RETURN(inference::TaggedModel placed,
-                          inference::LoadTaggedModel(so.model_dir, device, cuda ? at::kBFloat16 : at::kFloat, to), "--model");
-  std::shared_ptr<model::Transformer> model(std::move(placed.model));
+  TANDEM_ASSIGN_OR_RETURN(ServeStart start, StartServing(so, to));
+  const std::shared_ptr<model::Transformer>& model = start.model;
+  inference::TaggedModel& placed = start.placed;
 
   inference::GeneratorOptions g;
   g.model_path = so.model_dir;
@@ -80,7 +71,7 @@ Status RunRollout(const RolloutOptions& o) {
 
   inference::HttpApiOptions h;
   h.host = so.host;
-  h.port = port;
+  h.port = start.port;
   h.codec = codec;
   inference::HttpApiServer server(**engine, h);
   TANDEM_RETURN_IF_ERROR(server.Start(), "http");
@@ -90,7 +81,7 @@ Status RunRollout(const RolloutOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<control::RoleHost> host,
                           JoinDaemon(so, "rollout", {**engine, *model, *placed.memory, "rollout"}));
   WritePortFile(so, server.port());
-  const Status outcome = WaitForStop(stop_signals, host.get(), "rollout");
+  const Status outcome = WaitForStop(start.stop_signals, host.get(), "rollout");
   host.reset();
   server.Stop();
   engine->reset();

@@ -1,6 +1,9 @@
 // What the serving roles share (serving.h).
 #include "workers/roles/serving.h"
 
+#include <ATen/Parallel.h>
+#include <c10/core/Device.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +14,9 @@
 
 namespace tandem::roles {
 
+namespace {
+
+// o.port, else the first of $TANDEM_PORTS, else 0 (any free port).
 StatusOr<int> ListenPort(const ServeOptions& o) {
   if (o.port != 0) return o.port;
   const char* env = std::getenv("TANDEM_PORTS");
@@ -32,6 +38,23 @@ sigset_t BlockStopSignals() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   return stop_signals;
+}
+
+}  // namespace
+
+StatusOr<ServeStart> StartServing(const ServeOptions& o, const inference::TaggedModelOptions& memory) {
+  if (o.model_dir.empty()) return InvalidArgument("--model: a Hugging Face model directory is required");
+  ServeStart s;
+  s.stop_signals = BlockStopSignals();
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  TANDEM_ASSIGN_OR_RETURN(s.port, ListenPort(o), "port");
+  const bool cuda = o.device == "cuda";
+  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  TANDEM_ASSIGN_OR_RETURN(s.placed,
+                          inference::LoadTaggedModel(o.model_dir, device, cuda ? at::kBFloat16 : at::kFloat, memory),
+                          "--model");
+  s.model = std::shared_ptr<model::Transformer>(std::move(s.placed.model));
+  return s;
 }
 
 StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, const std::string& default_role,

@@ -11,20 +11,24 @@
 #include <string>
 
 #include "common/status.h"
+#include "workers/inference/tagged_model.h"
 #include "workers/roles/engine_control.h"
 #include "workers/roles/serve_options.h"
 #include "workers/runtime/role_host.h"
 
 namespace tandem::roles {
 
-// The port to listen on: o.port, else the first of $TANDEM_PORTS, else 0
-// (any free port). InvalidArgument for a $TANDEM_PORTS that does not start
-// with a port.
-StatusOr<int> ListenPort(const ServeOptions& o);
-
-// Blocks SIGTERM and SIGINT in the calling thread (call before starting any
-// thread, so that only WaitForStop receives them) and returns the set.
-sigset_t BlockStopSignals();
+// The start both roles share: checks --model; blocks SIGTERM and SIGINT
+// before any thread starts (LibTorch's, the engine's), so that only
+// WaitForStop receives them; sets LibTorch's threads; resolves the port;
+// loads the model into tagged memory on --device (CPU fp32, CUDA bf16).
+struct ServeStart {
+  sigset_t stop_signals;
+  int port = 0;
+  inference::TaggedModel placed;              // its model moved to `model`
+  std::shared_ptr<model::Transformer> model;
+};
+StatusOr<ServeStart> StartServing(const ServeOptions& o, const inference::TaggedModelOptions& memory);
 
 // Joins tandemd when the flag or $TANDEM_CONTROL names an endpoint (else
 // null). A worker in a handoff starts paused, as the daemon assumes of a

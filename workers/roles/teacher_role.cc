@@ -1,9 +1,6 @@
 // The teacher worker's run (teacher_role.h).
 #include "workers/roles/teacher_role.h"
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-
 #include <memory>
 
 #include "common/log.h"
@@ -17,18 +14,11 @@ namespace tandem::roles {
 
 Status RunTeacher(const TeacherOptions& o) {
   const ServeOptions& so = o.serve;
-  if (so.model_dir.empty()) return InvalidArgument("--model: a Hugging Face model directory is required");
-  const sigset_t stop_signals = BlockStopSignals();  // before any thread starts (LibTorch's, the scorer's)
-  if (so.threads > 0) at::set_num_threads(so.threads);
-  TANDEM_ASSIGN_OR_RETURN(const int port, ListenPort(so), "port");
-  const bool cuda = so.device == "cuda";
-  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   inference::TaggedModelOptions to;
   to.kv_cache = false;
-  TANDEM_ASSIGN_OR_RETURN(inference::TaggedModel placed,
-                          inference::LoadTaggedModel(so.model_dir, device, cuda ? at::kBFloat16 : at::kFloat, to),
-                          "--model");
-  std::shared_ptr<model::Transformer> model(std::move(placed.model));
+  TANDEM_ASSIGN_OR_RETURN(ServeStart start, StartServing(so, to));
+  const std::shared_ptr<model::Transformer>& model = start.model;
+  inference::TaggedModel& placed = start.placed;
 
   inference::ScorerOptions sc;
   sc.model_path = so.model_dir;
@@ -40,7 +30,7 @@ Status RunTeacher(const TeacherOptions& o) {
 
   inference::ScoreApiOptions h;
   h.host = so.host;
-  h.port = port;
+  h.port = start.port;
   inference::ScoreApiServer server(*scorer, h);
   TANDEM_RETURN_IF_ERROR(server.Start(), "http");
   log::Info("teacher", "serving {} on http://{}:{} (/score; {} input tokens per forward; weights {} MiB; memory {})",
@@ -49,7 +39,7 @@ Status RunTeacher(const TeacherOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<control::RoleHost> host,
                           JoinDaemon(so, "teacher", {*scorer, *model, *placed.memory, "teacher"}));
   WritePortFile(so, server.port());
-  const Status outcome = WaitForStop(stop_signals, host.get(), "teacher");
+  const Status outcome = WaitForStop(start.stop_signals, host.get(), "teacher");
   host.reset();
   server.Stop();
   scorer.reset();
