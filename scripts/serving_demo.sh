@@ -95,7 +95,7 @@ worst=$(jq -n --argjson a "$(jq -c '[.meta_info.output_token_logprobs[][0]]' <<<
   'if ($a | length) != ($b | length) then 1e9 else [range($a | length) | ($a[.] - $b[.]) | fabs] | max end')
 jq -e -n --argjson w "$worst" --argjson tol "${SERVING_LOGPROB_TOL:-1e-3}" '$w < $tol' >/dev/null ||
   fail "the teacher's log-probs differ from the rollout's by $worst (same model: they must agree)"
-echo "[serving]     the teacher's log-probs of the sample equal the rollout's (largest difference $worst)"
+echo "[serving]     the teacher's log-probs of the sample agree with the rollout's within ${SERVING_LOGPROB_TOL:-1e-3} (largest difference $worst)"
 sleep 1
 kill -0 "$waiting" 2>/dev/null || fail "a /generate sent in the teacher phase was answered before the rollout phase"
 

@@ -8,11 +8,13 @@
 #   2. builds tandem-worker there (workers/standalone, the machine's LibTorch);
 #   3. saves a random ~0.35B Qwen3 (bf16, Qwen3's vocabulary and tokenizer)
 #      with transformers' save_pretrained;
-#   4. runs scripts/serving_demo.sh on a CUDA copy of examples/serving.json:
+#   4. teacher_check.py: the teacher's /score against transformers (bf16, fp32);
+#   5. runs scripts/serving_demo.sh on a CUDA copy of examples/serving.json:
 #      the handoff with real device memory (the workers' device-wide
 #      reading in `tandem residency`), the teacher's log-probs against the
 #      rollout's (bf16).
-# Logs under $OUT: build.log, serving.log, residency.txt, tasks.log.
+# Logs under $OUT: build.log, teacher_check.log, serving.log, residency.txt,
+# handoff.txt (the handoff log: each command's bytes and time), tasks.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -25,7 +27,9 @@ mkdir -p "$OUT" "$DEPS" "$WORK/runs" "$BIN"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
 for t in curl jq; do command -v $t >/dev/null || echo "[gpu] missing: $t"; done
-command -v jq >/dev/null || { cp "$DEPS/orch/bin/jq" "$BIN/" 2>/dev/null && export PATH=$BIN:$PATH; }
+# The machine's own jq, when it has one, must not load the carried libjq.
+if command -v jq >/dev/null; then rm -f "$DEPS"/orch/lib/libjq.so* "$DEPS"/orch/lib/libonig.so*
+else cp "$DEPS/orch/bin/jq" "$BIN/" && export PATH=$BIN:$PATH; fi
 
 start=$(date +%s)
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -38,7 +42,8 @@ echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
 cp "$(find "$BUILD" -name tandem-worker -type f -perm -u+x | head -1)" "$BIN/"
 cp "$DEPS/orch/bin/tandem" "$DEPS/orch/bin/tandem-exec" "$BIN/"
-export LD_LIBRARY_PATH="$DEPS/orch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libicuuc finds libicudata through the path too (it has no RUNPATH).
+export LD_LIBRARY_PATH="$DEPS/orch/lib:$DEPS/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 "$BIN/tandem" --version && "$BIN/tandem-worker" --list-workers | tr '\n' ' ' && echo || exit 1
 
 python3 - "$WORK/runs/serving-model" <<'PY' || exit 1
@@ -62,10 +67,15 @@ for name, role in spec["roles"].items():
 spec["handoff"].pop("gpu_memory")  # the device's total
 json.dump(spec, open(sys.argv[2], "w"), indent=2)
 PY
+timeout 300 python3 scripts/gpu/teacher_check.py "$BIN/tandem-worker" "$WORK/runs/serving-model" "$WORK/teacher-check" ${TANDEM_TEACHER_BENCH:+--bench} \
+  2>&1 | tee "$OUT/teacher_check.log"
+check=${PIPESTATUS[0]}
 TANDEM_BIN_DIR=$BIN SERVING_SPEC=$WORK/serving-cuda.json SERVING_LOGPROB_TOL=${SERVING_LOGPROB_TOL:-0.05} \
   timeout 400 bash scripts/serving_demo.sh "$WORK" 2>&1 | tee "$OUT/serving.log"
 status=${PIPESTATUS[0]}
 cp "$WORK/runs/serving.residency" "$OUT/residency.txt" 2>/dev/null
+"$BIN/tandem" events "$WORK/runs/serving" --handoff >"$OUT/handoff.txt" 2>&1
 tail -n 30 "$WORK"/runs/serving/tasks/*.err >"$OUT/tasks.log" 2>/dev/null
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv >>"$OUT/serving.log"
+(( check != 0 )) && status=1
 exit $status

