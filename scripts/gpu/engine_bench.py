@@ -5,7 +5,8 @@
 A random ~0.35B Qwen3 (bf16) saved with save_pretrained; for each batch size
 B, B prompts of PROMPT tokens get NEW greedy tokens:
   * transformers `generate` (static cache, eager; batched, no padding);
-  * `tandem-generate` (continuous batching, paged KV in tagged memory);
+  * `tandem-generate` (continuous batching, paged KV in tagged memory),
+    decoding eagerly (--cuda-graphs none) and through CUDA graphs (auto);
 each timed for NEW tokens and for 1 token (the prefill), so that decode
 tokens/s = B * (NEW - 1) / (t(NEW) - t(1)). The bandwidth limit: the bytes a
 decode step reads (weights + the batch's KV at the mean context) over the
@@ -56,14 +57,14 @@ def hf_time(model, ids, new):
     return time.perf_counter() - t
 
 
-def tandem_time(tool, model_dir, prompts, work, new):
+def tandem_time(tool, model_dir, prompts, work, new, graphs="auto"):
     pfile = os.path.join(work, f"bench_{len(prompts)}.json")
     out = os.path.join(work, f"bench_{len(prompts)}_{new}_out.json")
     with open(pfile, "w") as f:
         json.dump({"prompts": prompts}, f)
     r = subprocess.run([tool, "--model", model_dir, "--prompts", pfile, "--out", out, "--device", "cuda",
                         "--max-new-tokens", str(new), "--kv-cache-mib", "16384", "--repeat", "2",
-                        "--max-running", "512", "--max-step-tokens", "16384"],
+                        "--max-running", "512", "--max-step-tokens", "16384", "--cuda-graphs", graphs],
                        capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
@@ -84,18 +85,24 @@ def main():
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
     bw = copy_bandwidth()
     print(f"model {weight_bytes / 1e9:.2f} GB bf16; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
-    print("| batch | transformers tok/s | tandem tok/s | tandem / transformers | bandwidth limit tok/s | tandem / limit |")
-    print("|---|---|---|---|---|---|")
+    print("| batch | transformers tok/s | tandem eager tok/s | tandem graphs tok/s | graphs / transformers | "
+          "graphs / eager | bandwidth limit tok/s | graphs / limit |")
+    print("|---|---|---|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(1)
     for b in batches:
         prompts = torch.randint(0, cfg.vocab_size, (b, PROMPT), generator=gen)
         ids = prompts.to("cuda")
         hf = b * (NEW - 1) / (hf_time(model, ids, NEW) - hf_time(model, ids, 1))
         lst = prompts.tolist()
-        td = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW) - tandem_time(tool, model_dir, lst, work, 1))
+        rate = {}
+        for graphs in ("none", "auto"):
+            rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) -
+                                            tandem_time(tool, model_dir, lst, work, 1, graphs))
+        td = rate["auto"]
         step_bytes = weight_bytes + b * (PROMPT + NEW / 2) * kv_per_token
         limit = b / (step_bytes / bw)
-        print(f"| {b} | {hf:.0f} | {td:.0f} | {td / hf:.2f} | {limit:.0f} | {td / limit:.2f} |", flush=True)
+        print(f"| {b} | {hf:.0f} | {rate['none']:.0f} | {td:.0f} | {td / hf:.2f} | {td / rate['none']:.2f} | "
+              f"{limit:.0f} | {td / limit:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

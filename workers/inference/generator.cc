@@ -44,19 +44,25 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
                              " holds no block of " + std::to_string(per_block) + " bytes");
     so.num_blocks = static_cast<int32_t>(std::min<int64_t>(options.kv_cache_bytes / per_block, 1 << 30));
   }
+  // The graphs pad their batch into the pool's last block: no sequence gets it.
+  const int32_t pool_blocks = so.num_blocks;
+  const bool graphs = !options.decode_graph_batches.empty();
+  if (graphs && pool_blocks < 2) return InvalidArgument("generator: decode graphs need a KV pool of 2 blocks or more");
+  if (graphs) so.num_blocks = pool_blocks - 1;
   StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
   TANDEM_RETURN_IF_ERROR(scheduler.status(), "generator");
 
-  const int64_t layer_numel = static_cast<int64_t>(so.num_blocks) * so.block_size * c.num_key_value_heads * c.head_dim;
+  const int64_t layer_numel = static_cast<int64_t>(pool_blocks) * so.block_size * c.num_key_value_heads * c.head_dim;
   const int64_t pool_numel = 2 * c.num_hidden_layers * layer_numel;
   const at::Tensor given = options.kv_buffer;  // a handle, not a reference: `options` is moved below
   if (given.defined() && (given.dim() != 1 || !given.is_contiguous() || given.scalar_type() != model->dtype() ||
                           given.device() != model->device() || given.numel() < pool_numel))
     return InvalidArgument("generator: the KV buffer is not a flat " + std::string(c10::toString(model->dtype())) +
                            " tensor on " + model->device().str() + " of at least " + std::to_string(pool_numel) +
-                           " elements (" + std::to_string(so.num_blocks) + " blocks)");
+                           " elements (" + std::to_string(pool_blocks) + " blocks)");
   std::unique_ptr<Generator> g(new Generator(std::move(model), std::move(options)));
   g->scheduler_ = std::move(*scheduler);
+  g->pool_blocks_ = pool_blocks;
   g->weight_version_ = g->options_.weight_version;
   g->scheduler_->set_weight_version(g->weight_version_);
   try {
@@ -67,13 +73,28 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
         given.defined()
             ? given.narrow(0, 0, pool_numel)
             : at::zeros({pool_numel}, at::TensorOptions().dtype(g->model_->dtype()).device(g->model_->device()));
-    const std::vector<int64_t> shape{so.num_blocks, so.block_size, mc.num_key_value_heads, mc.head_dim};
+    const std::vector<int64_t> shape{pool_blocks, so.block_size, mc.num_key_value_heads, mc.head_dim};
     for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
       g->key_blocks_.push_back(pool.narrow(0, (2 * l) * layer_numel, layer_numel).view(shape));
       g->value_blocks_.push_back(pool.narrow(0, (2 * l + 1) * layer_numel, layer_numel).view(shape));
     }
   } catch (const c10::Error& e) {
     return ResourceExhausted(std::string("generator: the KV pool does not fit: ") + e.what_without_backtrace());
+  }
+  if (graphs) {
+    DecodeGraphOptions go;
+    go.batch_sizes = g->options_.decode_graph_batches;
+    go.max_blocks_per_seq = static_cast<int32_t>((so.max_model_len + so.block_size - 1) / so.block_size);
+    go.pad_block = pool_blocks - 1;
+    StatusOr<std::unique_ptr<DecodeGraphs>> made = DecodeGraphs::Create(g->model_, g->key_blocks_, g->value_blocks_, go);
+    if (made.ok()) {
+      g->graphs_ = std::move(*made);
+      std::string sizes;
+      for (const int64_t b : g->graphs_->batch_sizes()) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+      log::Info("rollout", "decode graphs for batch sizes {} ({} MiB)", sizes, g->graphs_->captured_bytes() >> 20);
+    } else {
+      log::Warn("rollout", "decoding eagerly: {}", made.status().ToString());
+    }
   }
   g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });
   return g;
@@ -96,8 +117,14 @@ Generator::~Generator() {
 const void* Generator::kv_pool_data() const { return key_blocks_.front().data_ptr(); }
 
 int64_t Generator::kv_pool_bytes() const {
-  return KvBlockBytes(model_->config(), options_.scheduler.block_size, model_->dtype()) * options_.scheduler.num_blocks;
+  return KvBlockBytes(model_->config(), options_.scheduler.block_size, model_->dtype()) * pool_blocks_;
 }
+
+std::vector<int64_t> Generator::decode_graph_batches() const {
+  return graphs_ ? graphs_->batch_sizes() : std::vector<int64_t>{};
+}
+
+int64_t Generator::decode_graph_bytes() const { return graphs_ ? graphs_->captured_bytes() : 0; }
 
 StatusOr<RequestId> Generator::Submit(GenerateRequest request, SampleCallback on_update) {
   if (!request.params.stop.empty() && options_.codec == nullptr)
@@ -310,16 +337,21 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
         value_blocks_[l].index_copy_(0, d, value_blocks_[l].index_select(0, s));
       }
     }
-    const int64_t b = static_cast<int64_t>(plan.rows.size());
-    model::PagedKv kv;
-    kv.key_blocks = key_blocks_;
-    kv.value_blocks = value_blocks_;
-    kv.block_table = HostTensor(plan.block_table, dev).view({b, plan.block_table_width});
-    kv.context_lens = HostTensor(plan.context_lens, dev);
-    kv.q_lens = HostTensor(plan.q_lens, dev);
-    kv.slot_mapping = HostTensor(plan.slot_mapping, dev);
-    const model::DecodeOutput out =
-        model_->DecodePaged(HostTensor(plan.tokens, dev), HostTensor(plan.positions, dev), kv);
+    at::Tensor logits;
+    if (graphs_ && graphs_->Fits(plan)) {
+      logits = graphs_->Run(plan);
+      ++graph_steps_;
+    } else {
+      const int64_t b = static_cast<int64_t>(plan.rows.size());
+      model::PagedKv kv;
+      kv.key_blocks = key_blocks_;
+      kv.value_blocks = value_blocks_;
+      kv.block_table = HostTensor(plan.block_table, dev).view({b, plan.block_table_width});
+      kv.context_lens = HostTensor(plan.context_lens, dev);
+      kv.q_lens = HostTensor(plan.q_lens, dev);
+      kv.slot_mapping = HostTensor(plan.slot_mapping, dev);
+      logits = model_->DecodePaged(HostTensor(plan.tokens, dev), HostTensor(plan.positions, dev), kv).logits;
+    }
     if (plan.samples.empty()) return std::vector<SampledToken>{};
     std::vector<int64_t> rows;
     std::vector<SampleSpec> specs;
@@ -327,7 +359,7 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
       rows.push_back(s.row);
       specs.push_back(s.spec);
     }
-    StatusOr<SamplerOutput> drawn = Sample(out.logits.index_select(0, HostTensor(rows, dev)), specs);
+    StatusOr<SamplerOutput> drawn = Sample(logits.index_select(0, HostTensor(rows, dev)), specs);
     TANDEM_RETURN_IF_ERROR(drawn.status(), "sampler");
     const at::Tensor tokens = drawn->tokens.to(at::kCPU).contiguous();
     const at::Tensor logprobs = drawn->logprobs.to(at::kCPU).contiguous();

@@ -26,11 +26,14 @@
 // after MarkAbsent said yes, and calls MarkPresent once it is mapped again.
 // While a part is absent no step runs and Continue fails. LoadWeights
 // rewrites the parameters in place between steps.
-// Not yet: CUDA-graph decode, tree-attention prefill of a group's prompts.
+// Decode-only steps of at most the largest of decode_graph_batches rows
+// replay a CUDA graph (decode_graphs.h) instead of running the model op by
+// op. Not yet: tree-attention prefill of a group's prompts.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -43,6 +46,7 @@
 
 #include "common/status.h"
 #include "workers/inference/engine.h"
+#include "workers/inference/decode_graphs.h"
 #include "workers/inference/generate_json.h"
 #include "workers/inference/handoff_engine.h"
 #include "workers/inference/scheduler.h"
@@ -67,6 +71,11 @@ struct GeneratorOptions {
   std::string model_path;                  // reported by Info
   std::string config_json;                 // reported by Info
   std::shared_ptr<const TextCodec> codec;  // for stop strings; null: stop strings are refused
+  // Decode steps at these batch sizes through DecodeGraphs (CUDA graphs on
+  // CUDA; decode_graphs.h), the pool's last block kept for their padding;
+  // empty: every step eager. A model or device they cannot serve (MoE, a
+  // failed capture) is logged and decodes eagerly.
+  std::vector<int64_t> decode_graph_batches;
 };
 
 class Generator final : public Engine, public HandoffEngine {
@@ -93,6 +102,12 @@ class Generator final : public Engine, public HandoffEngine {
   // starts (kv_buffer's data when one was given).
   int64_t kv_pool_bytes() const;
   const void* kv_pool_data() const;
+  // The batch sizes decode steps replay graphs for (empty: none), and the
+  // device bytes their pool took.
+  std::vector<int64_t> decode_graph_batches() const;
+  int64_t decode_graph_bytes() const;
+  // Steps that went through the graphs so far.
+  uint64_t decode_graph_steps() const { return graph_steps_.load(); }
 
   // Before the memory behind `part` is released: waits for the step in
   // flight and returns once none can start. FailedPrecondition unless the
@@ -128,7 +143,10 @@ class Generator final : public Engine, public HandoffEngine {
 
   const std::shared_ptr<const model::Transformer> model_;
   const GeneratorOptions options_;
+  int32_t pool_blocks_ = 0;  // the scheduler's blocks, plus the graphs' padding block
   std::vector<at::Tensor> key_blocks_, value_blocks_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  std::atomic<uint64_t> graph_steps_{0};
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

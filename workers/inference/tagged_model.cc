@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include "workers/inference/decode_graphs.h"
 #include "workers/inference/generator.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/config.h"
@@ -100,7 +101,8 @@ StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(HandoffEngine& engine, 
 
 void ReturnCachedDeviceMemory() {
 #ifdef TANDEM_TORCH_CUDA
-  at::cuda::clearCublasWorkspaces();  // re-made by the next GEMM
+  // Re-made by the next GEMM; but captured graphs write into theirs.
+  if (!AnyDecodeGraphs()) at::cuda::clearCublasWorkspaces();
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }

@@ -56,7 +56,8 @@ StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(HandoffEngine& engine, 
                                                          const std::vector<std::string>& tags);
 
 // Gives LibTorch's cached, unused device blocks (a step's activations) and
-// cuBLAS's workspaces back to the device, as SGLang's release does with
+// cuBLAS's workspaces (unless decode graphs hold them: AnyDecodeGraphs) back
+// to the device, as SGLang's release does with
 // torch.cuda.empty_cache():
 // called after a release so that the device reading drops by what the
 // worker held, not only by its pools. A no-op without CUDA.

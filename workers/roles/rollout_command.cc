@@ -18,6 +18,9 @@ void RolloutCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--max-waiting", o_.max_waiting, "queued requests before 503")->capture_default_str();
   s->add_option("--max-model-len", o_.max_model_len, "prompt + max_new_tokens at most (default: the model's)");
   s->add_option("--seed", o_.seed, "seeds requests that have none")->capture_default_str();
+  s->add_option("--cuda-graphs", o_.cuda_graphs,
+                "decode-step CUDA graphs: auto (batch sizes 1..256, CUDA only), none, or sizes like 1,2,4,8")
+      ->capture_default_str();
 }
 
 int RolloutCommand::Run() {

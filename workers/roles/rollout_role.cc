@@ -66,6 +66,8 @@ Status RunRollout(const RolloutOptions& o) {
   g.scheduler.max_waiting = o.max_waiting;
   g.max_model_len = o.max_model_len;
   g.scheduler.seed = o.seed;
+  TANDEM_ASSIGN_OR_RETURN(g.decode_graph_batches, inference::DecodeGraphBatches(o.cuda_graphs, so.device == "cuda",
+                                                                                 o.max_running));
   StatusOr<std::unique_ptr<inference::Generator>> engine = inference::Generator::Create(model, g);
   TANDEM_RETURN_IF_ERROR(engine.status(), "engine");
 

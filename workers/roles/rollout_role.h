@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 #include "workers/roles/serve_options.h"
@@ -25,6 +26,7 @@ struct RolloutOptions {
   int64_t max_waiting = 1024;
   int64_t max_model_len = 0;    // 0: the model's max_position_embeddings
   uint64_t seed = 0;
+  std::string cuda_graphs = "auto";  // decode graph batch sizes (DecodeGraphBatches)
 };
 
 // Blocks until a signal or the daemon asks it to stop. InvalidArgument for

@@ -5,7 +5,7 @@
 //   tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json
 //       [--device cpu|cuda] [--max-new-tokens 32] [--kv-cache-mib 1024]
 //       [--block-size 16] [--max-running 256] [--max-step-tokens 8192]
-//       [--repeat 1] [--handoff]
+//       [--repeat 1] [--handoff] [--cuda-graphs auto|none|1,2,4,...]
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
 // at once (greedy, ignore_eos), `--repeat` times; OUT.json:
@@ -42,7 +42,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Flags {
-  std::string model, prompts, out, device = "cpu";
+  std::string model, prompts, out, device = "cpu", cuda_graphs = "auto";
   int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192;
   int32_t block_size = 16;
   int repeat = 1;
@@ -53,13 +53,14 @@ int Usage(const std::string& why) {
   std::cerr << "tandem-generate: " << why << "\n"
             << "usage: tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json [--device cpu|cuda]\n"
                "       [--max-new-tokens N] [--kv-cache-mib N] [--block-size N] [--max-running N]\n"
-               "       [--max-step-tokens N] [--repeat N] [--handoff]\n";
+               "       [--max-step-tokens N] [--repeat N] [--handoff] [--cuda-graphs auto|none|SIZES]\n";
   return 2;
 }
 
 bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   std::map<std::string, std::string*> text = {{"--model", &f.model}, {"--prompts", &f.prompts},
-                                              {"--out", &f.out}, {"--device", &f.device}};
+                                              {"--out", &f.out}, {"--device", &f.device},
+                                              {"--cuda-graphs", &f.cuda_graphs}};
   std::map<std::string, int64_t*> ints = {{"--max-new-tokens", &f.max_new_tokens}, {"--kv-cache-mib", &f.kv_cache_mib},
                                           {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens}};
   int64_t block_size = f.block_size, repeat = f.repeat;
@@ -231,15 +232,20 @@ int Main(const Flags& f) {
   go.scheduler.max_running = f.max_running;
   go.scheduler.max_step_tokens = f.max_step_tokens;
   go.scheduler.max_waiting = static_cast<int64_t>(prompts->size()) + 1;
+  auto graphs = inf::DecodeGraphBatches(f.cuda_graphs, f.device == "cuda", f.max_running);
+  if (!graphs.ok()) return fail(graphs.status());
+  go.decode_graph_batches = *graphs;
   auto engine = inf::Generator::Create(model, go);
   if (!engine.ok()) return fail(engine.status());
 
-  json out = {{"runs", json::array()}};
+  json out = {{"runs", json::array()}, {"decode_graph_batches", (*engine)->decode_graph_batches()},
+              {"decode_graph_bytes", (*engine)->decode_graph_bytes()}};
   std::vector<std::vector<int32_t>> first;
   for (int r = 0; r < f.repeat; ++r) {
     auto run = Generate(**engine, *prompts, f.max_new_tokens);
     if (!run.ok()) return fail(run.status());
     out["runs"].push_back(Figures(*run));
+    out["runs"].back()["decode_graph_steps"] = (*engine)->decode_graph_steps();
     if (r == 0) first = run->outputs;
   }
   out["outputs"] = first;

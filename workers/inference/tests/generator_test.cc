@@ -73,6 +73,48 @@ TEST(GeneratorTest, GreedyEqualsGreedyDecodeForEveryPromptSubmittedAtOnce) {
   }
 }
 
+// Decode steps through DecodeGraphs (on the CPU: the same padded static
+// batch run eagerly): batches of 1..7 rows, padded up to 2 or 4 or, past 4,
+// decoded eagerly, give GreedyDecode's tokens; the padding block is kept
+// from the scheduler. An MoE model is refused the graphs and decodes eagerly.
+TEST(GeneratorTest, DecodeGraphsPadTheirBatchAndGiveTheSameTokens) {
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "moe" : "dense");
+    std::shared_ptr<model::Transformer> m = TinyModel(12, moe);
+    std::mt19937_64 rng(6);
+    std::vector<std::vector<int32_t>> prompts(7);
+    for (auto& p : prompts) {
+      p.resize(1 + rng() % 13);
+      for (int32_t& t : p) t = static_cast<int32_t>(rng() % 61);
+    }
+    GeneratorOptions o;
+    o.scheduler.num_blocks = 65;
+    o.scheduler.block_size = 4;
+    o.scheduler.max_step_tokens = 32;
+    o.decode_graph_batches = {4, 2};
+    StatusOr<std::unique_ptr<Generator>> g = Generator::Create(m, o);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ((*g)->decode_graph_batches(), moe ? std::vector<int64_t>{} : (std::vector<int64_t>{2, 4}));
+    const EngineStats idle = (*g)->Stats();
+    EXPECT_EQ(idle.kv_blocks_free + idle.kv_blocks_used, 64) << "the padding block is the graphs'";
+    std::vector<Collector> got(prompts.size());
+    std::vector<std::vector<int32_t>> want;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const int64_t new_tokens = 3 + 2 * static_cast<int64_t>(i);  // requests end one by one: batches 7..1
+      GreedyOptions go;
+      go.max_new_tokens = new_tokens;
+      StatusOr<std::vector<std::vector<int32_t>>> w = GreedyDecode(*m, {prompts[i]}, go);
+      ASSERT_TRUE(w.ok());
+      want.push_back((*w)[0]);
+      ASSERT_TRUE((*g)->Submit(Greedy(prompts[i], new_tokens), got[i].Callback()).ok());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[i].Wait(1)[0].output_ids, want[i]) << "prompt " << i;
+    if (moe) EXPECT_EQ((*g)->decode_graph_steps(), 0u);
+    else EXPECT_GE((*g)->decode_graph_steps(), 8u) << "the steps of 4 rows and fewer";
+  }
+}
+
 TEST(GeneratorTest, SeededSamplesRepeatAndStreamWhatTheyReturn) {
   std::shared_ptr<model::Transformer> m = TinyModel(3);
   std::unique_ptr<Generator> g = MakeEngine(m);
