@@ -5,7 +5,8 @@
 // For each batch size B: static device inputs (tokens, positions, block
 // table [B, W], context lengths, q lengths = 1, slot mapping) and, on CUDA,
 // a CUDA graph of Transformer::DecodePaged captured over them (all sizes in
-// one memory pool: they never replay at once). A step of b <= B sequences
+// one memory pool: they never replay at once), whose logits it copies into
+// one buffer shared by all sizes. A step of b <= B sequences
 // with one new token each is copied in — one host-to-device copy per dtype
 // from a pinned staging buffer — rows b..B-1 padded (token 0 at position 0,
 // written to `pad_block`'s first slot, attending to that one entry), the
@@ -85,6 +86,7 @@ class DecodeGraphs {
   const std::vector<at::Tensor> key_blocks_, value_blocks_;
   DecodeGraphOptions options_;
   std::vector<std::unique_ptr<Bucket>> buckets_;  // by batch_sizes
+  at::Tensor logits_;  // [largest size, V] fp32: every graph's output (CUDA)
   int64_t captured_bytes_ = 0;
   bool captured_ = false;
 };
