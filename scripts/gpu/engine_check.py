@@ -15,12 +15,17 @@ the paged cache, the model and the KV pool in tagged memory):
     closer than twice transformers' own bf16 error at that context (its
     largest logit error against fp32; each of the two bf16 runs may err
     that much): bf16 rounding decides such a token;
-  * the handoff (--handoff): after pause (retract), release of `weights`
-    and `kv_cache` and resume, the second run gives the same tokens, and
+  * the handoff (--handoff): after pause (retract), release of `weights`,
+    `kv_cache` and `cuda_graph` and resume, the second run gives the same
+    tokens, and
     the release returned >= 95% of what the worker allocated on the device
     (its pools and what LibTorch's allocator holds) to the device reading;
     the CUDA runtime's own share (loaded kernels, library workspaces) stays
-    until the process exits, and is reported beside it.
+    until the process exits, and is reported beside it;
+  * new weights (dense, decode graphs): after release -> resume ->
+    load_weights of a second checkpoint, the replayed graphs give the same
+    tokens and log-probs as graphs captured over that checkpoint in a fresh
+    process, and agree with eager decoding of it.
 
 The lm_head and the MoE router get std 0.5 weights: a random model's
 logits are otherwise near-uniform and every token a tie.
@@ -71,19 +76,58 @@ def hf_greedy(model, prompts, device):
     return outs
 
 
-def run_tandem(tool, model_dir, prompts, work, name, device, handoff):
+def run_tandem(tool, model_dir, prompts, work, name, device, handoff, extra=()):
     pfile = os.path.join(work, f"{name}_prompts.json")
     out = os.path.join(work, f"{name}_out.json")
     with open(pfile, "w") as f:
         json.dump({"prompts": prompts}, f)
     cmd = [tool, "--model", model_dir, "--prompts", pfile, "--out", out, "--device", device,
-           "--max-new-tokens", str(NEW), "--kv-cache-mib", "512"] + (["--handoff"] if handoff else [])
+           "--max-new-tokens", str(NEW), "--kv-cache-mib", "512"] + (["--handoff"] if handoff else []) + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         check(f"{name} run", False, f"exit {r.returncode}: {r.stderr[-2000:]}")
         return None
     with open(out) as f:
         return json.load(f)
+
+
+def max_gap(a, b, upto):
+    """The largest |a - b| over each row's first upto[i] entries."""
+    return max((abs(x - y) for ra, rb, n in zip(a, b, upto) for x, y in zip(ra[:n], rb[:n])), default=0.0)
+
+
+def new_weights_check(tool, model_dir, cfg, prompts, work):
+    """After release -> resume -> load_weights of another checkpoint, the
+    replayed graphs give what graphs captured over those weights give (the
+    same tokens and log-probs), and what eager decoding gives with them."""
+    torch.manual_seed(98765)
+    other = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        other.lm_head.weight.normal_(0.0, 0.5)
+    other_dir = model_dir + "_b"
+    other.save_pretrained(other_dir)
+    lp = ["--logprobs"]
+    moved = run_tandem(tool, model_dir, prompts, work, "dense_reload", "cuda", True, lp + ["--reload", other_dir])
+    fresh = run_tandem(tool, other_dir, prompts, work, "dense_b_graphs", "cuda", False, lp)
+    eager = run_tandem(tool, other_dir, prompts, work, "dense_b_eager", "cuda", False, lp + ["--cuda-graphs", "none"])
+    if moved is None or fresh is None or eager is None:
+        return {}
+    h = moved["handoff"]
+    replayed = h.get("decode_graph_steps_after", 0)
+    check("dense cuda graphs replay after release, resume and new weights", replayed > 0 and h.get("reloaded") is True,
+          f"{replayed} decode steps through the graphs after the handoff ({h.get('released_tags')} released)")
+    same = sum(a == b for a, b in zip(h["outputs_after"], fresh["outputs"]))
+    gap = max_gap(h["logprobs_after"], fresh["logprobs"], [NEW] * len(prompts)) if same == len(prompts) else None
+    check("dense cuda new weights: replayed graphs = graphs captured over them", same == len(prompts) and gap <= 1e-3,
+          f"{same}/{len(prompts)} prompts equal, max |log-prob diff| {gap}")
+    upto = [NEW if k is None else k for k in (first_difference(a, b) for a, b in zip(h["outputs_after"], eager["outputs"]))]
+    equal = sum(a == b for a, b in zip(h["outputs_after"], eager["outputs"]))
+    egap = max_gap(h["logprobs_after"], eager["logprobs"], upto)
+    check("dense cuda new weights: replayed graphs = eager decoding", equal >= len(prompts) * 3 // 4 and egap <= 0.25,
+          f"{equal}/{len(prompts)} prompts equal eager decoding's tokens; over the tokens before any parting, "
+          f"max |log-prob diff| {egap:.4f} (bf16; the graphs run padded batch shapes)")
+    return {"graph_steps_after": replayed, "equal_fresh_graphs": same, "logprob_gap_fresh": gap,
+            "equal_eager": equal, "logprob_gap_eager": egap}
 
 
 def first_difference(a, b):
@@ -146,13 +190,18 @@ def main():
               f"{exact}/64 equal, {ties} part at a near tie (fp32 gap <= {TIE} x transformers' own bf16 error "
               f"at that context), {len(bad)} otherwise {bad[:4]}")
         h = t.get("handoff", {})
-        check(f"{kind} cuda handoff same tokens", h.get("same_after_handoff") is True, json.dumps(h))
+        figures = {k: v for k, v in h.items() if not k.startswith(("outputs", "logprobs"))}
+        check(f"{kind} cuda handoff same tokens", h.get("same_after_handoff") is True, json.dumps(figures))
         check(f"{kind} cuda release returns memory", h.get("returned_of_allocated", 0) >= RETURNED,
               f"{h.get('returned_of_allocated', 0):.3f} of what it allocated ({h.get('pool_bytes', 0)} pool bytes, "
-              f"{h.get('allocator_bytes_before', 0)} in LibTorch's allocator; {h.get('allocator_bytes_released', 0)} "
+              f"{h.get('allocator_bytes_before', 0)} in LibTorch's allocator, {h.get('allocator_bytes_in_tags', 0)} of them "
+              f"the graphs' pool in the cuda_graph tag; {h.get('allocator_bytes_released', 0)} "
               f"left there, {h.get('allocator_live_bytes_released', 0)} of them live), {h.get('returned_of_worker', 0):.3f} of all it added to the device reading "
               f"(release {h.get('release_s', 0) * 1e3:.1f} ms, resume {h.get('resume_s', 0) * 1e3:.1f} ms)")
-        summary[kind] = {"exact": exact, "ties": ties, "bad": len(bad), "handoff": h, "runs": t["runs"]}
+        summary[kind] = {"exact": exact, "ties": ties, "bad": len(bad), "handoff": h, "runs": t["runs"],
+                         "graph_bytes": t.get("decode_graph_bytes", 0)}
+        if kind == "dense":
+            summary["dense_new_weights"] = new_weights_check(tool, model_dir, cfg, prompts, work)
         del ref32, bf16, model
         torch.cuda.empty_cache()
     with open(os.path.join(work, "engine_check.json"), "w") as f:

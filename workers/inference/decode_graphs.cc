@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #ifdef TANDEM_TORCH_CUDA
@@ -69,7 +70,7 @@ DecodeGraphs::DecodeGraphs(std::shared_ptr<const model::Transformer> model, std:
       options_(std::move(options)) {}
 
 DecodeGraphs::~DecodeGraphs() {
-  if (captured_) --captured_graph_sets;
+  if (captured_ && !graph_memory_) --captured_graph_sets;
 }
 
 StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<const model::Transformer> model,
@@ -115,8 +116,15 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
         return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).reserved_bytes[0].current;
       };
       const int64_t before = reserved();
-      const auto pool = at::cuda::graph_pool_handle();
-      c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+      if (o.memory) {
+        TANDEM_ASSIGN_OR_RETURN(g->graph_memory_, GraphMemory::Create(*o.memory, o.tag, device.index()),
+                                "decode graphs");
+      }
+      const auto pool = g->graph_memory_ ? g->graph_memory_->pool_id() : at::cuda::graph_pool_handle();
+      c10::cuda::CUDAStream stream =
+          g->graph_memory_ ? c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(g->graph_memory_->stream()),
+                                                              device.index())
+                           : c10::cuda::getStreamFromPool();
       // One logits buffer for every graph (outside their pool): each graph
       // copies its [B, V] into its head, so that the outputs are not kept
       // once per size (19 sizes of Qwen3's vocabulary: 1.2 GiB).
@@ -128,8 +136,14 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
         g->Load(bucket, nullptr);
         c10::cuda::device_synchronize();
         c10::cuda::CUDAStreamGuard on(stream);
-        (void)g->Eager(bucket);  // warm-up: cuBLAS handles and workspaces, lazy initialisation
-        stream.synchronize();
+        {
+          // warm-up: cuBLAS handles and workspaces (in the tag's pool, when
+          // there is one), lazy initialisation
+          std::optional<GraphMemory::Routing> routed;
+          if (g->graph_memory_) routed.emplace(*g->graph_memory_);
+          (void)g->Eager(bucket);
+          stream.synchronize();
+        }
         bucket.graph = std::make_unique<at::cuda::CUDAGraph>();
         bucket.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
         bucket.logits = g->logits_.narrow(0, 0, bucket.size);
@@ -139,7 +153,7 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
       }
       g->captured_bytes_ = reserved() - before;
       g->captured_ = true;
-      ++captured_graph_sets;
+      if (!g->graph_memory_) ++captured_graph_sets;
     } catch (const c10::Error& e) {
       return Internal(std::string("decode graphs: capture failed: ") + e.what_without_backtrace());
     }

@@ -13,10 +13,12 @@
 // graph replayed, and logits[:b] returned. On the CPU the same padded
 // inputs run eagerly, which is what CI checks of this class.
 //
-// The graphs read the weights and the KV pool at their addresses: still
-// valid after the tagged memory's release and resume (same addresses) and
-// after LoadWeights (in place). The Generator replays only while both are
-// present. `pad_block` must belong to no sequence (the Generator keeps the
+// With `memory` set, the graphs' own memory (their activations, logits
+// staging and cuBLAS workspace) is the `cuda_graph` tag's (graph_memory.h):
+// released and resumed with it at the same addresses. The graphs read the
+// weights and the KV pool at their addresses: still valid after the tagged
+// memory's release and resume and after LoadWeights (in place). The
+// Generator replays only while all three are present. `pad_block` must belong to no sequence (the Generator keeps the
 // pool's last block for it). Not for MoE models yet (their routing reads
 // counts on the host): Create refuses them.
 #pragma once
@@ -25,18 +27,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "workers/inference/graph_memory.h"
 #include "workers/inference/scheduler.h"
 #include "workers/model/transformer.h"
 
 namespace tandem::inference {
 
-// Whether this process holds captured decode graphs: they hold cuBLAS's
-// workspaces of their capture stream, which ReturnCachedDeviceMemory must
-// then keep (tagged_model.h).
+// Whether this process holds decode graphs captured outside a tagged pool:
+// they hold cuBLAS's workspaces of LibTorch's memory, which
+// ReturnCachedDeviceMemory must then keep (tagged_model.h).
 bool AnyDecodeGraphs();
 
 // The batch sizes a --cuda-graphs flag names: "auto" (on CUDA 1, 2, 4, 8,
@@ -45,10 +49,18 @@ bool AnyDecodeGraphs();
 // InvalidArgument naming the bad entry.
 StatusOr<std::vector<int64_t>> DecodeGraphBatches(std::string_view spec, bool cuda, int64_t max_running);
 
+// The address space a `cuda_graph` tag reserves for the graphs (only what
+// they take is mapped: TaggedModelOptions::cuda_graph_bytes).
+inline constexpr int64_t kGraphTagReserve = 32ll << 30;
+
 struct DecodeGraphOptions {
   std::vector<int64_t> batch_sizes;  // ascending after Create; each > 0
   int32_t max_blocks_per_seq = 0;    // W: ceil(max_model_len / block_size)
   int32_t pad_block = 0;
+  // A grow tag of it (graph_memory.h) holds the graphs' memory (CUDA); null:
+  // LibTorch's own graph pool, which no release gives back.
+  memory::TaggedMemory* memory = nullptr;
+  std::string tag = "cuda_graph";
 };
 
 class DecodeGraphs {
@@ -71,6 +83,10 @@ class DecodeGraphs {
   const std::vector<int64_t>& batch_sizes() const { return options_.batch_sizes; }
   // Device bytes the graphs' pool took at capture (0 on the CPU).
   int64_t captured_bytes() const { return captured_bytes_; }
+  // Whether that pool is options.memory's tag, and the bytes it took there
+  // (LibTorch's allocator counts them among its reserved bytes too).
+  bool in_tag() const { return graph_memory_ != nullptr; }
+  int64_t tag_bytes() const { return graph_memory_ ? static_cast<int64_t>(graph_memory_->bytes()) : 0; }
 
   struct Bucket;
 
@@ -85,6 +101,7 @@ class DecodeGraphs {
   const std::shared_ptr<const model::Transformer> model_;
   const std::vector<at::Tensor> key_blocks_, value_blocks_;
   DecodeGraphOptions options_;
+  std::unique_ptr<GraphMemory> graph_memory_;     // outlives the graphs (declared before them)
   std::vector<std::unique_ptr<Bucket>> buckets_;  // by batch_sizes
   at::Tensor logits_;  // [largest size, V] fp32: every graph's output (CUDA)
   int64_t captured_bytes_ = 0;

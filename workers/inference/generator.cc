@@ -86,12 +86,14 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
     go.batch_sizes = g->options_.decode_graph_batches;
     go.max_blocks_per_seq = static_cast<int32_t>((so.max_model_len + so.block_size - 1) / so.block_size);
     go.pad_block = pool_blocks - 1;
+    go.memory = g->options_.graph_memory;
     StatusOr<std::unique_ptr<DecodeGraphs>> made = DecodeGraphs::Create(g->model_, g->key_blocks_, g->value_blocks_, go);
     if (made.ok()) {
       g->graphs_ = std::move(*made);
       std::string sizes;
       for (const int64_t b : g->graphs_->batch_sizes()) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-      log::Info("rollout", "decode graphs for batch sizes {} ({} MiB)", sizes, g->graphs_->captured_bytes() >> 20);
+      log::Info("rollout", "decode graphs for batch sizes {} ({} MiB, {})", sizes, g->graphs_->captured_bytes() >> 20,
+                g->graphs_->in_tag() ? "in the cuda_graph tag" : "LibTorch's memory");
     } else {
       log::Warn("rollout", "decoding eagerly: {}", made.status().ToString());
     }
@@ -125,6 +127,8 @@ std::vector<int64_t> Generator::decode_graph_batches() const {
 }
 
 int64_t Generator::decode_graph_bytes() const { return graphs_ ? graphs_->captured_bytes() : 0; }
+
+int64_t Generator::decode_graph_tag_bytes() const { return graphs_ ? graphs_->tag_bytes() : 0; }
 
 StatusOr<RequestId> Generator::Submit(GenerateRequest request, SampleCallback on_update) {
   if (!request.params.stop.empty() && options_.codec == nullptr)
@@ -264,7 +268,7 @@ void Generator::Loop() {
 
 Status Generator::MarkAbsent(MemoryPart part) {
   std::unique_lock<std::mutex> l(mu_);
-  const char* what = part == MemoryPart::kWeights ? "weights" : "kv_cache";
+  const char* what = part == MemoryPart::kWeights ? "weights" : part == MemoryPart::kKvCache ? "kv_cache" : "cuda_graph";
   if (!scheduler_->paused())
     return FailedPrecondition(std::string("release ") + what + ": the engine is generating; pause it first");
   step_done_.wait(l, [this] { return !stepping_ && !loading_; });
@@ -274,6 +278,10 @@ Status Generator::MarkAbsent(MemoryPart part) {
                               " sequences keep their KV (an in_place pause); pause with retract or abort to release it");
   if (part == MemoryPart::kWeights) {
     weights_absent_ = true;
+    return Status::Ok();
+  }
+  if (part == MemoryPart::kCudaGraph) {  // the steps decode eagerly meanwhile
+    graphs_absent_ = true;
     return Status::Ok();
   }
   TANDEM_RETURN_IF_ERROR(scheduler_->FlushCache(), "release kv_cache");
@@ -287,7 +295,8 @@ Status Generator::MarkAbsent(MemoryPart part) {
 
 void Generator::MarkPresent(MemoryPart part) {
   std::lock_guard<std::mutex> l(mu_);
-  (part == MemoryPart::kWeights ? weights_absent_ : kv_absent_) = false;
+  if (part == MemoryPart::kCudaGraph) graphs_absent_ = false;
+  else (part == MemoryPart::kWeights ? weights_absent_ : kv_absent_) = false;
   kick_ = true;
   wake_.notify_all();
 }
@@ -338,7 +347,7 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
       }
     }
     at::Tensor logits;
-    if (graphs_ && graphs_->Fits(plan)) {
+    if (graphs_ && !graphs_absent_ && graphs_->Fits(plan)) {
       logits = graphs_->Run(plan);
       ++graph_steps_;
     } else {

@@ -76,6 +76,10 @@ struct GeneratorOptions {
   // empty: every step eager. A model or device they cannot serve (MoE, a
   // failed capture) is logged and decodes eagerly.
   std::vector<int64_t> decode_graph_batches;
+  // A grow tag `cuda_graph` of it holds the graphs' memory (CUDA;
+  // graph_memory.h), released and resumed through MemoryPart::kCudaGraph:
+  // while it is out, decode steps run eagerly.
+  memory::TaggedMemory* graph_memory = nullptr;
 };
 
 class Generator final : public Engine, public HandoffEngine {
@@ -106,6 +110,7 @@ class Generator final : public Engine, public HandoffEngine {
   // device bytes their pool took.
   std::vector<int64_t> decode_graph_batches() const;
   int64_t decode_graph_bytes() const;
+  int64_t decode_graph_tag_bytes() const;  // of them in GeneratorOptions::graph_memory
   // Steps that went through the graphs so far.
   uint64_t decode_graph_steps() const { return graph_steps_.load(); }
 
@@ -158,6 +163,7 @@ class Generator final : public Engine, public HandoffEngine {
   bool loading_ = false;          // LoadWeights is rewriting the parameters
   bool weights_absent_ = false;
   bool kv_absent_ = false;
+  std::atomic<bool> graphs_absent_{false};  // read by RunStep
   std::condition_variable step_done_;
   int64_t weight_version_ = 0;
   Status health_;

@@ -19,7 +19,7 @@
 
 namespace tandem::inference {
 
-enum class MemoryPart { kWeights, kKvCache };
+enum class MemoryPart { kWeights, kKvCache, kCudaGraph };
 
 class HandoffEngine {
  public:

@@ -109,7 +109,7 @@ Status Scorer::Continue() {
 }
 
 Status Scorer::MarkAbsent(MemoryPart part) {
-  if (part != MemoryPart::kWeights) return NotFound("the teacher holds no KV cache");
+  if (part != MemoryPart::kWeights) return NotFound("the teacher holds only its weights");
   std::unique_lock<std::mutex> l(mu_);
   if (!paused_) return FailedPrecondition("release weights: the teacher is scoring; pause it first");
   idle_.wait(l, [this] { return !running_ && !loading_; });

@@ -24,12 +24,13 @@ at::Tensor Over(void* base, int64_t numel, at::ScalarType dtype, at::Device devi
 
 StatusOr<MemoryPart> PartOf(const std::string& tag, const memory::TaggedMemory& memory) {
   const std::vector<std::string> held = memory.TagNames();
-  if (std::find(held.begin(), held.end(), tag) == held.end() || (tag != "weights" && tag != "kv_cache")) {
+  if (std::find(held.begin(), held.end(), tag) == held.end() ||
+      (tag != "weights" && tag != "kv_cache" && tag != "cuda_graph")) {
     std::string names;
     for (const std::string& h : held) names += (names.empty() ? "" : ", ") + h;
     return NotFound("tag " + tag + " is not held by the engine (it holds " + names + ")");
   }
-  return tag == "weights" ? MemoryPart::kWeights : MemoryPart::kKvCache;
+  return tag == "weights" ? MemoryPart::kWeights : tag == "kv_cache" ? MemoryPart::kKvCache : MemoryPart::kCudaGraph;
 }
 
 void Add(memory::TaggedMemory::Moved& sum, const memory::TaggedMemory::Moved& m) {
@@ -60,6 +61,7 @@ StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device,
   TANDEM_RETURN_IF_ERROR(backend.status(), "tagged memory");
   std::vector<memory::TagSpec> tags = {{"weights", static_cast<uint64_t>(weight_numel * elem), true}};
   if (o.kv_cache) tags.push_back({"kv_cache", static_cast<uint64_t>(kv_bytes), false});
+  if (o.cuda_graph_bytes > 0) tags.push_back({"cuda_graph", static_cast<uint64_t>(o.cuda_graph_bytes), false, true});
   TANDEM_ASSIGN_OR_RETURN(p.memory, memory::TaggedMemory::Create(std::move(*backend), tags), "tagged memory");
   TANDEM_ASSIGN_OR_RETURN(void* weights, p.memory->Allocate("weights", static_cast<size_t>(weight_numel * elem)));
   TANDEM_ASSIGN_OR_RETURN(p.model,
@@ -101,7 +103,9 @@ StatusOr<memory::TaggedMemory::Moved> ResumeEngineMemory(HandoffEngine& engine, 
 
 void ReturnCachedDeviceMemory() {
 #ifdef TANDEM_TORCH_CUDA
-  // Re-made by the next GEMM; but captured graphs write into theirs.
+  // Re-made by the next GEMM; but graphs captured outside the cuda_graph
+  // tag write into theirs (in the tag, the freed workspace stays in the
+  // graphs' pool: nothing else allocates there).
   if (!AnyDecodeGraphs()) at::cuda::clearCublasWorkspaces();
   c10::cuda::CUDACachingAllocator::emptyCache();
 #endif

@@ -8,7 +8,9 @@
 // (kv_blocks blocks of KvBlockBytes, or as many as kv_cache_bytes holds;
 // discarded on release) — on the CUDA backend
 // for a CUDA device, else the CPU one, creates the model over the first and
-// loads DIR's weights into it (model::LoadWeights' rules). The KV buffer is
+// loads DIR's weights into it (model::LoadWeights' rules); with
+// cuda_graph_bytes, a third, `cuda_graph` (grow: nothing mapped until the
+// decode graphs are captured into it; discarded on release). The KV buffer is
 // what GeneratorOptions::kv_buffer takes. Errors name the file or the size
 // that does not fit. Destroy the model and the engine before the memory.
 #pragma once
@@ -32,6 +34,9 @@ struct TaggedModelOptions {
   int32_t kv_blocks = 0;   // > 0: overrides kv_cache_bytes
   int32_t block_size = 16;
   bool kv_cache = true;    // false: the `weights` pool only (the teacher)
+  // > 0: a `cuda_graph` grow tag of this much address space, for the decode
+  // graphs' memory (GeneratorOptions::graph_memory); mapped as they take it.
+  int64_t cuda_graph_bytes = 0;
 };
 
 struct TaggedModel {
@@ -44,7 +49,8 @@ struct TaggedModel {
 StatusOr<TaggedModel> LoadTaggedModel(const std::string& dir, at::Device device, at::ScalarType dtype,
                                       const TaggedModelOptions& options);
 
-// The handoff of an engine's memory, tag by tag ("weights", "kv_cache";
+// The handoff of an engine's memory, tag by tag ("weights", "kv_cache",
+// "cuda_graph";
 // NotFound for a tag `memory` does not hold). Release:
 // HandoffEngine::MarkAbsent (its refusals are FailedPrecondition),
 // TaggedMemory::Release, and once all are out ReturnCachedDeviceMemory.

@@ -41,6 +41,9 @@ Status RunRollout(const RolloutOptions& o) {
   to.kv_cache_bytes = o.kv_cache_mib << 20;
   to.kv_blocks = o.kv_blocks;
   to.block_size = o.block_size;
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int64_t> graph_batches,
+                          inference::DecodeGraphBatches(o.cuda_graphs, so.device == "cuda", o.max_running));
+  if (!graph_batches.empty()) to.cuda_graph_bytes = inference::kGraphTagReserve;
   TANDEM_ASSIGN_OR_RETURN(ServeStart start, StartServing(so, to));
   const std::shared_ptr<model::Transformer>& model = start.model;
   inference::TaggedModel& placed = start.placed;
@@ -66,8 +69,8 @@ Status RunRollout(const RolloutOptions& o) {
   g.scheduler.max_waiting = o.max_waiting;
   g.max_model_len = o.max_model_len;
   g.scheduler.seed = o.seed;
-  TANDEM_ASSIGN_OR_RETURN(g.decode_graph_batches, inference::DecodeGraphBatches(o.cuda_graphs, so.device == "cuda",
-                                                                                 o.max_running));
+  g.decode_graph_batches = graph_batches;
+  g.graph_memory = placed.memory.get();
   StatusOr<std::unique_ptr<inference::Generator>> engine = inference::Generator::Create(model, g);
   TANDEM_RETURN_IF_ERROR(engine.status(), "engine");
 

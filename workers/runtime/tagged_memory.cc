@@ -1,6 +1,7 @@
 // Tagged device memory: pools, release/resume, tag specs (tagged_memory.h).
 #include "workers/runtime/tagged_memory.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -45,7 +46,9 @@ StatusOr<TagSpec> ParseTagSpec(std::string_view text) {
   if (colon != std::string_view::npos) {
     std::string_view flag = rest.substr(colon + 1);
     if (flag == "backup") spec.backup = true;
-    else if (flag != "discard") return InvalidArgument("tag '" + std::string(text) + "': flag must be backup or discard");
+    else if (flag == "grow") spec.grow = true;
+    else if (flag != "discard")
+      return InvalidArgument("tag '" + std::string(text) + "': flag must be backup, discard or grow");
   }
   TANDEM_ASSIGN_OR_RETURN(spec.bytes, ParseBytes(size), "tag " + spec.name);
   if (spec.bytes == 0) return InvalidArgument("tag '" + std::string(text) + "': size must be positive");
@@ -58,18 +61,24 @@ StatusOr<std::unique_ptr<TaggedMemory>> TaggedMemory::Create(std::unique_ptr<Mem
   std::unique_ptr<TaggedMemory> tm(new TaggedMemory(std::move(backend)));
   for (const auto& spec : tags) {
     if (tm->pools_.count(spec.name)) return InvalidArgument("tagged memory: tag " + spec.name + " given twice");
+    if (spec.grow && spec.backup) return InvalidArgument("tag " + spec.name + ": a grow tag cannot be backed up");
     Pool pool;
     pool.spec = spec;
     size_t bytes = RoundUp(spec.bytes, tm->backend_->granularity());
     TANDEM_ASSIGN_OR_RETURN(pool.mapping, tm->backend_->Reserve(bytes), "tag " + spec.name);
     Pool& p = tm->pools_.emplace(spec.name, std::move(pool)).first->second;
-    TANDEM_RETURN_IF_ERROR(tm->backend_->Map(p.mapping), "tag " + spec.name + ": map");
     p.resident = true;
+    if (!spec.grow) {
+      p.chunks.push_back({p.mapping.base, p.mapping.bytes, 0});
+      Status mapped = tm->backend_->Map(p.chunks.back());
+      if (!mapped.ok()) p.chunks.clear();
+      TANDEM_RETURN_IF_ERROR(mapped, "tag " + spec.name + ": map");
+    }
     if (spec.backup) {
       TANDEM_ASSIGN_OR_RETURN(p.host_backup, tm->backend_->AllocHost(p.mapping.bytes), "tag " + spec.name + ": host backup");
     }
-    log::Debug("memory", "pool created tag={} bytes={} backup={} base={}", spec.name, p.mapping.bytes, spec.backup,
-               p.mapping.base);
+    log::Debug("memory", "pool created tag={} bytes={} backup={} grow={} base={}", spec.name, p.mapping.bytes,
+               spec.backup, spec.grow, p.mapping.base);
   }
   return tm;
 }
@@ -77,6 +86,11 @@ StatusOr<std::unique_ptr<TaggedMemory>> TaggedMemory::Create(std::unique_ptr<Mem
 TaggedMemory::~TaggedMemory() {
   for (auto& [name, p] : pools_) {
     if (p.host_backup) backend_->FreeHost(p.host_backup, p.mapping.bytes);
+    if (p.resident)
+      for (Mapping& c : p.chunks) {
+        Status st = backend_->Unmap(c);
+        if (!st.ok()) log::Warn("memory", "tag {}: unmap: {}", name, st.message());
+      }
     if (p.mapping.base) {
       Status st = backend_->Unreserve(p.mapping);
       if (!st.ok()) log::Warn("memory", "tag {}: unreserve: {}", name, st.message());
@@ -96,6 +110,12 @@ StatusOr<const TaggedMemory::Pool*> TaggedMemory::Find(const std::string& tag) c
   return &it->second;
 }
 
+uint64_t TaggedMemory::MappedBytes(const Pool& p) {
+  uint64_t sum = 0;
+  for (const Mapping& c : p.chunks) sum += c.bytes;
+  return sum;
+}
+
 StatusOr<void*> TaggedMemory::Allocate(const std::string& tag, size_t bytes, size_t align) {
   TANDEM_ASSIGN_OR_RETURN(Pool * p, Find(tag));
   if (!p->resident) return FailedPrecondition("tag " + tag + ": released; resume it before allocating");
@@ -104,6 +124,12 @@ StatusOr<void*> TaggedMemory::Allocate(const std::string& tag, size_t bytes, siz
   if (off + bytes > p->spec.bytes)
     return ResourceExhausted("tag " + tag + ": " + std::to_string(bytes) + " bytes do not fit (" +
                              std::to_string(p->spec.bytes - std::min(off, static_cast<size_t>(p->spec.bytes))) + " left)");
+  const size_t mapped = MappedBytes(*p);
+  if (p->spec.grow && off + bytes > mapped) {
+    Mapping chunk{static_cast<char*>(p->mapping.base) + mapped, RoundUp(off + bytes - mapped, backend_->granularity()), 0};
+    TANDEM_RETURN_IF_ERROR(backend_->Map(chunk), "tag " + tag + ": map " + std::to_string(chunk.bytes) + " bytes");
+    p->chunks.push_back(chunk);
+  }
   p->next = off + bytes;
   return static_cast<char*>(p->mapping.base) + off;
 }
@@ -131,9 +157,9 @@ StatusOr<TaggedMemory::Moved> TaggedMemory::Release(const std::string& tag) {
     p->backup_valid = true;
     moved.copied_bytes = p->mapping.bytes;
   }
-  TANDEM_RETURN_IF_ERROR(backend_->Unmap(p->mapping), "release " + tag);
+  for (Mapping& c : p->chunks) TANDEM_RETURN_IF_ERROR(backend_->Unmap(c), "release " + tag);
   p->resident = false;
-  moved.freed_bytes = p->mapping.bytes;
+  moved.freed_bytes = MappedBytes(*p);
   log::Debug("memory", "released tag={} freed={} copied={}", tag, moved.freed_bytes, moved.copied_bytes);
   return moved;
 }
@@ -145,9 +171,15 @@ StatusOr<TaggedMemory::Moved> TaggedMemory::Resume(const std::string& tag) {
     moved.no_op = true;
     return moved;
   }
-  TANDEM_RETURN_IF_ERROR(backend_->Map(p->mapping), "resume " + tag);
+  for (size_t i = 0; i < p->chunks.size(); ++i) {
+    Status st = backend_->Map(p->chunks[i]);
+    if (!st.ok()) {  // give back what this resume mapped: the tag stays released
+      for (size_t j = 0; j < i; ++j) (void)backend_->Unmap(p->chunks[j]);
+      return Status(st.code(), "resume " + tag + ": " + st.message());
+    }
+  }
   p->resident = true;
-  moved.mapped_bytes = p->mapping.bytes;
+  moved.mapped_bytes = MappedBytes(*p);
   if (p->spec.backup && p->backup_valid) {
     TANDEM_RETURN_IF_ERROR(backend_->CopyToDevice(p->mapping.base, p->host_backup, p->mapping.bytes),
                            "resume " + tag + ": restore from host");
@@ -169,13 +201,13 @@ bool TaggedMemory::HasBackup(const std::string& tag) const {
 
 std::map<std::string, uint64_t> TaggedMemory::ResidentPerTag() const {
   std::map<std::string, uint64_t> out;
-  for (const auto& [name, p] : pools_) out[name] = p.resident ? p.mapping.bytes : 0;
+  for (const auto& [name, p] : pools_) out[name] = p.resident ? MappedBytes(p) : 0;
   return out;
 }
 
 uint64_t TaggedMemory::ResidentBytes() const {
   uint64_t sum = 0;
-  for (const auto& [name, p] : pools_) sum += p.resident ? p.mapping.bytes : 0;
+  for (const auto& [name, p] : pools_) sum += p.resident ? MappedBytes(p) : 0;
   return sum;
 }
 
@@ -201,14 +233,16 @@ std::vector<std::string> TaggedMemory::TagNames() const {
 Status TaggedMemory::Write(const std::string& tag, size_t offset, const void* src, size_t bytes) {
   TANDEM_ASSIGN_OR_RETURN(Pool * p, Find(tag), "write");
   if (!p->resident) return FailedPrecondition("write " + tag + ": released");
-  if (offset > p->spec.bytes || bytes > p->spec.bytes - offset) return InvalidArgument("write " + tag + ": out of range");
+  const uint64_t end = std::min<uint64_t>(p->spec.bytes, MappedBytes(*p));
+  if (offset > end || bytes > end - offset) return InvalidArgument("write " + tag + ": out of range");
   return backend_->CopyToDevice(static_cast<char*>(p->mapping.base) + offset, src, bytes);
 }
 
 Status TaggedMemory::Read(const std::string& tag, size_t offset, void* dst, size_t bytes) const {
   TANDEM_ASSIGN_OR_RETURN(const Pool* p, Find(tag), "read");
   if (!p->resident) return FailedPrecondition("read " + tag + ": released");
-  if (offset > p->spec.bytes || bytes > p->spec.bytes - offset) return InvalidArgument("read " + tag + ": out of range");
+  const uint64_t end = std::min<uint64_t>(p->spec.bytes, MappedBytes(*p));
+  if (offset > end || bytes > end - offset) return InvalidArgument("read " + tag + ": out of range");
   return backend_->CopyToHost(dst, static_cast<const char*>(p->mapping.base) + offset, bytes);
 }
 

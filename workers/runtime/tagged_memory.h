@@ -24,8 +24,14 @@
 //   memory (cuMemHostAlloc); copies go in large chunks round-robin over
 //   several streams. Used/total from cuMemGetInfo (source "cuda").
 //
+// A `grow` tag reserves its size as address space only: physical memory is
+// mapped as Allocate hands it out (in chunks rounded to the granularity),
+// and a resume maps again exactly the chunks mapped before. The pool of
+// decode graphs is one: its size is known only once they are captured.
+//
 // Not thread-safe: one control thread calls Release/Resume; compute threads
-// may use the memory only while the tag is resident.
+// may use the memory only while the tag is resident. Allocate must not race
+// a Release or Resume of its tag.
 #pragma once
 
 #include <cstddef>
@@ -85,8 +91,10 @@ struct TagSpec {
   std::string name;
   uint64_t bytes = 0;
   bool backup = false;
+  bool grow = false;  // `bytes` reserved, mapped on demand (not with backup)
 };
-// "weights=64MiB:backup", "kv_cache=128MiB", "x=4096" (B, KiB, MiB, GiB, KB, MB, GB).
+// "weights=64MiB:backup", "kv_cache=128MiB", "cuda_graph=8GiB:grow",
+// "x=4096" (B, KiB, MiB, GiB, KB, MB, GB).
 StatusOr<TagSpec> ParseTagSpec(std::string_view text);
 StatusOr<uint64_t> ParseBytes(std::string_view text);
 
@@ -100,8 +108,9 @@ class TaggedMemory {
   TaggedMemory& operator=(const TaggedMemory&) = delete;
 
   // Hands out `bytes` from the tag's pool (bump allocation, `align` a power
-  // of two). kResourceExhausted when the pool is full; kFailedPrecondition
-  // when the tag is released.
+  // of two), mapping what a grow tag has not mapped yet. kResourceExhausted
+  // when the pool is full (or the device has no memory for a grow tag's
+  // chunk); kFailedPrecondition when the tag is released.
   StatusOr<void*> Allocate(const std::string& tag, size_t bytes, size_t align = 256);
   // The tag's whole range: [base, base + size).
   StatusOr<void*> Base(const std::string& tag) const;
@@ -120,7 +129,8 @@ class TaggedMemory {
 
   bool Resident(const std::string& tag) const;
   bool HasBackup(const std::string& tag) const;  // declared with backup
-  // Bytes resident per tag (mapped size, 0 when released).
+  // Bytes resident per tag (mapped size, 0 when released; a grow tag's
+  // chunks mapped so far).
   std::map<std::string, uint64_t> ResidentPerTag() const;
   uint64_t ResidentBytes() const;
   control::Residency Residency() const;
@@ -137,7 +147,8 @@ class TaggedMemory {
  private:
   struct Pool {
     TagSpec spec;
-    Mapping mapping;
+    Mapping mapping;              // the reserved range
+    std::vector<Mapping> chunks;  // what is mapped in it when resident (the whole range unless grow)
     bool resident = false;
     size_t next = 0;           // bump allocator offset
     void* host_backup = nullptr;
@@ -146,6 +157,7 @@ class TaggedMemory {
   explicit TaggedMemory(std::unique_ptr<MemoryBackend> backend) : backend_(std::move(backend)) {}
   StatusOr<Pool*> Find(const std::string& tag);
   StatusOr<const Pool*> Find(const std::string& tag) const;
+  static uint64_t MappedBytes(const Pool& p);
 
   std::unique_ptr<MemoryBackend> backend_;
   std::map<std::string, Pool> pools_;

@@ -5,19 +5,23 @@
 //   tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json
 //       [--device cpu|cuda] [--max-new-tokens 32] [--kv-cache-mib 1024]
 //       [--block-size 16] [--max-running 256] [--max-step-tokens 8192]
-//       [--repeat 1] [--handoff] [--cuda-graphs auto|none|1,2,4,...]
+//       [--repeat 1] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|1,2,4,...]
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
-// at once (greedy, ignore_eos), `--repeat` times; OUT.json:
-//   {"outputs": [[ids], ...], "runs": [{"seconds", "generated_tokens",
-//    "tokens_per_s"}, ...], "handoff": {...}}
-// The model and the KV pool live in tagged memory (tagged_model.h). With
-// --handoff, after the first run the engine is paused (retract), both pools
-// are released and the device reading taken, then resumed, and the prompts
-// run again: "handoff" reports the pools' bytes, the device's used bytes at
-// start and before and after the release, the fraction of the pools and of
-// everything the worker added to the device that came back, the release
-// and resume times, and whether the second run gave the same tokens.
+// at once (greedy, ignore_eos; while the engine is paused, so that runs of
+// the same prompts batch alike), `--repeat` times; OUT.json:
+//   {"outputs": [[ids], ...], "logprobs": [[log p of each], ...] (--logprobs),
+//    "runs": [{"seconds", "generated_tokens", "tokens_per_s"}, ...],
+//    "handoff": {...}}
+// The model, the KV pool and the decode graphs' memory live in tagged
+// memory (tagged_model.h). With --handoff, after the first run the engine
+// is paused (retract), every tag is released and the device reading taken,
+// then resumed (with --reload, new weights are loaded from DIR through
+// load_weights' path, in place), and the prompts run again: "handoff"
+// reports the pools' bytes, the device's used bytes at start and before and
+// after the release, the fraction of the pools and of everything the worker
+// added to the device that came back, the release and resume times, whether
+// the second run gave the same tokens, and its outputs and log-probs.
 #include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
 #include <ATen/ATen.h>
 
@@ -34,6 +38,7 @@
 #include "common/bounded_json.h"
 #include "workers/inference/generator.h"
 #include "workers/inference/tagged_model.h"
+#include "workers/model/checkpoint.h"
 
 namespace inf = tandem::inference;
 using nlohmann::json;
@@ -46,21 +51,22 @@ struct Flags {
   int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192;
   int32_t block_size = 16;
   int repeat = 1;
-  bool handoff = false;
+  bool handoff = false, logprobs = false;
+  std::string reload;
 };
 
 int Usage(const std::string& why) {
   std::cerr << "tandem-generate: " << why << "\n"
             << "usage: tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json [--device cpu|cuda]\n"
                "       [--max-new-tokens N] [--kv-cache-mib N] [--block-size N] [--max-running N]\n"
-               "       [--max-step-tokens N] [--repeat N] [--handoff] [--cuda-graphs auto|none|SIZES]\n";
+               "       [--max-step-tokens N] [--repeat N] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|SIZES]\n";
   return 2;
 }
 
 bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   std::map<std::string, std::string*> text = {{"--model", &f.model}, {"--prompts", &f.prompts},
                                               {"--out", &f.out}, {"--device", &f.device},
-                                              {"--cuda-graphs", &f.cuda_graphs}};
+                                              {"--cuda-graphs", &f.cuda_graphs}, {"--reload", &f.reload}};
   std::map<std::string, int64_t*> ints = {{"--max-new-tokens", &f.max_new_tokens}, {"--kv-cache-mib", &f.kv_cache_mib},
                                           {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens}};
   int64_t block_size = f.block_size, repeat = f.repeat;
@@ -68,8 +74,8 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   ints["--repeat"] = &repeat;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--handoff") {
-      f.handoff = true;
+    if (a == "--handoff" || a == "--logprobs") {
+      (a == "--handoff" ? f.handoff : f.logprobs) = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -94,6 +100,10 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   f.repeat = static_cast<int>(std::min<int64_t>(repeat, 1000));
   if (f.model.empty() || f.prompts.empty() || f.out.empty()) {
     error = "--model, --prompts and --out are required";
+    return false;
+  }
+  if (!f.reload.empty() && !f.handoff) {
+    error = "--reload needs --handoff";
     return false;
   }
   if (f.device != "cpu" && f.device != "cuda") {
@@ -130,32 +140,41 @@ tandem::StatusOr<std::vector<std::vector<int32_t>>> ReadPrompts(const std::strin
 // Submits every prompt, waits for all; the outputs by prompt and the run's figures.
 struct Run {
   std::vector<std::vector<int32_t>> outputs;
+  std::vector<std::vector<float>> logprobs;
   double seconds = 0;
   int64_t tokens = 0;
 };
 
-tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
+                               bool logprobs) {
   std::mutex mu;
   std::condition_variable cv;
   Run run;
   run.outputs.resize(prompts.size());
+  run.logprobs.resize(prompts.size());
   size_t done = 0;
+  // Submitted while paused, so that the first step sees them all and two
+  // runs of the same prompts batch alike (the comparisons need that).
+  TANDEM_RETURN_IF_ERROR(g.Pause(inf::PauseMode::kInPlace));
   const auto t0 = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     inf::GenerateRequest r;
     r.input_ids = prompts[i];
     r.params.temperature = 0;
     r.params.max_new_tokens = max_new;
+    r.return_logprob = logprobs;
     r.params.ignore_eos = true;
     TANDEM_RETURN_IF_ERROR(g.Submit(std::move(r), [&, i](inf::SampleUpdate u) {
       if (!u.finished) return;
       std::lock_guard<std::mutex> l(mu);
       run.outputs[i] = u.finished->output_ids;
+      run.logprobs[i] = u.finished->output_token_logprobs;
       run.tokens += static_cast<int64_t>(u.finished->output_ids.size());
       ++done;
       cv.notify_all();
     }).status(), "prompt " + std::to_string(i));
   }
+  TANDEM_RETURN_IF_ERROR(g.Continue());
   std::unique_lock<std::mutex> l(mu);
   if (!cv.wait_for(l, std::chrono::minutes(10), [&] { return done == prompts.size(); }))
     return tandem::DeadlineExceeded("generation did not finish in 10 minutes");
@@ -168,21 +187,32 @@ json Figures(const Run& r) {
 }
 
 // `baseline`: the device's used bytes before the model was loaded.
-tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& mem, uint64_t baseline) {
+tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& mem, uint64_t baseline,
+                               tandem::model::Transformer& model, const std::string& reload) {
   const uint64_t pools = mem.ResidentBytes();
   TANDEM_RETURN_IF_ERROR(g.Pause(inf::PauseMode::kRetract));
   const uint64_t before = mem.Residency().device.used;
   const inf::AllocatorBytes allocator_before = inf::AllocatorDeviceBytes();
   const auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(inf::ReleaseEngineMemory(g, mem, {"kv_cache", "weights"}).status());
+  TANDEM_RETURN_IF_ERROR(inf::ReleaseEngineMemory(g, mem, mem.TagNames()).status());
   const double release_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const uint64_t after = mem.Residency().device.used;
   const inf::AllocatorBytes allocator_after = inf::AllocatorDeviceBytes();
   const auto t1 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(inf::ResumeEngineMemory(g, mem, {"weights", "kv_cache"}).status());
+  std::vector<std::string> order = {"weights", "kv_cache"};  // the graphs' memory last
+  if (mem.ResidentPerTag().count("cuda_graph")) order.push_back("cuda_graph");
+  TANDEM_RETURN_IF_ERROR(inf::ResumeEngineMemory(g, mem, order).status());
   const double resume_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  if (!reload.empty()) {
+    TANDEM_RETURN_IF_ERROR(g.LoadWeights(2, [&]() -> tandem::Status {
+      TANDEM_ASSIGN_OR_RETURN(tandem::model::SafetensorsCheckpoint ckpt, tandem::model::SafetensorsCheckpoint::Open(reload));
+      return tandem::model::LoadWeights(model, ckpt);
+    }), "--reload " + reload);
+  }
   TANDEM_RETURN_IF_ERROR(g.Continue());
   const double freed = before > after ? static_cast<double>(before - after) : 0.0;
+  // The graphs' pool is in a tag and in LibTorch's reserved bytes both.
+  const int64_t in_tags = g.decode_graph_tag_bytes();
   const double held = before > baseline ? static_cast<double>(before - baseline) : 0.0;
   return json{{"pool_bytes", pools},
               {"device_used_at_start", baseline},
@@ -193,11 +223,13 @@ tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& 
               // of what it allocated: its pools and LibTorch's allocator (the rest of
               // `held` is the CUDA runtime's: loaded kernels, library workspaces)
               {"returned_of_allocated",
-               freed / static_cast<double>(pools + static_cast<uint64_t>(allocator_before.reserved))},
+               freed / static_cast<double>(pools + static_cast<uint64_t>(allocator_before.reserved - in_tags))},
+              {"allocator_bytes_in_tags", in_tags},
               {"allocator_bytes_before", allocator_before.reserved},
               {"allocator_bytes_released", allocator_after.reserved},
               {"allocator_live_bytes_before", allocator_before.allocated},
               {"allocator_live_bytes_released", allocator_after.allocated},
+              {"released_tags", mem.TagNames()},
               {"release_s", release_s},
               {"resume_s", resume_s},
               {"source", mem.Residency().device.source}};
@@ -221,6 +253,9 @@ int Main(const Flags& f) {
   inf::TaggedModelOptions to;
   to.kv_cache_bytes = f.kv_cache_mib << 20;
   to.block_size = f.block_size;
+  auto graphs = inf::DecodeGraphBatches(f.cuda_graphs, f.device == "cuda", f.max_running);
+  if (!graphs.ok()) return fail(graphs.status());
+  if (!graphs->empty()) to.cuda_graph_bytes = inf::kGraphTagReserve;
   auto placed = inf::LoadTaggedModel(f.model, cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU),
                                      cuda ? at::kBFloat16 : at::kFloat, to);
   if (!placed.ok()) return fail(placed.status());
@@ -232,29 +267,38 @@ int Main(const Flags& f) {
   go.scheduler.max_running = f.max_running;
   go.scheduler.max_step_tokens = f.max_step_tokens;
   go.scheduler.max_waiting = static_cast<int64_t>(prompts->size()) + 1;
-  auto graphs = inf::DecodeGraphBatches(f.cuda_graphs, f.device == "cuda", f.max_running);
-  if (!graphs.ok()) return fail(graphs.status());
   go.decode_graph_batches = *graphs;
+  go.graph_memory = placed->memory.get();
   auto engine = inf::Generator::Create(model, go);
   if (!engine.ok()) return fail(engine.status());
 
   json out = {{"runs", json::array()}, {"decode_graph_batches", (*engine)->decode_graph_batches()},
               {"decode_graph_bytes", (*engine)->decode_graph_bytes()}};
   std::vector<std::vector<int32_t>> first;
+  std::vector<std::vector<float>> first_logprobs;
   for (int r = 0; r < f.repeat; ++r) {
-    auto run = Generate(**engine, *prompts, f.max_new_tokens);
+    auto run = Generate(**engine, *prompts, f.max_new_tokens, f.logprobs);
     if (!run.ok()) return fail(run.status());
     out["runs"].push_back(Figures(*run));
     out["runs"].back()["decode_graph_steps"] = (*engine)->decode_graph_steps();
-    if (r == 0) first = run->outputs;
+    if (r == 0) {
+      first = run->outputs;
+      first_logprobs = run->logprobs;
+    }
   }
   out["outputs"] = first;
+  out["logprobs"] = first_logprobs;
   if (f.handoff) {
-    auto h = Handoff(**engine, *placed->memory, baseline);
+    auto h = Handoff(**engine, *placed->memory, baseline, *model, f.reload);
     if (!h.ok()) return fail(h.status());
-    auto again = Generate(**engine, *prompts, f.max_new_tokens);
+    const uint64_t graph_steps = (*engine)->decode_graph_steps();
+    auto again = Generate(**engine, *prompts, f.max_new_tokens, f.logprobs);
     if (!again.ok()) return fail(again.status());
     (*h)["same_after_handoff"] = again->outputs == first;
+    (*h)["reloaded"] = !f.reload.empty();
+    (*h)["outputs_after"] = again->outputs;
+    (*h)["logprobs_after"] = again->logprobs;
+    (*h)["decode_graph_steps_after"] = (*engine)->decode_graph_steps() - graph_steps;
     (*h)["run_after"] = Figures(*again);
     out["handoff"] = *h;
   }

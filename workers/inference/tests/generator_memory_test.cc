@@ -4,7 +4,8 @@
 // saved directory); requests retracted by a
 // pause go on after the pools were released (pages returned to the kernel)
 // and resumed at the same addresses, with GreedyDecode's tokens; the
-// engine refuses a release it cannot survive; LoadWeights switches the
+// engine refuses a release it cannot survive; with the `cuda_graph` tag
+// out it decodes eagerly; LoadWeights switches the
 // weights between steps and versions the requests that start after it.
 #include <gtest/gtest.h>
 
@@ -85,6 +86,58 @@ TEST(GeneratorMemoryTest, RetractedRequestsGoOnAfterTheirMemoryWasReleasedAndRes
     EXPECT_EQ(got[i].streamed()[0], r[0].output_ids) << "prompt " << i << ": streamed twice or lost tokens";
     EXPECT_EQ(r[0].finish_reason, FinishReason::kLength);
   }
+}
+
+TEST(GeneratorMemoryTest, WhileTheCudaGraphTagIsOutDecodeStepsRunEagerlyAndTheGraphsComeBackAfter) {
+  char tmpl[] = "/tmp/tandem-tagged-model-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(model::SavePretrained(*TinyModel(12), dir).ok());
+  TaggedModelOptions to;
+  to.kv_blocks = 65;
+  to.block_size = 4;
+  to.cuda_graph_bytes = 1 << 30;
+  StatusOr<TaggedModel> placed = LoadTaggedModel(dir, at::kCPU, at::kFloat, to);
+  model::testing::RemoveTree(dir);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  memory::TaggedMemory& mem = *placed->memory;
+  EXPECT_EQ(mem.TagNames(), (std::vector<std::string>{"cuda_graph", "kv_cache", "weights"}));
+  EXPECT_EQ(mem.ResidentPerTag()["cuda_graph"], 0u) << "a grow tag maps nothing until graphs are captured (CUDA)";
+  std::shared_ptr<model::Transformer> m(std::move(placed->model));
+  GeneratorOptions o;
+  o.kv_buffer = placed->kv_buffer;
+  o.scheduler.num_blocks = placed->kv_blocks;
+  o.scheduler.block_size = 4;
+  o.decode_graph_batches = {1, 2};
+  o.graph_memory = &mem;
+  StatusOr<std::unique_ptr<Generator>> made = Generator::Create(m, o);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Generator& g = **made;
+  const std::vector<int32_t> prompt = {4, 8, 15, 16};
+  auto run = [&] {
+    Collector got;
+    EXPECT_TRUE(g.Submit(Greedy(prompt, 6), got.Callback()).ok());
+    return got.Wait(1)[0].output_ids;
+  };
+  const std::vector<int32_t> want = Want(*m, prompt, 6);
+  EXPECT_EQ(run(), want);
+  const uint64_t steps = g.decode_graph_steps();
+  EXPECT_GE(steps, 5u);
+
+  ASSERT_TRUE(g.Pause(PauseMode::kRetract).ok());
+  StatusOr<memory::TaggedMemory::Moved> out = ReleaseEngineMemory(g, mem, {"cuda_graph"});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_TRUE(g.Continue().ok()) << "the weights and the KV cache are there: the engine decodes eagerly";
+  EXPECT_EQ(run(), want);
+  EXPECT_EQ(g.decode_graph_steps(), steps) << "a graph replayed while its memory was out";
+
+  ASSERT_TRUE(g.Pause(PauseMode::kRetract).ok());
+  ASSERT_TRUE(ResumeEngineMemory(g, mem, {"cuda_graph"}).ok());
+  ASSERT_TRUE(g.Continue().ok());
+  EXPECT_EQ(run(), want);
+  EXPECT_GE(g.decode_graph_steps(), steps + 5);
+  EXPECT_EQ(ReleaseEngineMemory(g, mem, {"cuda_graph"}).status().code(), StatusCode::kFailedPrecondition)
+      << "released while generating";
 }
 
 TEST(GeneratorMemoryTest, AnInPlacePauseKeepsTheKvCacheAndTheWeightsMayStillGo) {

@@ -119,6 +119,52 @@ TEST(TaggedMemory, AllocationsComeFromThePoolAndSurviveACycle) {
   EXPECT_EQ(tm->Allocate("params", 2 << 20).status().code(), StatusCode::kResourceExhausted);
 }
 
+TEST(TaggedMemory, GrowTagMapsOnlyWhatItHandsOutAndRemapsItAtTheSameAddresses) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  TagSpec grow{"cuda_graph", 64 << 20, false, true};
+  auto tm = Make({grow, {"weights", 1 << 20, true}});
+  EXPECT_EQ(tm->ResidentPerTag()["cuda_graph"], 0u) << "a grow tag starts with nothing mapped";
+  void* base = *tm->Base("cuda_graph");
+  auto a = tm->Allocate("cuda_graph", 3 * page + 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(*a, base);
+  EXPECT_EQ(tm->ResidentPerTag()["cuda_graph"], 4 * page);
+  auto b = tm->Allocate("cuda_graph", 10, page);  // within the mapped chunk: nothing new
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(tm->ResidentPerTag()["cuda_graph"], 5 * page);
+  auto c = tm->Allocate("cuda_graph", 2 << 20, page);
+  ASSERT_TRUE(c.ok());
+  const uint64_t mapped = tm->ResidentPerTag()["cuda_graph"];
+  EXPECT_EQ(mapped, 5 * page + (2u << 20));
+  EXPECT_EQ(tm->ResidentBytes(), mapped + (1u << 20));
+  std::memset(*c, 0x33, 2 << 20);
+  EXPECT_GE(KernelResidentBytes(*c, 2 << 20), 2u << 20);
+  EXPECT_EQ(KernelResidentBytes(static_cast<char*>(base) + mapped, 1 << 20), 0u) << "mapped past what was handed out";
+
+  auto released = tm->Release("cuda_graph");
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->freed_bytes, mapped);
+  EXPECT_EQ(tm->ResidentPerTag()["cuda_graph"], 0u);
+  EXPECT_EQ(KernelResidentBytes(base, mapped), 0u) << "the kernel still holds the released chunks";
+  EXPECT_EQ(tm->Write("cuda_graph", 0, "x", 1).code(), StatusCode::kFailedPrecondition);
+  auto resumed = tm->Resume("cuda_graph");
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->mapped_bytes, mapped);
+  EXPECT_EQ(resumed->copied_bytes, 0u) << "a grow tag is discarded, never backed up";
+  EXPECT_EQ(static_cast<unsigned char*>(*c)[100], 0) << "the chunks come back zeroed at the same addresses";
+  std::memset(*c, 0x44, 2 << 20);  // writable again
+  EXPECT_EQ(tm->Write("cuda_graph", mapped - 1, "x", 1).code(), StatusCode::kOk);
+  EXPECT_EQ(tm->Write("cuda_graph", mapped, "x", 1).code(), StatusCode::kInvalidArgument) << "past the mapped chunks";
+  EXPECT_EQ(tm->Allocate("cuda_graph", 64 << 20).status().code(), StatusCode::kResourceExhausted);
+
+  auto spec = ParseTagSpec("cuda_graph=8GiB:grow");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->grow);
+  EXPECT_FALSE(spec->backup);
+  TagSpec both{"x", 1 << 20, true, true};
+  EXPECT_EQ(TaggedMemory::Create(MakeCpuBackend(), {both}).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TaggedMemory, UnknownTagsAndBadSpecsAreErrors) {
   auto tm = Make({{"weights", 4096, false}});
   EXPECT_EQ(tm->Release("nope").status().code(), StatusCode::kNotFound);
