@@ -88,7 +88,6 @@ class ApiService {
   // flight), closes every connection and the mailbox; then joins the
   // thread. Idempotent; not from the io thread.
   void Stop(const std::function<void()>& before_close = {});
-  bool stopped() const { return stopped_.load(); }  // from any thread
   const HttpCounters& counters() const { return server_->counters(); }
 
   void Reply(const std::shared_ptr<HttpExchange>& ex, const std::string& endpoint, int status,
