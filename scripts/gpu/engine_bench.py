@@ -13,6 +13,8 @@ decode step reads (weights + the batch's KV at the mean context) over the
 device's measured copy bandwidth. Prints a markdown table with the ratios.
 
 Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
+  TANDEM_ENGINE_MODEL=3b   a 3.1B dense config instead (Qwen2.5-3B's shapes)
+  TANDEM_ENGINE_EAGER=0    skip tandem's eager runs (the graphs only)
 """
 import json
 import os
@@ -27,9 +29,12 @@ PROMPT, NEW = 512, 128
 
 
 def config():
+    common = dict(max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+    if os.environ.get("TANDEM_ENGINE_MODEL") == "3b":  # Qwen2.5-3B's shapes, Qwen3's vocabulary: 3.1 B parameters
+        return Qwen3Config(vocab_size=151936, hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
+                           num_key_value_heads=2, head_dim=128, intermediate_size=11008, **common)
     return Qwen3Config(vocab_size=32768, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                       num_key_value_heads=8, head_dim=64, intermediate_size=2816, max_position_embeddings=4096,
-                       rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+                       num_key_value_heads=8, head_dim=64, intermediate_size=2816, **common)
 
 
 def copy_bandwidth():
@@ -95,7 +100,9 @@ def main():
         hf = b * (NEW - 1) / (hf_time(model, ids, NEW) - hf_time(model, ids, 1))
         lst = prompts.tolist()
         rate = {}
-        for graphs in ("none", "auto"):
+        eager = os.environ.get("TANDEM_ENGINE_EAGER", "1") != "0"
+        rate["none"] = float("nan")
+        for graphs in (("none", "auto") if eager else ("auto",)):
             rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) -
                                             tandem_time(tool, model_dir, lst, work, 1, graphs))
         td = rate["auto"]
