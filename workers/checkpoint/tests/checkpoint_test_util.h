@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,9 +33,15 @@ class ScratchDir {
   std::string path_;
 };
 
+// The whole file (empty when it cannot be read).
 inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  std::string s(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
 }
 
 inline void WriteAllTo(const std::string& path, const std::string& bytes) {
