@@ -5,6 +5,8 @@
 //     random and printed); after each kill the newest whole checkpoint must be
 //     found, every byte of it as written, and the next writer must clean the
 //     dead child's temp directory and commit.
+//   - KilledInsideEachFile: the same, deterministically, halfway through
+//     each file in turn.
 //   - FullDisk: a 2 MiB tmpfs mounted in a private mount namespace (a user
 //     namespace too when not root; the child that mounted it does the writes);
 //     a checkpoint larger than it fails naming the file and ENOSPC, the
@@ -170,6 +172,56 @@ TEST(CheckpointFaults, KillLoop) {
   // The loop must have hit both kinds of moment, or it tested nothing.
   EXPECT_GT(interrupted_mid_write, 0);
   EXPECT_GT(advanced, 0);
+}
+
+// Killed inside each file in turn (deterministic, beside the random loop):
+// the child streams half of file k, tells the parent, and waits to be killed.
+TEST(CheckpointFaults, KilledInsideEachFile) {
+  ScratchDir dir;
+  const std::string root = dir.path() + "/ckpt";
+  const Contents contents;
+  auto w = CheckpointWriter::Open(root);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(WriteLoopCheckpoint(*w, contents, 1).ok());
+  for (size_t k = 0; k < std::size(kFiles); ++k) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      auto cw = CheckpointWriter::Open(root);
+      if (!cw.ok()) ::_exit(3);
+      auto p = cw->Begin(2, 2);
+      if (!p.ok()) ::_exit(4);
+      for (size_t i = 0; i < std::size(kFiles); ++i) {
+        const std::string bytes = contents.For(i, 2);
+        const Status s = p->AddStream(kFiles[i].path, [&](FileSink& sink) {
+          if (i != k) return sink.Write(bytes);
+          TANDEM_RETURN_IF_ERROR(sink.Write(std::string_view(bytes).substr(0, bytes.size() / 2)));
+          (void)::write(fds[1], "k", 1);
+          for (;;) ::pause();
+        });
+        if (!s.ok()) ::_exit(5);
+      }
+      ::_exit(6);
+    }
+    ::close(fds[1]);
+    char c = 0;
+    ASSERT_EQ(::read(fds[0], &c, 1), 1) << "file " << k << ": the child did not get there";
+    ::close(fds[0]);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    EXPECT_EQ(Entries(root), (std::vector<std::string>{TempDirName(2, pid), "step-00000001"})) << "file " << k;
+    EXPECT_TRUE(fs::exists(root + "/" + TempDirName(2, pid) + "/" + kFiles[k].path));
+    auto latest = FindLatestCheckpoint(root, Verify::kDigests);
+    ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+    EXPECT_EQ(latest->manifest.step, 1u) << "file " << k;
+    ASSERT_TRUE(CheckpointWriter::Open(root).ok());
+    EXPECT_EQ(Entries(root), std::vector<std::string>{"step-00000001"}) << "file " << k << ": stale temp dir left";
+  }
 }
 
 // --- children that report
