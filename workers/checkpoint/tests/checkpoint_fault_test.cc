@@ -2,9 +2,9 @@
 // and a real file system:
 //   - KillLoop: a child process writes checkpoints of a few MB in a loop and
 //     is killed with SIGKILL at random points (seeded: TANDEM_TEST_SEED, else
-//     random and printed); after each kill the newest whole checkpoint must be
-//     found, every byte of it as written, and the next writer must clean the
-//     dead child's temp directory and commit.
+//     random and printed); after each kill every step-* directory must be
+//     whole, the newest must be found with every byte as written, and the
+//     next writer must clean the dead child's temp directory and commit.
 //   - KilledInsideEachFile: the same, deterministically, halfway through
 //     each file in turn.
 //   - FullDisk: a 2 MiB tmpfs mounted in a private mount namespace (a user
@@ -90,15 +90,18 @@ Status WriteLoopCheckpoint(CheckpointWriter& w, const Contents& c, uint64_t step
 }
 
 // The child of the kill loop: resumes from the newest checkpoint and writes
-// the following ones until it is killed.
-[[noreturn]] void WriterChild(const std::string& root, const Contents& c) {
+// the following ones until it is killed, writing a byte to `committed_fd`
+// after each commit.
+[[noreturn]] void WriterChild(const std::string& root, const Contents& c, int committed_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::signal(SIGPIPE, SIG_IGN);  // the parent stops listening after the first byte
   auto w = CheckpointWriter::Open(root);
   if (!w.ok()) ::_exit(3);
   auto latest = FindLatestCheckpoint(root, Verify::kSizes);
   if (!latest.ok()) ::_exit(4);
   for (uint64_t step = latest->manifest.step + 1;; ++step) {
     if (!WriteLoopCheckpoint(*w, c, step).ok()) ::_exit(5);
+    (void)!::write(committed_fd, "c", 1);
   }
 }
 
@@ -129,9 +132,19 @@ TEST(CheckpointFaults, KillLoop) {
   uint64_t last_valid = 1;
   int interrupted_mid_write = 0, advanced = 0;
   for (int it = 0; it < kIterations; ++it) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) WriterChild(root, contents);
+    if (pid == 0) WriterChild(root, contents, fds[1]);
+    ::close(fds[1]);
+    // Every other kill comes after the child's first commit (plus the random
+    // delay), so the loop surely covers kills around and after commits too.
+    if (it % 2 == 1) {
+      char c = 0;
+      ASSERT_EQ(::read(fds[0], &c, 1), 1) << "iteration " << it << ": the child never committed";
+    }
+    ::close(fds[0]);
     const auto delay = std::uniform_int_distribution<int64_t>(0, window_us)(rng);
     std::this_thread::sleep_for(std::chrono::microseconds(delay));
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
@@ -151,6 +164,13 @@ TEST(CheckpointFaults, KillLoop) {
       ASSERT_TRUE(ReadAll(latest->path + "/" + kFiles[i].path) == contents.For(i, step))
           << "iteration " << it << ": " << kFiles[i].path << " of step " << step << " differs";
     EXPECT_EQ(latest->manifest.metadata["data_cursor"], step * 32);
+    // No partial checkpoint ever carries a step name: every step-* is whole.
+    const auto present = ListStepDirs(root);
+    ASSERT_TRUE(present.ok());
+    for (const StepDir& d : *present) {
+      const auto v = ValidateCheckpoint(d.path, d.step, Verify::kDigests);
+      ASSERT_TRUE(v.ok()) << "iteration " << it << ": " << d.path << " is not whole: " << v.status().ToString();
+    }
     bool scratch = false;
     for (const auto& n : Entries(root)) scratch = scratch || ParseScratchDirName(n).has_value();
     interrupted_mid_write += scratch;
@@ -171,7 +191,7 @@ TEST(CheckpointFaults, KillLoop) {
             << advanced << " after the child had committed\n";
   // The loop must have hit both kinds of moment, or it tested nothing.
   EXPECT_GT(interrupted_mid_write, 0);
-  EXPECT_GT(advanced, 0);
+  EXPECT_GE(advanced, kIterations / 2);
 }
 
 // Killed inside each file in turn (deterministic, beside the random loop):
