@@ -66,7 +66,8 @@ Status MakeParents(const std::string& dir, std::string_view relpath);
 Status RemoveTree(const std::string& path);
 
 // True when a process with this id exists (kill(pid, 0) succeeds or says
-// EPERM). Only meaningful on this host.
+// EPERM; a zombie not yet reaped counts as alive). Only meaningful on this
+// host and in this pid namespace.
 bool ProcessAlive(int64_t pid);
 
 }  // namespace tandem::checkpoint
