@@ -119,6 +119,20 @@ TEST(CheckpointStore, KeepsTheNewestN) {
   EXPECT_FALSE(CheckpointWriter::Open(root.path(), {.keep = 0}).ok());
 }
 
+TEST(CheckpointStore, KeepOneKeepsThePreviousUntilTheNewIsWhole) {
+  ScratchDir root;
+  auto w = CheckpointWriter::Open(root.path(), {.keep = 1});
+  ASSERT_TRUE(w.ok());
+  WriteStep(*w, 1);
+  auto p = w->Begin(2, 2);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p->AddFile("a.bin", Pattern(9, 100'000)).ok());
+  EXPECT_EQ(FindLatestCheckpoint(root.path(), Verify::kDigests)->manifest.step, 1u) << "while step 2 is written";
+  ASSERT_TRUE(p->Commit().ok());
+  EXPECT_EQ(Steps(root.path()), std::vector<uint64_t>{2});
+  EXPECT_EQ(FindLatestCheckpoint(root.path(), Verify::kDigests)->manifest.step, 2u);
+}
+
 TEST(CheckpointStore, RotationDropsInvalidOnesAndKeepsWholeOnes) {
   ScratchDir root;
   auto w = CheckpointWriter::Open(root.path(), {.keep = 2});
