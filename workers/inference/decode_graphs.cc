@@ -80,8 +80,7 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
   if (!model || key_blocks.empty() || key_blocks.size() != value_blocks.size())
     return InvalidArgument("decode graphs: no model or no KV pool");
   const model::ModelConfig& c = model->config();
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.IsMoeLayer(l)) return InvalidArgument("decode graphs: not for MoE models yet (layer " + std::to_string(l) + ")");
+  TANDEM_RETURN_IF_ERROR(Supports(c));
   std::sort(o.batch_sizes.begin(), o.batch_sizes.end());
   o.batch_sizes.erase(std::unique(o.batch_sizes.begin(), o.batch_sizes.end()), o.batch_sizes.end());
   if (o.batch_sizes.empty() || o.batch_sizes.front() <= 0 || o.max_blocks_per_seq <= 0 || o.pad_block < 0 ||
@@ -160,6 +159,12 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
   }
 #endif
   return g;
+}
+
+Status DecodeGraphs::Supports(const model::ModelConfig& c) {
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.IsMoeLayer(l)) return InvalidArgument("decode graphs: not for MoE models yet (layer " + std::to_string(l) + ")");
+  return Status::Ok();
 }
 
 bool DecodeGraphs::Fits(const StepPlan& plan) const {

@@ -65,6 +65,8 @@ struct DecodeGraphOptions {
 
 class DecodeGraphs {
  public:
+  // OK when Create can serve `config`; else why not (an MoE layer).
+  static Status Supports(const model::ModelConfig& config);
   // Captures every size (CUDA). InvalidArgument for bad options or an MoE
   // model; Internal when a capture fails (the Generator then decodes eagerly).
   static StatusOr<std::unique_ptr<DecodeGraphs>> Create(std::shared_ptr<const model::Transformer> model,

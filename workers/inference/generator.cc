@@ -46,7 +46,13 @@ StatusOr<std::unique_ptr<Generator>> Generator::Create(std::shared_ptr<const mod
   }
   // The graphs pad their batch into the pool's last block: no sequence gets it.
   const int32_t pool_blocks = so.num_blocks;
-  const bool graphs = !options.decode_graph_batches.empty();
+  bool graphs = !options.decode_graph_batches.empty();
+  if (graphs) {
+    if (const Status why = DecodeGraphs::Supports(c); !why.ok()) {  // the padding block stays the scheduler's
+      log::Warn("rollout", "decoding eagerly: {}", why.ToString());
+      graphs = false;
+    }
+  }
   if (graphs && pool_blocks < 2) return InvalidArgument("generator: decode graphs need a KV pool of 2 blocks or more");
   if (graphs) so.num_blocks = pool_blocks - 1;
   StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(so);
