@@ -1,7 +1,9 @@
-// The weight sources (weight_source.h): Hugging Face directories for now.
+// The weight sources (weight_source.h): Hugging Face directories, and shm
+// segments through the shm transport.
 #include "workers/weights/weight_source.h"
 
 #include "workers/model/checkpoint.h"
+#include "workers/weights/shm_transport.h"
 
 namespace tandem::weights {
 namespace {
@@ -27,12 +29,13 @@ StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source
   std::string_view path = source;
   if (const size_t colon = source.find(':'); colon != std::string_view::npos && source[0] != '/') {
     const std::string_view scheme = source.substr(0, colon);
-    if (scheme == "ipc" || scheme == "shm" || scheme == "nccl")
+    if (scheme == "shm") return OpenShmSource(source.substr(colon + 1));
+    if (scheme == "ipc" || scheme == "nccl")
       return InvalidArgument("load_weights.source: the " + std::string(scheme) +
                            ": transport is not in this build yet (issue #15); give a file: directory");
     if (scheme != "file")
       return InvalidArgument("load_weights.source: unknown scheme '" + std::string(scheme) + "' in '" +
-                             std::string(source) + "' (expected file:DIR)");
+                             std::string(source) + "' (expected file:DIR or shm:/NAME)");
     path = source.substr(colon + 1);
   }
   if (path.empty()) return InvalidArgument("load_weights.source: '" + std::string(source) + "' names no directory");
