@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "common/bounded_json.h"
+#include "workers/model/safetensors.h"
 #include "workers/model/safetensors_writer.h"
+#include "workers/weights/weight_manifest.h"
 
 namespace tandem::weights {
 namespace {
@@ -86,7 +88,82 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
+std::optional<at::ScalarType> TorchType(model::DType t) {
+  switch (t) {
+    case model::DType::kF64: return at::kDouble;
+    case model::DType::kF32: return at::kFloat;
+    case model::DType::kF16: return at::kHalf;
+    case model::DType::kBF16: return at::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+// model::LoadWeights' rules on a ParameterSet, every check before the first
+// copy.
+Status LoadCheckpoint(const model::SafetensorsCheckpoint& ckpt, const model::ParameterSet& params) {
+  const bool tied = !params.Find("lm_head.weight") && params.Find("model.embed_tokens.weight");
+  for (const std::string& name : ckpt.names()) {
+    if (params.Find(name)) continue;
+    if (name == "lm_head.weight" && tied) continue;  // a tied copy
+    auto view = ckpt.Get(name);
+    return InvalidArgument((view.ok() ? view->file : ckpt.dir()) + ": unexpected tensor \"" + name +
+                           "\" (not a parameter of this model)");
+  }
+  std::vector<model::TensorView> views;
+  views.reserve(params.size());
+  for (const model::ParameterSet::Named& n : params.named()) {
+    const std::vector<int64_t> want = n.view.sizes().vec();
+    if (!ckpt.Contains(n.name))
+      return NotFound(ckpt.dir() + ": missing tensor \"" + n.name + "\" (expected shape " + ShapeString(want) + ")");
+    TANDEM_ASSIGN_OR_RETURN(model::TensorView t, ckpt.Get(n.name));
+    if (t.shape != want)
+      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": shape " + ShapeString(t.shape) + ", expected " +
+                             ShapeString(want));
+    const std::optional<at::ScalarType> type = TorchType(t.dtype);
+    if (!type)
+      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": dtype " + std::string(model::DTypeName(t.dtype)) +
+                             ", expected a float type (F32, BF16, F16 or F64)");
+    const uint64_t bytes = WeightManifest::Tensor{n.name, t.dtype, t.shape, 0, 0}.nbytes();
+    if (bytes != t.nbytes)
+      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": " + std::to_string(t.nbytes) +
+                             " bytes for shape " + ShapeString(t.shape));
+    views.push_back(std::move(t));
+  }
+  c10::NoGradGuard no_grad;
+  try {
+    for (size_t i = 0; i < views.size(); ++i) {
+      const model::TensorView& t = views[i];
+      // Stage through an aligned host tensor (the mapped bytes need not be
+      // aligned for the element type), then convert and copy into the view.
+      at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*TorchType(t.dtype)));
+      if (t.nbytes) std::memcpy(host.data_ptr(), t.data, t.nbytes);
+      params.named()[i].view.copy_(host);
+    }
+  } catch (const c10::Error& e) {
+    return Internal(std::string("copy weights: ") + e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+class FileSource final : public WeightSource {
+ public:
+  explicit FileSource(std::string dir) : dir_(std::move(dir)) {}
+  Status LoadParameters(const model::ParameterSet& params) override {
+    TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir_),
+                            "load_weights from " + Describe());
+    return LoadCheckpoint(ckpt, params).WithContext("load_weights from " + Describe());
+  }
+  std::string Describe() const override { return "file:" + dir_; }
+
+ private:
+  std::string dir_;
+};
+
 }  // namespace
+
+StatusOr<std::unique_ptr<WeightSource>> OpenFileSource(std::string dir) {
+  return std::unique_ptr<WeightSource>(new FileSource(std::move(dir)));
+}
 
 StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::ParameterSet& params) {
   if (version <= last_version_)

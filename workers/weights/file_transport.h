@@ -2,8 +2,8 @@
 // durable source. Each published version is a Hugging Face model directory
 // DIR/v<version> (config.json and model.safetensors, HF names, the
 // publisher's dtype; loadable by transformers and by LoadPretrained),
-// given to readers as "file:DIR/v<version>" and read by OpenWeightSource's
-// file: source (model::LoadWeights).
+// given to readers as "file:DIR/v<version>" and read by OpenFileSource
+// (any HF directory of the reader's shapes: weight_source.h's rules).
 //
 // Publish writes the directory under a temporary name DIR/.v<version>.tmp
 // (the safetensors checkpoint writer, then config.json, each file fsync'd),
@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "workers/model/config.h"
 #include "workers/weights/transport.h"
+#include "workers/weights/weight_source.h"
 
 namespace tandem::weights {
 
@@ -43,5 +44,8 @@ class FilePublisher final : public WeightPublisher {
   FileOptions options_;
   int64_t last_version_ = -1;
 };
+
+// The file: reader of directory `dir` (opened at each LoadParameters).
+StatusOr<std::unique_ptr<WeightSource>> OpenFileSource(std::string dir);
 
 }  // namespace tandem::weights

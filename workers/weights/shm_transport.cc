@@ -17,13 +17,13 @@ class ShmSource final : public WeightSource {
  public:
   explicit ShmSource(ShmSegment segment) : segment_(std::move(segment)) {}
 
-  Status LoadInto(model::Transformer& model) override {
+  Status LoadParameters(const model::ParameterSet& params) override {
     const std::string what = "load_weights from " + Describe();
-    TANDEM_RETURN_IF_ERROR(CheckReaderMatches(segment_.manifest(), model.parameters()), what);
+    TANDEM_RETURN_IF_ERROR(CheckReaderMatches(segment_.manifest(), params), what);
     TANDEM_RETURN_IF_ERROR(segment_.VerifyDigest(), what);
     std::vector<const std::byte*> bytes;
     for (size_t b = 0; b < segment_.manifest().buffers.size(); ++b) bytes.push_back(segment_.buffer(static_cast<int>(b)));
-    TANDEM_RETURN_IF_ERROR(CopyIntoParameters(segment_.manifest(), bytes, model.parameters()), what);
+    TANDEM_RETURN_IF_ERROR(CopyIntoParameters(segment_.manifest(), bytes, params), what);
     return Status::Ok();
   }
   Status Acknowledge() override { return segment_.Acknowledge(); }

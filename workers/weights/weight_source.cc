@@ -1,28 +1,11 @@
-// The weight sources (weight_source.h): Hugging Face directories, and shm
-// segments through the shm transport.
+// The weight sources (weight_source.h): the scheme picks the transport's
+// reader (file_transport.h, shm_transport.h).
 #include "workers/weights/weight_source.h"
 
-#include "workers/model/checkpoint.h"
+#include "workers/weights/file_transport.h"
 #include "workers/weights/shm_transport.h"
 
 namespace tandem::weights {
-namespace {
-
-class DirectorySource final : public WeightSource {
- public:
-  explicit DirectorySource(std::string dir) : dir_(std::move(dir)) {}
-  Status LoadInto(model::Transformer& model) override {
-    TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir_),
-                            "load_weights from " + Describe());
-    return model::LoadWeights(model, ckpt);
-  }
-  std::string Describe() const override { return "file:" + dir_; }
-
- private:
-  std::string dir_;
-};
-
-}  // namespace
 
 StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source) {
   if (source.empty()) return InvalidArgument("load_weights.source: empty");
@@ -39,7 +22,7 @@ StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source
     path = source.substr(colon + 1);
   }
   if (path.empty()) return InvalidArgument("load_weights.source: '" + std::string(source) + "' names no directory");
-  return std::unique_ptr<WeightSource>(new DirectorySource(std::string(path)));
+  return OpenFileSource(std::string(path));
 }
 
 }  // namespace tandem::weights

@@ -14,14 +14,18 @@
 // OpenWeightSource validates what it can before any copy: an shm segment is
 // mapped and its header and manifest checked (NotFound once freed,
 // FailedPrecondition while unsealed, DataLoss when corrupt).
-// LoadInto copies every parameter into the model's existing buffers (same
-// addresses: captured CUDA graphs and tagged-memory pools stay valid),
-// converting dtypes, with model::LoadWeights' rules (every tensor present with
-// its exact shape, nothing else). Errors name the source and the tensor. A
-// file: load may leave the parameters partly written when a file is bad
-// midway; an shm: load checks the manifest, the shapes and the digest of
-// every byte before it writes any. The caller keeps the previous version
-// number on failure (Generator::LoadWeights).
+// LoadParameters (and LoadInto, its form for a whole model) copies every
+// parameter into the existing buffers (same addresses: captured CUDA graphs
+// and tagged-memory pools stay valid), converting dtypes (F32, BF16, F16,
+// F64 to the reader's), with model::LoadWeights' rules: every tensor present
+// with its exact shape, nothing else (a tied model tolerates and ignores a
+// file's lm_head.weight). Names, shapes and dtypes are all checked before
+// the first byte is written, so a mismatched model is refused with its
+// parameters untouched; errors name the source and the tensor. An shm: load
+// also checks the digest of every byte before it writes any; a file: load
+// may still leave the parameters partly written when a file's bytes cannot
+// be read midway. The caller keeps the previous version number on failure
+// (Generator::LoadWeights).
 // Acknowledge tells the publisher this reader is done with the version
 // (after LoadInto succeeded and, on a GPU, the copy is synchronised); the
 // last expected reader's ack frees a non-durable version (transport.h).
@@ -42,7 +46,8 @@ namespace tandem::weights {
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  virtual Status LoadInto(model::Transformer& model) = 0;
+  virtual Status LoadParameters(const model::ParameterSet& params) = 0;
+  Status LoadInto(model::Transformer& model) { return LoadParameters(model.parameters()); }
   virtual Status Acknowledge() { return Status::Ok(); }
   virtual std::string Describe() const = 0;  // for logs: "file:/runs/x/weights/v3"
   // The version the source says it holds, when it says (shm: the manifest's).
