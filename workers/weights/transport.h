@@ -16,8 +16,10 @@
 //     (FailedPrecondition otherwise). `params` is only read, and may be
 //     changed by the caller as soon as Publish returns.
 //   * A new version replaces the old: once Publish(v) returned, the previous
-//     version's source is gone (readers that already opened it keep reading
-//     it), and leftovers of a publisher that died mid-publish are removed.
+//     version's source is gone (shm: a reader that already opened it keeps
+//     reading it; file: a reader opens the directory when it loads, and gets
+//     NotFound), and leftovers of a publisher that died mid-publish are
+//     removed.
 //   * Non-durable transports (shm; later cuda-ipc) free a version when every
 //     expected reader acknowledged, when it is replaced, on ReleaseAll and in
 //     the destructor. ExportedBytes() is what they still hold (the handoff's
