@@ -14,7 +14,6 @@ build_pkgs=(build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev  # the Redis backend and tandem-agent (backends/redis/)
   libicu-dev  # Unicode classes and NFC for the tokenizer (workers/data/)
-  libxxhash-dev  # XXH3 digests of checkpoint files (workers/checkpoint/)
   libssl-dev)  # HMAC-SHA256: control tokens (orchestrator/control), signed Redis commands
 # Extra packages for the test suite (services, validators, fuzzers).
 test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3

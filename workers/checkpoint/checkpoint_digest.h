@@ -1,11 +1,11 @@
-// The digest of a checkpoint's files (docs/weights.md "Checkpoints"): XXH3
-// 64-bit from Debian's libxxhash, a fast non-cryptographic checksum
-// (tens of GB/s, so verifying a checkpoint costs its read, not its hash).
-// It detects torn, truncated and bit-flipped files; it is no defence against
-// someone who forges a checkpoint on purpose (the run dir is trusted storage
-// whose bytes may be damaged, not attacked).
+// The digest of a checkpoint's files (docs/weights.md "Checkpoints"): XXH64
+// (common/xxh64.h, the weight manifests' digest too), a fast
+// non-cryptographic checksum (~10 GB/s, so verifying a checkpoint costs its
+// read, not its hash). It detects torn, truncated and bit-flipped files; it
+// is no defence against someone who forges a checkpoint on purpose (the run
+// dir is trusted storage whose bytes may be damaged, not attacked).
 //
-// In the manifest a digest is 16 lowercase hex digits ("xxh3-64").
+// In the manifest a digest is 16 lowercase hex digits ("xxh64").
 #pragma once
 
 #include <cstddef>
@@ -15,26 +15,21 @@
 #include <string>
 #include <string_view>
 
+#include "common/xxh64.h"
+
 namespace tandem::checkpoint {
 
-inline constexpr std::string_view kDigestAlgorithm = "xxh3-64";
+inline constexpr std::string_view kDigestAlgorithm = "xxh64";
 
-// Streaming XXH3-64 of the bytes given to Update, in order. Move-only.
+// Streaming XXH64 of the bytes given to Update, in order.
 class Digester {
  public:
-  Digester();
-  ~Digester();
-  Digester(Digester&& other) noexcept;
-  Digester& operator=(Digester&& other) noexcept;
-  Digester(const Digester&) = delete;
-  Digester& operator=(const Digester&) = delete;
-
-  void Update(std::span<const std::byte> bytes);
+  void Update(std::span<const std::byte> bytes) { h_.Update(bytes.data(), bytes.size()); }
   // The digest of everything so far (Update may go on afterwards).
-  uint64_t Digest() const;
+  uint64_t Digest() const { return h_.Digest(); }
 
  private:
-  void* state_ = nullptr;  // XXH3_state_t*, opaque here so xxhash.h stays in the .cc
+  Xxh64 h_;
 };
 
 // The digest of `bytes` in one call (equal to a Digester fed the same bytes).

@@ -161,16 +161,16 @@ StatusOr<Manifest> ParseManifest(std::string_view text) {
     const std::string at = "manifest: files[" + std::to_string(i) + "]";
     const json& f = files[i];
     if (!f.is_object()) return InvalidArgument(at + " is not an object");
-    TANDEM_RETURN_IF_ERROR(CheckKeys(f, {"path", "bytes", "xxh3"}, ""), at);
+    TANDEM_RETURN_IF_ERROR(CheckKeys(f, {"path", "bytes", "xxh64"}, ""), at);
     if (!f["path"].is_string()) return InvalidArgument(at + ".path is not a string");
     ManifestFile mf;
     mf.path = f["path"].get<std::string>();
     TANDEM_RETURN_IF_ERROR(ValidateRelativePath(mf.path), at + ".path");
     TANDEM_ASSIGN_OR_RETURN(mf.bytes, U64Field(f["bytes"], "bytes", kMaxFileBytes), at);
-    const json& d = f["xxh3"];
+    const json& d = f["xxh64"];
     std::optional<uint64_t> digest;
     if (d.is_string()) digest = DigestFromHex(d.get_ref<const std::string&>());
-    if (!digest) return InvalidArgument(at + ".xxh3 is " + DumpJson(d) + ", expected 16 lowercase hex digits");
+    if (!digest) return InvalidArgument(at + ".xxh64 is " + DumpJson(d) + ", expected 16 lowercase hex digits");
     mf.digest = *digest;
     total += mf.bytes;  // each <= 2^50, at most 10^5 of them: no overflow
     if (total > kMaxTotalBytes)
@@ -206,7 +206,7 @@ StatusOr<std::string> ManifestJson(const Manifest& manifest) {
   j["weight_version"] = manifest.weight_version;
   j["digest"] = kDigestAlgorithm;
   json arr = json::array();
-  for (const auto& f : files) arr.push_back({{"path", f.path}, {"bytes", f.bytes}, {"xxh3", DigestToHex(f.digest)}});
+  for (const auto& f : files) arr.push_back({{"path", f.path}, {"bytes", f.bytes}, {"xxh64", DigestToHex(f.digest)}});
   j["files"] = std::move(arr);
   j["metadata"] = manifest.metadata;
   // Invalid UTF-8 in metadata strings becomes U+FFFD rather than throwing;

@@ -4,8 +4,8 @@
 // and digest, is what makes a checkpoint whole.
 //
 //   {"format": "tandem-checkpoint", "format_version": 1,
-//    "step": 15, "weight_version": 15, "digest": "xxh3-64",
-//    "files": [{"path": "model/model.safetensors", "bytes": 123, "xxh3": "0123456789abcdef"}, ...],
+//    "step": 15, "weight_version": 15, "digest": "xxh64",
+//    "files": [{"path": "model/model.safetensors", "bytes": 123, "xxh64": "0123456789abcdef"}, ...],
 //    "metadata": {...}}
 //
 // `metadata` is the caller's: any JSON object (data cursor, RNG states as
@@ -53,7 +53,7 @@ inline constexpr size_t kMaxPathComponentBytes = 255;       // NAME_MAX
 struct ManifestFile {
   std::string path;     // relative to the checkpoint directory, '/'-separated
   uint64_t bytes = 0;   // its size
-  uint64_t digest = 0;  // XXH3-64 of its bytes (checkpoint_digest.h)
+  uint64_t digest = 0;  // XXH64 of its bytes (checkpoint_digest.h)
   bool operator==(const ManifestFile&) const = default;
 };
 

@@ -73,7 +73,7 @@ Status CheckFile(int dir_fd, const std::string& dir, const ManifestFile& f, Veri
     return DataLoss("size mismatch of file " + Q(f.path) + ": read " + std::to_string(total) +
                     " bytes, the manifest says " + std::to_string(f.bytes) + " (changed while read)");
   if (digester.Digest() != f.digest)
-    return DataLoss("digest mismatch of file " + Q(f.path) + ": xxh3 " + DigestToHex(digester.Digest()) +
+    return DataLoss("digest mismatch of file " + Q(f.path) + ": xxh64 " + DigestToHex(digester.Digest()) +
                     " on disk, the manifest says " + DigestToHex(f.digest));
   return Status::Ok();
 }

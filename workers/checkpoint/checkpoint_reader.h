@@ -6,7 +6,7 @@
 //   - the manifest's step is N;
 //   - every listed file is present beneath the directory (no symlink at any
 //     component), a regular file, of exactly the listed size;
-//   - with Verify::kDigests, every file's XXH3-64 equals the listed digest.
+//   - with Verify::kDigests, every file's XXH64 equals the listed digest.
 //     This reads every byte of the checkpoint (its size at the disk's read
 //     bandwidth): use it when resuming, not to list;
 //   - nothing else is in the directory (an unlisted file, a symlink or a

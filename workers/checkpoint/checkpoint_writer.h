@@ -3,7 +3,7 @@
 //
 //   1. Begin(N): mkdir <root>/.tmp-step-<N>-<pid>/;
 //   2. Add*(relpath, ...): each file created there (O_EXCL, never through
-//      a symlink), written, fsync'd and closed, its size and XXH3-64 noted;
+//      a symlink), written, fsync'd and closed, its size and XXH64 noted;
 //   3. Commit(metadata): manifest.json written LAST (sizes, digests, step,
 //      weight version, the caller's metadata), fsync'd; every directory of
 //      the temp tree fsync'd; a previous <root>/step-<N>/ (a step written

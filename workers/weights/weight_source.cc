@@ -1,42 +1,28 @@
-// The weight sources (weight_source.h): Hugging Face directories for now.
+// The weight sources (weight_source.h): the scheme picks the transport's
+// reader (file_transport.h, shm_transport.h).
 #include "workers/weights/weight_source.h"
 
-#include "workers/model/checkpoint.h"
+#include "workers/weights/file_transport.h"
+#include "workers/weights/shm_transport.h"
 
 namespace tandem::weights {
-namespace {
-
-class DirectorySource final : public WeightSource {
- public:
-  explicit DirectorySource(std::string dir) : dir_(std::move(dir)) {}
-  Status LoadInto(model::Transformer& model) override {
-    TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir_),
-                            "load_weights from " + Describe());
-    return model::LoadWeights(model, ckpt);
-  }
-  std::string Describe() const override { return "file:" + dir_; }
-
- private:
-  std::string dir_;
-};
-
-}  // namespace
 
 StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source) {
   if (source.empty()) return InvalidArgument("load_weights.source: empty");
   std::string_view path = source;
   if (const size_t colon = source.find(':'); colon != std::string_view::npos && source[0] != '/') {
     const std::string_view scheme = source.substr(0, colon);
-    if (scheme == "ipc" || scheme == "shm" || scheme == "nccl")
+    if (scheme == "shm") return OpenShmSource(source.substr(colon + 1));
+    if (scheme == "ipc" || scheme == "nccl")
       return InvalidArgument("load_weights.source: the " + std::string(scheme) +
                            ": transport is not in this build yet (issue #15); give a file: directory");
     if (scheme != "file")
       return InvalidArgument("load_weights.source: unknown scheme '" + std::string(scheme) + "' in '" +
-                             std::string(source) + "' (expected file:DIR)");
+                             std::string(source) + "' (expected file:DIR or shm:/NAME)");
     path = source.substr(colon + 1);
   }
   if (path.empty()) return InvalidArgument("load_weights.source: '" + std::string(source) + "' names no directory");
-  return std::unique_ptr<WeightSource>(new DirectorySource(std::string(path)));
+  return OpenFileSource(std::string(path));
 }
 
 }  // namespace tandem::weights

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   row("checkpoint write (Begin, AddFile, Commit)", cw);
   row("baseline read (cold, 4 MiB reads)", br);
   row("checkpoint read, Verify::kDigests (cold)", cr);
-  row("xxh3-64 over the bytes in memory", hash);
+  row("xxh64 over the bytes in memory", hash);
   std::printf("\nratio write: checkpoint / baseline = %.2f (best), %.2f (median)\n", Best(bw) / Best(cw),
               Median(bw) / Median(cw));
   std::printf("ratio read:  checkpoint / baseline = %.2f (best), %.2f (median)\n", Best(br) / Best(cr),

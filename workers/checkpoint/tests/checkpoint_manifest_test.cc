@@ -31,7 +31,7 @@ TEST(CheckpointManifest, RoundTrip) {
   auto back = ParseManifest(*text);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, m);
-  EXPECT_NE(text->find("\"xxh3\": \"0123456789abcdef\""), std::string::npos) << *text;
+  EXPECT_NE(text->find("\"xxh64\": \"0123456789abcdef\""), std::string::npos) << *text;
 }
 
 TEST(CheckpointManifest, SortsFilesByPath) {
@@ -72,12 +72,12 @@ struct Hostile {
 };
 
 std::string With(const std::string& files, const std::string& top = R"("step": 3, "weight_version": 3)") {
-  return R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh3-64", )" + top +
+  return R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh64", )" + top +
          R"(, "metadata": {}, "files": [)" + files + "]}";
 }
 std::string File(const std::string& path, const std::string& bytes = "10",
                  const std::string& digest = "\"0123456789abcdef\"") {
-  return R"({"path": )" + path + R"(, "bytes": )" + bytes + R"(, "xxh3": )" + digest + "}";
+  return R"({"path": )" + path + R"(, "bytes": )" + bytes + R"(, "xxh64": )" + digest + "}";
 }
 
 TEST(CheckpointManifest, HostileManifestsRefused) {
@@ -118,14 +118,14 @@ TEST(CheckpointManifest, HostileManifestsRefused) {
          return s;
        }()),
        "add up to more than"},
-      {"digest short", With(File("\"a\"", "1", "\"abc\"")), "files[0].xxh3 is \"abc\""},
+      {"digest short", With(File("\"a\"", "1", "\"abc\"")), "files[0].xxh64 is \"abc\""},
       {"digest upper", With(File("\"a\"", "1", "\"0123456789ABCDEF\"")), "16 lowercase hex"},
-      {"digest number", With(File("\"a\"", "1", "12")), "files[0].xxh3 is 12"},
-      {"file unknown key", With(R"({"path": "a", "bytes": 1, "xxh3": "0123456789abcdef", "mode": 420})"),
+      {"digest number", With(File("\"a\"", "1", "12")), "files[0].xxh64 is 12"},
+      {"file unknown key", With(R"({"path": "a", "bytes": 1, "xxh64": "0123456789abcdef", "mode": 420})"),
        "files[0]: unknown field \"mode\""},
-      {"file missing key", With(R"({"path": "a", "bytes": 1})"), "files[0]: missing field \"xxh3\""},
+      {"file missing key", With(R"({"path": "a", "bytes": 1})"), "files[0]: missing field \"xxh64\""},
       {"file not object", With("\"a\""), "files[0] is not an object"},
-      {"files not array", R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh3-64", "step": 1,
+      {"files not array", R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh64", "step": 1,
           "weight_version": 1, "metadata": {}, "files": {}})", "files is not an array"},
       {"top unknown key", With(ok_file, R"("step": 3, "weight_version": 3, "extra": 1)"), "unknown field \"extra\""},
       {"top missing step", With(ok_file, R"("weight_version": 3)"), "missing field \"step\""},
@@ -133,15 +133,15 @@ TEST(CheckpointManifest, HostileManifestsRefused) {
       {"step too big", With(ok_file, R"("step": 9007199254740992, "weight_version": 3)"), "step is 9007199254740992"},
       {"float version", With(ok_file, R"("step": 3, "weight_version": 3.0)"), "weight_version is 3.0"},
       {"duplicate key", With(ok_file, R"("step": 3, "step": 4, "weight_version": 3)"), "key \"step\" appears twice"},
-      {"duplicate key in file", With(R"({"path": "a", "path": "b", "bytes": 1, "xxh3": "0123456789abcdef"})"),
+      {"duplicate key in file", With(R"({"path": "a", "path": "b", "bytes": 1, "xxh64": "0123456789abcdef"})"),
        "key \"path\" appears twice"},
-      {"other format", R"({"format": "other", "format_version": 1, "digest": "xxh3-64", "step": 1,
+      {"other format", R"({"format": "other", "format_version": 1, "digest": "xxh64", "step": 1,
           "weight_version": 1, "metadata": {}, "files": []})", "format is \"other\""},
-      {"newer version", R"({"format": "tandem-checkpoint", "format_version": 2, "digest": "xxh3-64", "step": 1,
+      {"newer version", R"({"format": "tandem-checkpoint", "format_version": 2, "digest": "xxh64", "step": 1,
           "weight_version": 1, "metadata": {}, "files": []})", "format_version is 2"},
       {"other digest", R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "crc32c", "step": 1,
           "weight_version": 1, "metadata": {}, "files": []})", "digest is \"crc32c\""},
-      {"metadata array", R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh3-64", "step": 1,
+      {"metadata array", R"({"format": "tandem-checkpoint", "format_version": 1, "digest": "xxh64", "step": 1,
           "weight_version": 1, "metadata": [], "files": []})", "metadata is not an object"},
       {"too large", std::string(kMaxManifestBytes + 1, ' '), "above the limit"},
   };

@@ -1,0 +1,96 @@
+// The file transport (file_transport.h) runs the shared suite, plus what
+// only it promises: each version is a Hugging Face directory, renamed into
+// place, and a dead publisher's temporary is cleaned up.
+#include "workers/weights/file_transport.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "workers/model/checkpoint.h"
+#include "workers/weights/tests/transport_suite.h"
+
+namespace tandem::weights::testing {
+namespace {
+
+std::string MakeTempDir() {
+  std::string tmpl = "/tmp/tandem-weights-file-XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+  return tmpl;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class FileHarness final : public TransportHarness {
+ public:
+  ~FileHarness() override { model::testing::RemoveTree(root_); }
+  std::unique_ptr<WeightPublisher> MakePublisher(const model::ModelConfig& config, uint32_t) override {
+    return std::make_unique<FilePublisher>(FileOptions{root_ + "/pub" + std::to_string(n_++), config});
+  }
+  bool durable() const override { return true; }
+  std::string CorruptManifest(const std::string& source) override {
+    // The safetensors header is the file's manifest: break its JSON.
+    const std::string file = source.substr(5) + "/model.safetensors";
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.put('#');
+    return file;
+  }
+  std::string Truncate(const std::string& source) override {
+    const std::string file = source.substr(5) + "/model.safetensors";
+    struct stat st {};
+    EXPECT_EQ(::stat(file.c_str(), &st), 0);
+    EXPECT_EQ(::truncate(file.c_str(), st.st_size / 2), 0);
+    return file;
+  }
+
+ private:
+  std::string root_ = MakeTempDir();
+  int n_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(File, TransportSuite,
+                         ::testing::Values(TransportCase{"file", [] { return std::make_unique<FileHarness>(); }}),
+                         TransportCaseName);
+
+TEST(FileTransportTest, VersionIsAHuggingFaceDirectory) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  const model::ParameterSet p = RandomParameters(c, 1);
+  FilePublisher pub({root + "/weights", c});
+  auto source = pub.Publish(4, p);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(*source, "file:" + root + "/weights/v4");
+  auto model = model::LoadPretrained(root + "/weights/v4", at::Device(at::kCPU), at::kFloat);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ(FirstDifference(p, (*model)->parameters()), "");
+  EXPECT_FALSE(Exists(root + "/weights/.v4.tmp"));
+  model::testing::RemoveTree(root);
+}
+
+TEST(FileTransportTest, DeadPublishersTemporaryAndOlderVersionsAreRemoved) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  const model::ParameterSet p = RandomParameters(c, 1);
+  {
+    FilePublisher first({root, c});
+    ASSERT_TRUE(first.Publish(1, p).ok());
+  }
+  // A publisher killed mid-publish of v2 left its temporary: no reader is told about it.
+  ASSERT_EQ(::mkdir((root + "/.v2.tmp").c_str(), 0755), 0);
+  std::ofstream(root + "/.v2.tmp/model.safetensors") << "partial";
+  FilePublisher restarted({root, c});
+  ASSERT_TRUE(restarted.Publish(3, p).ok());
+  EXPECT_FALSE(Exists(root + "/.v2.tmp"));
+  EXPECT_FALSE(Exists(root + "/v1"));
+  EXPECT_TRUE(Exists(root + "/v3/config.json"));
+  model::testing::RemoveTree(root);
+}
+
+}  // namespace
+}  // namespace tandem::weights::testing
