@@ -1,6 +1,7 @@
 // The engines' control commands (engine_control.h).
 #include "workers/roles/engine_control.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,14 @@ void RegisterEngineControl(control::RoleHost& host, EngineParts p) {
     TANDEM_ASSIGN_OR_RETURN(int64_t version, c.Version());
     TANDEM_ASSIGN_OR_RETURN(std::string source, c.Source());
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<weights::WeightSource> from, weights::OpenWeightSource(source));
+    if (const std::optional<int64_t> held = from->version(); held && *held != version)
+      return InvalidArgument("load_weights: " + from->Describe() + " holds version " + std::to_string(*held) +
+                             ", not " + std::to_string(version));
     TANDEM_RETURN_IF_ERROR(p.engine.LoadWeights(version, [&] { return from->LoadInto(p.model); }), "load_weights");
+    // The publisher may free the version once its readers said so; a lost
+    // ack only keeps it until the next publish or the job's end.
+    if (const Status acked = from->Acknowledge(); !acked.ok())
+      log::Warn(p.component, "load_weights: acknowledge {}: {}", from->Describe(), acked.ToString());
     log::Info(p.component, "loaded weights version {} from {}", version, from->Describe());
     return json{{"version", version}, {"source", from->Describe()}};
   });

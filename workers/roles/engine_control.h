@@ -12,7 +12,9 @@
 //   load_weights{version, source}
 //                       weights::OpenWeightSource(source), written in place
 //                       by HandoffEngine::LoadWeights; `version` becomes the
-//                       weight_version of the work that starts after it
+//                       weight_version of the work that starts after it (a
+//                       source that names another version is refused); then
+//                       WeightSource::Acknowledge (the publisher may free it)
 //
 // A tag the engine does not hold is not_found; the engine's refusals
 // (release while working, kv_cache under an in_place pause) are

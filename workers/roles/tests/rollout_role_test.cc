@@ -23,6 +23,7 @@
 #include "workers/model/tests/model_test_util.h"
 #include "workers/roles/tests/worker_process.h"
 #include "workers/runtime/tests/test_server.h"
+#include "workers/weights/shm_transport.h"
 
 namespace tandem::roles {
 namespace {
@@ -173,6 +174,20 @@ TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
   r = daemon.Command("load_weights", {{"version", 4}, {"source", "ipc:v4"}});
   ASSERT_TRUE(r);
   EXPECT_EQ((*r)["code"], "invalid_argument") << *r;
+  // b again, as version 5 over shm from this process (the actor's side): a
+  // command naming another version is refused; the load acknowledges, and
+  // the only expected reader's ack frees the segment.
+  weights::ShmPublisher publisher({"rollout-test-" + std::to_string(getpid()), "actor", 1});
+  StatusOr<std::string> published = publisher.Publish(5, b->parameters());
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  r = daemon.Command("load_weights", {{"version", 6}, {"source", *published}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)["code"], "invalid_argument") << *r;
+  EXPECT_NE((*r)["message"].get<std::string>().find("holds version 5"), std::string::npos) << *r;
+  r = daemon.Command("load_weights", {{"version", 5}, {"source", *published}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ((*r)["type"], "ack") << *r << ReadAll(log);
+  EXPECT_EQ(publisher.ExportedBytes(), 0u) << "the reader's ack did not free the version";
   r = daemon.Command("continue");
   ASSERT_TRUE(r);
   EXPECT_EQ((*r)["type"], "ack") << *r;
@@ -181,7 +196,7 @@ TEST_F(RolloutRole, HandsItsMemoryOffOverTheControlProtocolAndLoadsNewWeights) {
   ASSERT_EQ(late.status, 200) << late.body;
   const json got = json::parse(late.body);
   EXPECT_EQ(got.at("output_ids").get<std::vector<int32_t>>(), (*want_b)[0]) << late.body;
-  EXPECT_EQ(got.at("meta_info").at("weight_version"), "3") << late.body;
+  EXPECT_EQ(got.at("meta_info").at("weight_version"), "5") << late.body;
 
   r = daemon.Command("shutdown", {{"reason", "test"}});
   ASSERT_TRUE(r);
