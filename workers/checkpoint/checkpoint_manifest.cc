@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 #include <unordered_set>
 #include <utility>
 
 #include "common/bounded_json.h"
+#include "common/json_repeated_key.h"
 #include "workers/checkpoint/checkpoint_digest.h"
 
 namespace tandem::checkpoint {
@@ -17,42 +17,6 @@ using nlohmann::json;
 
 std::string Quoted(std::string_view s) { return DumpJson(json(std::string(s))); }
 
-// A SAX pass that finds the first key given twice in one object (nlohmann
-// keeps the last one silently). Names the object by its path of keys.
-class DuplicateKeyFinder : public nlohmann::json_sax<json> {
- public:
-  std::optional<std::string> duplicate;
-
-  bool key(string_t& k) override {
-    if (open_.empty()) return true;
-    if (!open_.back().insert(k).second) {
-      duplicate = "key " + Quoted(k) + " appears twice in one object";
-      return false;
-    }
-    return true;
-  }
-  bool start_object(std::size_t) override {
-    open_.emplace_back();
-    return true;
-  }
-  bool end_object() override {
-    if (!open_.empty()) open_.pop_back();
-    return true;
-  }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
-
- private:
-  std::vector<std::set<std::string>> open_;
-};
 
 // A JSON non-negative integer no larger than `max`, or an error naming `field`.
 StatusOr<uint64_t> U64Field(const json& v, std::string_view field, uint64_t max) {
@@ -130,11 +94,8 @@ StatusOr<Manifest> ParseManifest(std::string_view text) {
     return InvalidArgument("manifest of " + std::to_string(text.size()) + " bytes, above the limit " +
                            std::to_string(kMaxManifestBytes));
   TANDEM_ASSIGN_OR_RETURN(json j, ParseJsonBounded(text), "manifest");
-  {
-    DuplicateKeyFinder finder;
-    (void)json::sax_parse(text.begin(), text.end(), &finder);
-    if (finder.duplicate) return InvalidArgument("manifest: " + *finder.duplicate);
-  }
+  if (const std::optional<RepeatedKey> twice = FindRepeatedKey(text))
+    return InvalidArgument("manifest: key " + Quoted(twice->key) + " appears twice in one object");
   if (!j.is_object()) return InvalidArgument("manifest: not a JSON object");
   TANDEM_RETURN_IF_ERROR(
       CheckKeys(j, {"format", "format_version", "step", "weight_version", "digest", "files", "metadata"}, ""),

@@ -27,16 +27,6 @@ std::string ShapeString(at::IntArrayRef s) {
   return out + "]";
 }
 
-std::optional<at::ScalarType> TorchType(DType t) {
-  switch (t) {
-    case DType::kF64: return at::kDouble;
-    case DType::kF32: return at::kFloat;
-    case DType::kF16: return at::kHalf;
-    case DType::kBF16: return at::kBFloat16;
-    default: return std::nullopt;
-  }
-}
-
 DType SaveType(ConfigDtype d) {
   switch (d) {
     case ConfigDtype::kFloat32: return DType::kF32;
@@ -85,6 +75,26 @@ Status WriteFileAtomically(const std::string& dir, const std::string& name, cons
 }
 
 }  // namespace
+
+std::optional<at::ScalarType> TorchType(DType t) {
+  switch (t) {
+    case DType::kF64: return at::kDouble;
+    case DType::kF32: return at::kFloat;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<DType> DTypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return DType::kF64;
+    case at::kFloat: return DType::kF32;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    default: return std::nullopt;
+  }
+}
 
 Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& ckpt) {
   c10::NoGradGuard no_grad;

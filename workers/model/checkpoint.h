@@ -37,6 +37,11 @@ namespace tandem::model {
 StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at::Device device,
                                                       at::ScalarType dtype);
 
+// A safetensors dtype as LibTorch's and back (the float types: F64, F32,
+// F16, BF16; nullopt for any other).
+std::optional<at::ScalarType> TorchType(DType t);
+std::optional<DType> DTypeOf(at::ScalarType t);
+
 // Copies the weights of an opened checkpoint into `model` (same rules).
 Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& checkpoint);
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/bounded_json.h"
+#include "workers/model/checkpoint.h"
 #include "workers/model/safetensors.h"
 #include "workers/model/safetensors_writer.h"
 #include "workers/weights/weight_manifest.h"
@@ -88,16 +89,6 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
-std::optional<at::ScalarType> TorchType(model::DType t) {
-  switch (t) {
-    case model::DType::kF64: return at::kDouble;
-    case model::DType::kF32: return at::kFloat;
-    case model::DType::kF16: return at::kHalf;
-    case model::DType::kBF16: return at::kBFloat16;
-    default: return std::nullopt;
-  }
-}
-
 // model::LoadWeights' rules on a ParameterSet, every check before the first
 // copy.
 Status LoadCheckpoint(const model::SafetensorsCheckpoint& ckpt, const model::ParameterSet& params) {
@@ -119,7 +110,7 @@ Status LoadCheckpoint(const model::SafetensorsCheckpoint& ckpt, const model::Par
     if (t.shape != want)
       return InvalidArgument(t.file + ": tensor \"" + n.name + "\": shape " + ShapeString(t.shape) + ", expected " +
                              ShapeString(want));
-    const std::optional<at::ScalarType> type = TorchType(t.dtype);
+    const std::optional<at::ScalarType> type = model::TorchType(t.dtype);
     if (!type)
       return InvalidArgument(t.file + ": tensor \"" + n.name + "\": dtype " + std::string(model::DTypeName(t.dtype)) +
                              ", expected a float type (F32, BF16, F16 or F64)");
@@ -135,7 +126,7 @@ Status LoadCheckpoint(const model::SafetensorsCheckpoint& ckpt, const model::Par
       const model::TensorView& t = views[i];
       // Stage through an aligned host tensor (the mapped bytes need not be
       // aligned for the element type), then convert and copy into the view.
-      at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*TorchType(t.dtype)));
+      at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*model::TorchType(t.dtype)));
       if (t.nbytes) std::memcpy(host.data_ptr(), t.data, t.nbytes);
       params.named()[i].view.copy_(host);
     }

@@ -10,37 +10,16 @@
 #include <map>
 #include <optional>
 
+#include "workers/model/checkpoint.h"
+
 namespace tandem::weights {
-namespace {
-
-std::optional<model::DType> DTypeOf(at::ScalarType t) {
-  switch (t) {
-    case at::kDouble: return model::DType::kF64;
-    case at::kFloat: return model::DType::kF32;
-    case at::kHalf: return model::DType::kF16;
-    case at::kBFloat16: return model::DType::kBF16;
-    default: return std::nullopt;
-  }
-}
-
-std::optional<at::ScalarType> TorchType(model::DType t) {
-  switch (t) {
-    case model::DType::kF64: return at::kDouble;
-    case model::DType::kF32: return at::kFloat;
-    case model::DType::kF16: return at::kHalf;
-    case model::DType::kBF16: return at::kBFloat16;
-    default: return std::nullopt;
-  }
-}
-
-}  // namespace
 
 StatusOr<WeightManifest> ManifestOf(int64_t version, const model::ParameterSet& params) {
   WeightManifest m;
   m.version = version;
   for (size_t b = 0; b < params.buffers().size(); ++b) {
     const at::Tensor& buf = params.buffers()[b];
-    const std::optional<model::DType> dt = DTypeOf(buf.scalar_type());
+    const std::optional<model::DType> dt = model::DTypeOf(buf.scalar_type());
     if (!dt)
       return InvalidArgument("publish: parameter buffer " + std::to_string(b) + " has dtype " +
                              std::string(c10::toString(buf.scalar_type())) + ", expected a float type");
@@ -69,7 +48,7 @@ Status CheckReaderMatches(const WeightManifest& m, const model::ParameterSet& pa
     if (t->shape != want)
       return InvalidArgument("tensor \"" + s.name + "\": published shape " + ShapeString(t->shape) +
                              ", this model has " + ShapeString(want));
-    if (!TorchType(t->dtype))
+    if (!model::TorchType(t->dtype))
       return InvalidArgument("tensor \"" + s.name + "\": published dtype " + std::string(model::DTypeName(t->dtype)) +
                              ", expected a float type (F32, BF16, F16 or F64)");
   }
@@ -80,7 +59,7 @@ bool SameLayout(const WeightManifest& m, const model::ParameterSet& params) {
   if (m.buffers.size() != params.buffers().size() || m.tensors.size() != params.slots().size()) return false;
   for (size_t b = 0; b < m.buffers.size(); ++b) {
     const at::Tensor& buf = params.buffers()[b];
-    if (DTypeOf(buf.scalar_type()) != m.buffers[b].dtype || static_cast<uint64_t>(buf.nbytes()) != m.buffers[b].bytes)
+    if (model::DTypeOf(buf.scalar_type()) != m.buffers[b].dtype || static_cast<uint64_t>(buf.nbytes()) != m.buffers[b].bytes)
       return false;
   }
   for (size_t i = 0; i < m.tensors.size(); ++i) {
@@ -119,7 +98,7 @@ Status CopyIntoParameters(const WeightManifest& m, std::span<const std::byte* co
       const WeightManifest::Tensor& t = *m.Find(s.name);
       if (t.nbytes() == 0) continue;
       const at::Tensor src = at::from_blob(const_cast<std::byte*>(bytes[static_cast<size_t>(t.buffer)] + t.offset), t.shape,
-                                           at::TensorOptions().dtype(*TorchType(t.dtype)));
+                                           at::TensorOptions().dtype(*model::TorchType(t.dtype)));
       s.leaf.copy_(src);
     }
   } catch (const c10::Error& e) {
