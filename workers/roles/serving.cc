@@ -78,7 +78,10 @@ StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, c
   ho.client.endpoint = endpoint;
   ho.client.hello = control::HelloFromEnvironment();
   if (ho.client.hello.role.empty()) ho.client.hello.role = default_role;
-  for (const memory::TagSpec& t : parts.memory.Specs()) ho.client.hello.tags.push_back({t.name, t.bytes, t.backup});
+  for (const memory::TagSpec& t : parts.memory.Specs()) {
+    const StatusOr<uint64_t> footprint = parts.memory.Footprint(t.name);  // a grow tag: what it mapped
+    ho.client.hello.tags.push_back({t.name, footprint.ok() ? *footprint : t.bytes, t.backup});
+  }
   ho.client.residency = [mem = &parts.memory] { return mem->Residency(); };
   ho.reconnect_window = std::chrono::seconds(o.reconnect_window_s);
   auto host = std::make_unique<control::RoleHost>(ho);

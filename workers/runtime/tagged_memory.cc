@@ -144,6 +144,11 @@ StatusOr<size_t> TaggedMemory::Size(const std::string& tag) const {
   return static_cast<size_t>(p->spec.bytes);
 }
 
+StatusOr<uint64_t> TaggedMemory::Footprint(const std::string& tag) const {
+  TANDEM_ASSIGN_OR_RETURN(const Pool* p, Find(tag));
+  return p->spec.grow ? MappedBytes(*p) : p->spec.bytes;
+}
+
 StatusOr<TaggedMemory::Moved> TaggedMemory::Release(const std::string& tag) {
   TANDEM_ASSIGN_OR_RETURN(Pool * p, Find(tag), "release");
   Moved moved;

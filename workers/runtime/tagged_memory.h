@@ -115,6 +115,10 @@ class TaggedMemory {
   // The tag's whole range: [base, base + size).
   StatusOr<void*> Base(const std::string& tag) const;
   StatusOr<size_t> Size(const std::string& tag) const;  // as requested, not rounded
+  // Bytes a resume of the tag maps, resident or not: its size as requested,
+  // or what a grow tag has mapped so far (what a worker declares at hello,
+  // and what a handoff ledger must find room for).
+  StatusOr<uint64_t> Footprint(const std::string& tag) const;
 
   // See the file comment. kNotFound for an unknown tag. The detail's bytes
   // say what moved: backed-up bytes copied to host / restored from it.

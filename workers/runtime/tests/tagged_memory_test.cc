@@ -136,6 +136,8 @@ TEST(TaggedMemory, GrowTagMapsOnlyWhatItHandsOutAndRemapsItAtTheSameAddresses) {
   ASSERT_TRUE(c.ok());
   const uint64_t mapped = tm->ResidentPerTag()["cuda_graph"];
   EXPECT_EQ(mapped, 5 * page + (2u << 20));
+  EXPECT_EQ(*tm->Footprint("cuda_graph"), mapped) << "a grow tag declares what it mapped, not its reservation";
+  EXPECT_EQ(*tm->Footprint("weights"), 1u << 20);
   EXPECT_EQ(tm->ResidentBytes(), mapped + (1u << 20));
   std::memset(*c, 0x33, 2 << 20);
   EXPECT_GE(KernelResidentBytes(*c, 2 << 20), 2u << 20);
@@ -145,6 +147,7 @@ TEST(TaggedMemory, GrowTagMapsOnlyWhatItHandsOutAndRemapsItAtTheSameAddresses) {
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(released->freed_bytes, mapped);
   EXPECT_EQ(tm->ResidentPerTag()["cuda_graph"], 0u);
+  EXPECT_EQ(*tm->Footprint("cuda_graph"), mapped) << "what a resume will map";
   EXPECT_EQ(KernelResidentBytes(base, mapped), 0u) << "the kernel still holds the released chunks";
   EXPECT_EQ(tm->Write("cuda_graph", 0, "x", 1).code(), StatusCode::kFailedPrecondition);
   auto resumed = tm->Resume("cuda_graph");
