@@ -96,19 +96,18 @@ std::optional<DType> DTypeOf(at::ScalarType t) {
   }
 }
 
-Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& ckpt) {
+Status LoadWeights(const ParameterSet& params, const SafetensorsCheckpoint& ckpt) {
   c10::NoGradGuard no_grad;
-  const ParameterSet& params = model.parameters();
-  std::set<std::string, std::less<>> expected;
-  for (const ParameterSet::Named& n : params.named()) expected.insert(n.name);
+  const bool tied = !params.Find("lm_head.weight") && params.Find("model.embed_tokens.weight");
   for (const std::string& name : ckpt.names()) {
-    if (expected.count(name)) continue;
-    if (name == "lm_head.weight" && model.config().tie_word_embeddings) continue;  // a tied copy
+    if (params.Find(name)) continue;
+    if (name == "lm_head.weight" && tied) continue;  // a tied copy
     auto view = ckpt.Get(name);
     return InvalidArgument((view.ok() ? view->file : ckpt.dir()) + ": unexpected tensor \"" + name +
-                           "\" (not a parameter of this " + std::string(ArchitectureName(model.config().architecture)) +
-                           " config)");
+                           "\" (not a parameter of this model)");
   }
+  std::vector<TensorView> views;
+  views.reserve(params.size());
   for (const ParameterSet::Named& n : params.named()) {
     if (!ckpt.Contains(n.name))
       return NotFound(ckpt.dir() + ": missing tensor \"" + n.name + "\" (expected shape " +
@@ -121,17 +120,29 @@ Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& ckpt) {
     if (!type)
       return InvalidArgument(t.file + ": tensor \"" + n.name + "\": dtype " + std::string(DTypeName(t.dtype)) +
                              ", expected a float type (F32, BF16, F16 or F64)");
-    // Stage through an aligned host tensor (the mapped bytes need not be
-    // aligned for the element type), then convert and copy into the view.
-    at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*type));
-    if (static_cast<size_t>(host.nbytes()) != t.nbytes)
+    int64_t numel = 1;
+    for (const int64_t d : t.shape) numel *= d;
+    if (static_cast<uint64_t>(numel) * c10::elementSize(*type) != t.nbytes)
       return InvalidArgument(t.file + ": tensor \"" + n.name + "\": " + std::to_string(t.nbytes) +
                              " bytes for shape " + ShapeString(t.shape));
-    if (t.nbytes) std::memcpy(host.data_ptr(), t.data, t.nbytes);
-    n.view.copy_(host.to(model.dtype()));
+    views.push_back(std::move(t));
+  }
+  try {
+    for (size_t i = 0; i < views.size(); ++i) {
+      const TensorView& t = views[i];
+      // Stage through an aligned host tensor (the mapped bytes need not be
+      // aligned for the element type), then convert and copy into the view.
+      at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*TorchType(t.dtype)));
+      if (t.nbytes) std::memcpy(host.data_ptr(), t.data, t.nbytes);
+      params.named()[i].view.copy_(host);
+    }
+  } catch (const c10::Error& e) {
+    return Internal(ckpt.dir() + ": copy weights: " + e.what_without_backtrace());
   }
   return Status::Ok();
 }
+
+Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& ckpt) { return LoadWeights(model.parameters(), ckpt); }
 
 StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at::Device device,
                                                       at::ScalarType dtype) {
@@ -142,10 +153,12 @@ StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at
   return model;
 }
 
-Status SavePretrained(const Transformer& model, const std::string& dir, const SaveOptions& options) {
+Status SavePretrained(const ParameterSet& params, const ModelConfig& model_config, const std::string& dir,
+                      const SaveOptions& options) {
   c10::NoGradGuard no_grad;
-  std::optional<ConfigDtype> cdtype = options.dtype ? options.dtype : ConfigTypeOf(model.dtype());
-  if (!cdtype) return InvalidArgument("save " + dir + ": cannot save a model of dtype " + c10::toString(model.dtype()));
+  const at::ScalarType have = params.buffers().empty() ? at::kFloat : params.buffers()[0].scalar_type();
+  std::optional<ConfigDtype> cdtype = options.dtype ? options.dtype : ConfigTypeOf(have);
+  if (!cdtype) return InvalidArgument("save " + dir + ": cannot save parameters of dtype " + c10::toString(have));
   const DType dtype = SaveType(*cdtype);
   const at::ScalarType host_type = *TorchType(dtype);
   std::error_code ec;
@@ -154,20 +167,29 @@ Status SavePretrained(const Transformer& model, const std::string& dir, const Sa
 
   std::vector<at::Tensor> host;  // alive until the files are written
   std::vector<TensorToWrite> tensors;
-  host.reserve(model.parameters().size());
-  for (const ParameterSet::Named& n : model.parameters().named()) {
-    host.push_back(n.view.to(at::kCPU, host_type).contiguous());
-    const at::Tensor& h = host.back();
-    tensors.push_back({n.name, dtype, h.sizes().vec(), h.data_ptr(), static_cast<size_t>(h.nbytes())});
+  host.reserve(params.size());
+  try {
+    for (const ParameterSet::Named& n : params.named()) {
+      host.push_back(n.view.to(at::kCPU, host_type).contiguous());
+      const at::Tensor& h = host.back();
+      tensors.push_back({n.name, dtype, h.sizes().vec(), h.data_ptr(), static_cast<size_t>(h.nbytes())});
+    }
+  } catch (const c10::Error& e) {
+    return Internal("save " + dir + ": " + e.what_without_backtrace());
   }
   WriteOptions wo;
   wo.max_shard_bytes = options.max_shard_bytes;
+  wo.metadata = options.metadata;
   TANDEM_RETURN_IF_ERROR(WriteSafetensorsCheckpoint(dir, tensors, wo), "save " + dir);
-  ModelConfig config = model.config();
+  ModelConfig config = model_config;
   config.dtype = *cdtype;
   TANDEM_RETURN_IF_ERROR(WriteFileAtomically(dir, "config.json", DumpJson(ToHfJson(config), 2) + "\n"),
                          "save " + dir);
   return Status::Ok();
+}
+
+Status SavePretrained(const Transformer& model, const std::string& dir, const SaveOptions& options) {
+  return SavePretrained(model.parameters(), model.config(), dir, options);
 }
 
 }  // namespace tandem::model

@@ -24,6 +24,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,14 +43,23 @@ StatusOr<std::unique_ptr<Transformer>> LoadPretrained(const std::string& dir, at
 std::optional<at::ScalarType> TorchType(DType t);
 std::optional<DType> DTypeOf(at::ScalarType t);
 
-// Copies the weights of an opened checkpoint into `model` (same rules).
+// Copies the weights of an opened checkpoint into `model` (same rules),
+// every check before the first copy (a refused checkpoint writes nothing).
+// The ParameterSet form is for parameters without a Transformer (a weight
+// reader's); a checkpoint's lm_head.weight is a tied copy when `params`
+// has none.
 Status LoadWeights(Transformer& model, const SafetensorsCheckpoint& checkpoint);
+Status LoadWeights(const ParameterSet& params, const SafetensorsCheckpoint& checkpoint);
 
 struct SaveOptions {
   uint64_t max_shard_bytes = 5ull << 30;
-  std::optional<ConfigDtype> dtype;  // default: the model's dtype
+  std::optional<ConfigDtype> dtype;  // default: the parameters' dtype
+  std::map<std::string, std::string> metadata;  // safetensors __metadata__
 };
 
 Status SavePretrained(const Transformer& model, const std::string& dir, const SaveOptions& options = {});
+// The same for parameters laid out by `config` (ParameterSet::Create).
+Status SavePretrained(const ParameterSet& params, const ModelConfig& config, const std::string& dir,
+                      const SaveOptions& options = {});
 
 }  // namespace tandem::model

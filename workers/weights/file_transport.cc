@@ -21,7 +21,6 @@
 #include "common/bounded_json.h"
 #include "workers/model/checkpoint.h"
 #include "workers/model/safetensors.h"
-#include "workers/model/safetensors_writer.h"
 #include "workers/weights/weight_manifest.h"
 
 namespace tandem::weights {
@@ -47,37 +46,6 @@ Status FsyncPath(const std::string& path, int flags) {
   return rc == 0 ? Status::Ok() : ErrnoStatus("fsync " + path, err);
 }
 
-Status WriteFileSynced(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("open " + path);
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = ErrnoStatus("write " + path);
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status s = ErrnoStatus("fsync " + path);
-    ::close(fd);
-    return s;
-  }
-  if (::close(fd) != 0) return ErrnoStatus("close " + path);
-  return Status::Ok();
-}
-
-std::optional<model::DType> SaveDType(at::ScalarType t, model::ConfigDtype* config_dtype) {
-  switch (t) {
-    case at::kFloat: *config_dtype = model::ConfigDtype::kFloat32; return model::DType::kF32;
-    case at::kBFloat16: *config_dtype = model::ConfigDtype::kBFloat16; return model::DType::kBF16;
-    case at::kHalf: *config_dtype = model::ConfigDtype::kFloat16; return model::DType::kF16;
-    default: return std::nullopt;
-  }
-}
-
 // "v12" -> 12; "x", "v", "v1x" -> -1.
 int64_t VersionOfEntry(const std::string& name) {
   if (name.size() < 2 || name[0] != 'v') return -1;
@@ -89,60 +57,13 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
-// model::LoadWeights' rules on a ParameterSet, every check before the first
-// copy.
-Status LoadCheckpoint(const model::SafetensorsCheckpoint& ckpt, const model::ParameterSet& params) {
-  const bool tied = !params.Find("lm_head.weight") && params.Find("model.embed_tokens.weight");
-  for (const std::string& name : ckpt.names()) {
-    if (params.Find(name)) continue;
-    if (name == "lm_head.weight" && tied) continue;  // a tied copy
-    auto view = ckpt.Get(name);
-    return InvalidArgument((view.ok() ? view->file : ckpt.dir()) + ": unexpected tensor \"" + name +
-                           "\" (not a parameter of this model)");
-  }
-  std::vector<model::TensorView> views;
-  views.reserve(params.size());
-  for (const model::ParameterSet::Named& n : params.named()) {
-    const std::vector<int64_t> want = n.view.sizes().vec();
-    if (!ckpt.Contains(n.name))
-      return NotFound(ckpt.dir() + ": missing tensor \"" + n.name + "\" (expected shape " + ShapeString(want) + ")");
-    TANDEM_ASSIGN_OR_RETURN(model::TensorView t, ckpt.Get(n.name));
-    if (t.shape != want)
-      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": shape " + ShapeString(t.shape) + ", expected " +
-                             ShapeString(want));
-    const std::optional<at::ScalarType> type = model::TorchType(t.dtype);
-    if (!type)
-      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": dtype " + std::string(model::DTypeName(t.dtype)) +
-                             ", expected a float type (F32, BF16, F16 or F64)");
-    const uint64_t bytes = WeightManifest::Tensor{n.name, t.dtype, t.shape, 0, 0}.nbytes();
-    if (bytes != t.nbytes)
-      return InvalidArgument(t.file + ": tensor \"" + n.name + "\": " + std::to_string(t.nbytes) +
-                             " bytes for shape " + ShapeString(t.shape));
-    views.push_back(std::move(t));
-  }
-  c10::NoGradGuard no_grad;
-  try {
-    for (size_t i = 0; i < views.size(); ++i) {
-      const model::TensorView& t = views[i];
-      // Stage through an aligned host tensor (the mapped bytes need not be
-      // aligned for the element type), then convert and copy into the view.
-      at::Tensor host = at::empty(t.shape, at::TensorOptions().dtype(*model::TorchType(t.dtype)));
-      if (t.nbytes) std::memcpy(host.data_ptr(), t.data, t.nbytes);
-      params.named()[i].view.copy_(host);
-    }
-  } catch (const c10::Error& e) {
-    return Internal(std::string("copy weights: ") + e.what_without_backtrace());
-  }
-  return Status::Ok();
-}
-
 class FileSource final : public WeightSource {
  public:
   explicit FileSource(std::string dir) : dir_(std::move(dir)) {}
   Status LoadParameters(const model::ParameterSet& params) override {
     TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir_),
                             "load_weights from " + Describe());
-    return LoadCheckpoint(ckpt, params).WithContext("load_weights from " + Describe());
+    return model::LoadWeights(params, ckpt).WithContext("load_weights from " + Describe());
   }
   std::string Describe() const override { return "file:" + dir_; }
 
@@ -167,29 +88,9 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir);
   TANDEM_RETURN_IF_ERROR(RemoveTree(tmp), what);
 
-  c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> host;  // alive until the files are written
-  std::vector<model::TensorToWrite> tensors;
-  model::ModelConfig config = options_.config;
-  try {
-    host.reserve(params.size());
-    for (const model::ParameterSet::Named& n : params.named()) {
-      const std::optional<model::DType> dt = SaveDType(n.view.scalar_type(), &config.dtype);
-      if (!dt)
-        return InvalidArgument(what + ": tensor \"" + n.name + "\" has dtype " +
-                               std::string(c10::toString(n.view.scalar_type())) + ", expected F32, BF16 or F16");
-      host.push_back(n.view.to(at::kCPU).contiguous());
-      const at::Tensor& h = host.back();
-      tensors.push_back({n.name, *dt, h.sizes().vec(), h.data_ptr(), static_cast<size_t>(h.nbytes())});
-    }
-  } catch (const c10::Error& e) {
-    return Internal(what + ": " + e.what_without_backtrace());
-  }
-  model::WriteOptions wo;
-  wo.metadata["tandem_weight_version"] = std::to_string(version);
-  TANDEM_RETURN_IF_ERROR(model::WriteSafetensorsCheckpoint(tmp, tensors, wo), what);
-  host.clear();
-  TANDEM_RETURN_IF_ERROR(WriteFileSynced(tmp + "/config.json", DumpJson(model::ToHfJson(config), 2) + "\n"), what);
+  model::SaveOptions so;
+  so.metadata["tandem_weight_version"] = std::to_string(version);
+  TANDEM_RETURN_IF_ERROR(model::SavePretrained(params, options_.config, tmp, so), what);
   TANDEM_RETURN_IF_ERROR(FsyncPath(tmp, O_RDONLY | O_DIRECTORY), what);
   TANDEM_RETURN_IF_ERROR(RemoveTree(final_dir), what);  // a leftover of a publisher that restarted
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0) return ErrnoStatus(what + ": rename " + tmp);
