@@ -46,6 +46,11 @@ void SftCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--device", o_.device, "cpu (fp32) or cuda (bf16)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   s->add_option("--threads", o_.threads, "LibTorch intra-op threads (0: its default)");
   s->add_option("--log", o_.log_path, "write the JSON-line log here (default: stdout)");
+  s->add_option("--checkpoint-dir", o_.checkpoint_dir, "write checkpoints here (docs/model.md, \"Checkpoints and resume\")");
+  s->add_option("--checkpoint-every", o_.checkpoint_every, "steps between checkpoints (0: only at the end and --stop-at-step)");
+  s->add_option("--keep-checkpoints", o_.keep_checkpoints, "checkpoints kept, the newest first")->capture_default_str();
+  s->add_flag("--resume", o_.resume, "continue from the newest valid checkpoint in --checkpoint-dir (a first start when none)");
+  s->add_option("--stop-at-step", o_.stop_at_step, "stop after this step with a checkpoint, without --out (a run split across jobs)");
 }
 
 int SftCommand::Run() {
@@ -73,6 +78,10 @@ int SftCommand::Run() {
   if (!r.ok()) {
     tandem::log::Error("sft", "{}", r.status().ToString());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (r->stopped) {
+    tandem::log::Info("sft", "stopped at step {} (--stop-at-step); resume from {}", r->steps, r->last_checkpoint);
+    return 0;
   }
   tandem::log::Info("sft", "saved {} steps={} accuracy_before={:.3f} accuracy_after={:.3f}", r->out_dir, r->steps,
                     r->accuracy_before, r->accuracy_after);

@@ -52,6 +52,15 @@ struct SftOptions {
   std::string device = "cpu";         // cpu (fp32) or cuda (bf16)
   int threads = 0;                    // LibTorch intra-op threads; 0: its default
   std::string log_path;               // JSON lines; empty: stdout
+
+  // Checkpoints and exact resume (sft_checkpoint.h): a checkpoint every
+  // checkpoint_every steps, at stop_at_step and at the end, under
+  // checkpoint_dir, which keeps the newest keep_checkpoints.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // 0: only at stop_at_step and at the end
+  int64_t keep_checkpoints = 2;
+  bool resume = false;           // continue from checkpoint_dir's newest valid one (a first start when it holds none)
+  int64_t stop_at_step = 0;      // > 0: stop after this step with a checkpoint and no --out (a run split across jobs)
 };
 
 }  // namespace tandem::roles

@@ -2,6 +2,7 @@
 // (sft_role.h).
 #include "workers/roles/sft_role.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "workers/data/tokenizer.h"
 #include "workers/inference/greedy.h"
 #include "workers/model/checkpoint.h"
+#include "workers/roles/sft_checkpoint.h"
 #include "workers/roles/sft_eval.h"
 #include "workers/roles/sft_presets.h"
 #include "workers/train/sft_example.h"
@@ -78,6 +80,10 @@ Status CheckOptions(const SftOptions& o) {
     return InvalidArgument("sft: --eval-problems and --eval-every must be >= 0, --log-every and --eval-max-new-tokens > 0");
   if (o.max_prompt_tokens < 1 || o.max_sequence_tokens < 2) return InvalidArgument("sft: token limits must be positive");
   if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("sft: --device must be cpu or cuda");
+  if (o.checkpoint_every < 0 || o.stop_at_step < 0 || o.keep_checkpoints < 1)
+    return InvalidArgument("sft: --checkpoint-every and --stop-at-step must be >= 0, --keep-checkpoints > 0");
+  if (o.checkpoint_dir.empty() && (o.resume || o.checkpoint_every > 0 || o.stop_at_step > 0))
+    return InvalidArgument("sft: --resume, --checkpoint-every and --stop-at-step need --checkpoint-dir");
   return Status::Ok();
 }
 
@@ -110,6 +116,15 @@ Status WriteText(const fs::path& path, const std::string& text) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return Internal("rename " + tmp.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The tokenizer's files of a saved model: the byte-level tokenizer of a run
+// from scratch, else --init's files.
+Status SaveTokenizer(const SftOptions& o, const std::string& dir) {
+  if (o.init_dir.empty()) return data::WriteByteTokenizer(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    if (fs::exists(fs::path(o.init_dir) / f)) TANDEM_RETURN_IF_ERROR(CopyFile(fs::path(o.init_dir) / f, fs::path(dir) / f));
   return Status::Ok();
 }
 
@@ -210,15 +225,43 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
 
   SftResult result;
-  result.out_dir = o.out_dir;
   result.parameters = net->config().NumParameters();
+  SftProgress progress;
+  progress.cursor = stream.cursor();
+  const nlohmann::json fingerprint = SftRunFingerprint(o);
+  at::manual_seed(o.seed);  // the default generators, whatever ran before in this process (a resume sets them again)
+  if (o.resume) {
+    TANDEM_ASSIGN_OR_RETURN(const std::optional<RestoredSftCheckpoint> restored,
+                            RestoreLatestSftCheckpoint(o.checkpoint_dir, fingerprint, *net, *trainer, device));
+    if (restored) {
+      progress = restored->progress;
+      result.resumed_from = progress.step;
+      TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(*train_view, o.seed, limit, progress.cursor),
+                              "sft --resume: sampler cursor");
+      nlohmann::json skipped = nlohmann::json::array();
+      for (const checkpoint::SkippedCheckpoint& k : restored->skipped)
+        skipped.push_back({{"dir", k.path}, {"why", k.why.message()}});
+      log.Write({{"event", "resumed"}, {"step", progress.step}, {"dir", restored->path}, {"skipped", skipped}});
+    }
+  }
+  std::optional<checkpoint::CheckpointWriter> writer;
+  if (!o.checkpoint_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(checkpoint::CheckpointWriter w,
+                            checkpoint::CheckpointWriter::Open(
+                                o.checkpoint_dir, {static_cast<size_t>(o.keep_checkpoints), /*sole_writer=*/true}),
+                            "sft: --checkpoint-dir");
+    writer.emplace(std::move(w));
+  }
+  auto write_tokenizer = [&o](const std::string& dir) { return SaveTokenizer(o, dir); };
+
   log.Write({{"event", "start"},
              {"params", result.parameters},
              {"config", model::ToHfJson(net->config())},
              {"dataset", o.dataset},
              {"eligible", stream.eligible() ? nlohmann::json(*stream.eligible()) : nlohmann::json("unbounded")},
              {"eval_problems", held.problems.size()},
-             {"device", o.device}});
+             {"device", o.device},
+             {"step", progress.step}});
 
   inference::GreedyOptions gopts;
   gopts.max_new_tokens = o.eval_max_new_tokens;
@@ -235,20 +278,51 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
     return r;
   };
 
-  TANDEM_ASSIGN_OR_RETURN(const EvalResult before, evaluate(0));
-  result.accuracy_before = before.accuracy();
+  if (result.resumed_from < 0) {
+    TANDEM_ASSIGN_OR_RETURN(const EvalResult before, evaluate(0));
+    progress.accuracy_before = before.accuracy();
+  }
+  result.accuracy_before = progress.accuracy_before;
 
+  // The time limit's clock counts the time before a resume too.
   const Clock::time_point t_train = Clock::now();
-  double train_s = 0, window_s = 0, window_loss = 0;
-  int64_t window_steps = 0, window_tokens = 0, window_response = 0, total_tokens = 0;
-  bool first_window = true;
+  const double elapsed_before = progress.elapsed_seconds;
+  auto elapsed = [&] { return elapsed_before + std::chrono::duration<double>(Clock::now() - t_train).count(); };
+  int64_t last_checkpoint_step = result.resumed_from;
+  auto save_checkpoint = [&]() -> Status {
+    if (!writer || last_checkpoint_step == progress.step) return Status::Ok();
+    progress.cursor = stream.cursor();
+    progress.elapsed_seconds = elapsed();
+    const Clock::time_point c0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(const checkpoint::CommittedCheckpoint c,
+                            SaveSftCheckpoint(*writer, {net.get(), trainer.get(), progress, fingerprint, write_tokenizer}));
+    uint64_t bytes = 0;
+    for (const checkpoint::ManifestFile& f : c.manifest.files) bytes += f.bytes;
+    log.Write({{"event", "checkpoint"},
+               {"step", progress.step},
+               {"dir", c.path},
+               {"bytes", bytes},
+               {"seconds", std::chrono::duration<double>(Clock::now() - c0).count()}});
+    last_checkpoint_step = progress.step;
+    result.last_checkpoint = c.path;
+    return Status::Ok();
+  };
+
   std::optional<EvalResult> last_eval;
   int64_t last_eval_step = -1;
-  int64_t step = 0;
-  auto elapsed = [&t_train] { return std::chrono::duration<double>(Clock::now() - t_train).count(); };
   for (;;) {
-    if (o.max_steps > 0 && step >= o.max_steps) break;
+    if (o.max_steps > 0 && progress.step >= o.max_steps) break;
     if (o.time_limit_s > 0 && elapsed() >= o.time_limit_s) break;
+    if (o.stop_at_step > 0 && progress.step >= o.stop_at_step) {
+      TANDEM_RETURN_IF_ERROR(save_checkpoint());
+      result.stopped = true;
+      result.steps = progress.step;
+      result.first_loss = progress.first_loss;
+      result.last_loss = progress.last_loss;
+      result.train_seconds = progress.train_seconds;
+      log.Write({{"event", "stopped"}, {"step", progress.step}, {"checkpoint", result.last_checkpoint}});
+      return result;
+    }
     std::vector<train::SftExample> batch;
     for (int64_t draws = 0; static_cast<int64_t>(batch.size()) < o.batch_size; ++draws) {
       if (draws >= 10 * o.batch_size + 100)
@@ -258,48 +332,53 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
       TANDEM_ASSIGN_OR_RETURN(train::SftExample ex, train::MakeSftExample(*tok, format, p, *end), "sft");
       if (static_cast<int64_t>(ex.ids.size()) <= o.max_sequence_tokens) batch.push_back(std::move(ex));
     }
-    double progress = 0;
-    if (o.max_steps > 0) progress = static_cast<double>(step) / static_cast<double>(o.max_steps);
-    if (o.time_limit_s > 0) progress = std::max(progress, elapsed() / o.time_limit_s);
+    double schedule = 0;
+    if (o.max_steps > 0) schedule = static_cast<double>(progress.step) / static_cast<double>(o.max_steps);
+    if (o.time_limit_s > 0) schedule = std::max(schedule, elapsed() / o.time_limit_s);
     const Clock::time_point s0 = Clock::now();
-    TANDEM_ASSIGN_OR_RETURN(const train::SftStepStats st, trainer->Step(batch, progress), "sft");
+    TANDEM_ASSIGN_OR_RETURN(const train::SftStepStats st, trainer->Step(batch, schedule), "sft");
     const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
-    ++step;
-    train_s += dt;
-    window_s += dt;
-    window_loss += st.loss;
-    ++window_steps;
-    window_tokens += st.sequence_tokens;
-    window_response += st.response_tokens;
-    total_tokens += st.sequence_tokens;
+    const int64_t step = ++progress.step;
+    progress.train_seconds += dt;
+    progress.window_seconds += dt;
+    progress.window_loss += st.loss;
+    ++progress.window_steps;
+    progress.window_tokens += st.sequence_tokens;
+    progress.window_response_tokens += st.response_tokens;
+    progress.total_tokens += st.sequence_tokens;
     if (step % o.log_every == 0) {
-      const double mean = window_loss / static_cast<double>(window_steps);
-      if (first_window) result.first_loss = mean;
-      first_window = false;
-      result.last_loss = mean;
+      const double mean = progress.window_loss / static_cast<double>(progress.window_steps);
+      if (!progress.logged_a_window) progress.first_loss = mean;
+      progress.logged_a_window = true;
+      progress.last_loss = mean;
       log.Write({{"event", "step"},
                  {"step", step},
                  {"loss", mean},
                  {"lr", st.lr},
                  {"grad_norm", st.grad_norm},
-                 {"tokens_per_s", static_cast<double>(window_tokens) / window_s},
-                 {"response_tokens_per_s", static_cast<double>(window_response) / window_s},
+                 {"tokens_per_s", static_cast<double>(progress.window_tokens) / progress.window_seconds},
+                 {"response_tokens_per_s", static_cast<double>(progress.window_response_tokens) / progress.window_seconds},
                  {"packed_tokens", st.packed_tokens},
                  {"elapsed_s", elapsed()}});
-      window_s = window_loss = 0;
-      window_steps = window_tokens = window_response = 0;
+      progress.window_seconds = progress.window_loss = 0;
+      progress.window_steps = progress.window_tokens = progress.window_response_tokens = 0;
     }
     if (o.eval_every > 0 && step % o.eval_every == 0) {
       TANDEM_ASSIGN_OR_RETURN(EvalResult r, evaluate(step));
       last_eval = std::move(r);
       last_eval_step = step;
     }
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) TANDEM_RETURN_IF_ERROR(save_checkpoint());
   }
-  if (window_steps > 0) {
-    const double mean = window_loss / static_cast<double>(window_steps);
-    if (first_window) result.first_loss = mean;
+  const int64_t step = progress.step;
+  result.first_loss = progress.first_loss;
+  result.last_loss = progress.last_loss;
+  if (progress.window_steps > 0) {
+    const double mean = progress.window_loss / static_cast<double>(progress.window_steps);
+    if (!progress.logged_a_window) result.first_loss = mean;
     result.last_loss = mean;
   }
+  TANDEM_RETURN_IF_ERROR(save_checkpoint());
   if (!last_eval || last_eval_step != step) {
     TANDEM_ASSIGN_OR_RETURN(EvalResult r, evaluate(step));
     last_eval = std::move(r);
@@ -307,21 +386,17 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   result.steps = step;
   result.accuracy_after = last_eval->accuracy();
   result.final_responses = last_eval->responses;
-  result.train_seconds = train_s;
-  result.tokens_per_s = train_s > 0 ? static_cast<double>(total_tokens) / train_s : 0;
+  result.train_seconds = progress.train_seconds;
+  result.tokens_per_s =
+      progress.train_seconds > 0 ? static_cast<double>(progress.total_tokens) / progress.train_seconds : 0;
 
   // Save the HF directory.
+  result.out_dir = o.out_dir;
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) return Internal("sft: create " + o.out_dir + ": " + ec.message());
   TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "sft: save");
-  if (o.init_dir.empty()) {
-    TANDEM_RETURN_IF_ERROR(data::WriteByteTokenizer(o.out_dir), "sft: save tokenizer");
-  } else {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      if (fs::exists(fs::path(o.init_dir) / f))
-        TANDEM_RETURN_IF_ERROR(CopyFile(fs::path(o.init_dir) / f, fs::path(o.out_dir) / f), "sft: save tokenizer");
-  }
+  TANDEM_RETURN_IF_ERROR(SaveTokenizer(o, o.out_dir), "sft: save tokenizer");
   const nlohmann::json state = {{"step", step},
                                 {"dataset", o.dataset},
                                 {"dataset_options", o.dataset_options},

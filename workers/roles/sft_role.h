@@ -11,7 +11,10 @@
 // tokens_per_s, response_tokens_per_s, elapsed_s} every log_every steps
 // (loss averaged over the window, rates over its training time, evals
 // excluded), {"event": "eval", step, accuracy, correct, problems, sample},
-// {"event": "saved", dir, steps, elapsed_s}.
+// {"event": "saved", dir, steps, elapsed_s}; with checkpoints
+// (sft_checkpoint.h) {"event": "checkpoint", step, dir, bytes, seconds},
+// {"event": "resumed", step, dir, skipped: [{dir, why}]} and, at
+// --stop-at-step, {"event": "stopped", step, checkpoint} instead of "saved".
 #pragma once
 
 #include <cstdint>
@@ -36,8 +39,11 @@ struct SftResult {
   double tokens_per_s = 0;      // sequence tokens per second of training time, whole run
   double train_seconds = 0;
   double elapsed_seconds = 0;
-  std::string out_dir;
+  std::string out_dir;                       // empty when the run stopped at --stop-at-step
   std::vector<std::string> final_responses;  // the last eval's decoded responses
+  int64_t resumed_from = -1;                 // the step a --resume restored, -1: a first start
+  bool stopped = false;                      // stopped at --stop-at-step (no final eval, no --out)
+  std::string last_checkpoint;               // the newest checkpoint written, if any
 };
 
 StatusOr<SftResult> RunSft(const SftOptions& options);

@@ -5,7 +5,9 @@
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "workers/model/model_input.h"
 
@@ -42,6 +44,23 @@ StatusOr<Packed> Pack(const model::Transformer& model, const std::vector<SftExam
                           "sft step");
   return p;
 }
+
+// The key LibTorch's optimizers file a parameter's state under: the
+// TensorImpl's address, as a string in LibTorch 1.x, as a pointer in later ones.
+template <class Map>
+typename Map::key_type StateKey(const Map&, const at::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+std::string ExpAvgName(const std::string& slot) { return "exp_avg/" + slot; }
+std::string ExpAvgSqName(const std::string& slot) { return "exp_avg_sq/" + slot; }
 
 }  // namespace
 
@@ -103,6 +122,59 @@ StatusOr<SftStepStats> SftTrainer::Step(const std::vector<SftExample>& examples,
   }
   ++steps_;
   return st;
+}
+
+SftTrainerState SftTrainer::State() const {
+  SftTrainerState out;
+  out.steps = steps_;
+  const auto& state = opt_->adamw.state();
+  for (const model::ParameterSet::Slot& s : model_.parameters().slots()) {
+    const auto it = state.find(StateKey(state, s.leaf));
+    if (it == state.end()) continue;
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    out.tensors[ExpAvgName(s.name)] = st.exp_avg();
+    out.tensors[ExpAvgSqName(s.name)] = st.exp_avg_sq();
+  }
+  return out;
+}
+
+Status SftTrainer::Restore(const SftTrainerState& in) {
+  const std::vector<model::ParameterSet::Slot>& slots = model_.parameters().slots();
+  if (in.steps < 0) return InvalidArgument("sft trainer state: negative step count");
+  if (in.tensors.empty() != (in.steps == 0))
+    return InvalidArgument("sft trainer state: " + std::to_string(in.steps) + " steps but " +
+                           std::to_string(in.tensors.size()) + " optimizer tensors");
+  if (!in.tensors.empty() && in.tensors.size() != 2 * slots.size())
+    return InvalidArgument("sft trainer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, the model has " +
+                           std::to_string(slots.size()) + " parameters (two moments each)");
+  const std::vector<model::ParameterSet::Slot> none;
+  const std::vector<model::ParameterSet::Slot>& stateful = in.tensors.empty() ? none : slots;
+  for (const model::ParameterSet::Slot& s : stateful) {
+    for (const std::string& name : {ExpAvgName(s.name), ExpAvgSqName(s.name)}) {
+      const auto it = in.tensors.find(name);
+      if (it == in.tensors.end()) return InvalidArgument("sft trainer state: no tensor \"" + name + "\"");
+      if (!it->second.defined() || it->second.sizes() != s.leaf.sizes())
+        return InvalidArgument("sft trainer state: \"" + name + "\" has the wrong shape");
+    }
+  }
+  try {
+    at::NoGradGuard no_grad;
+    auto& state = opt_->adamw.state();
+    std::remove_reference_t<decltype(state)> fresh;
+    for (const model::ParameterSet::Slot& s : stateful) {
+      const auto like = at::TensorOptions().dtype(s.leaf.scalar_type()).device(s.leaf.device());
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(in.steps);
+      st->exp_avg(in.tensors.at(ExpAvgName(s.name)).to(like, /*non_blocking=*/false, /*copy=*/true).contiguous());
+      st->exp_avg_sq(in.tensors.at(ExpAvgSqName(s.name)).to(like, false, true).contiguous());
+      fresh[StateKey(fresh, s.leaf)] = std::move(st);
+    }
+    state = std::move(fresh);
+  } catch (const std::exception& e) {
+    return Internal(std::string("sft trainer state: ") + e.what());
+  }
+  steps_ = in.steps;
+  return Status::Ok();
 }
 
 StatusOr<double> SftTrainer::Loss(const std::vector<SftExample>& examples) const {

@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -38,6 +40,18 @@ struct SftStepStats {
   double grad_norm = 0;          // before clipping
 };
 
+// What a checkpoint needs of a trainer besides the model's parameters
+// (docs/weights.md "Checkpoints"): the step count and AdamW's moments by
+// parameter slot (model::ParameterSet::Slot::name), "exp_avg/<slot>" and
+// "exp_avg_sq/<slot>", each of its slot's shape and dtype. No tensors before
+// the first step (AdamW makes its state lazily). A trainer over parameters
+// equal to the saved ones that restores this state continues the run bit
+// for bit: same losses, same updates.
+struct SftTrainerState {
+  int64_t steps = 0;  // optimizer steps taken: the schedule's step and AdamW's bias-correction step
+  std::map<std::string, at::Tensor> tensors;
+};
+
 class SftTrainer {
  public:
   // `model` must outlive the trainer; its gradients are enabled here.
@@ -49,6 +63,14 @@ class SftTrainer {
   // The same loss without gradients or an update (held-out loss).
   StatusOr<double> Loss(const std::vector<SftExample>& examples) const;
   int64_t steps() const { return steps_; }
+
+  // The state above; the tensors alias the optimizer's (copy before the next Step).
+  SftTrainerState State() const;
+  // Replaces the optimizer's state by copies of `state`'s. Every slot must
+  // have both moments with its slot's shape (dtype converted), or the map
+  // must be empty with steps 0; nothing is changed when one is wrong
+  // (InvalidArgument naming the tensor).
+  Status Restore(const SftTrainerState& state);
 
  private:
   struct Optimizer;
