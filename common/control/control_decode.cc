@@ -158,6 +158,19 @@ StatusOr<Answer> DecodeAnswer(const ParsedObject& line) {
   if (const json* r = f.Find("residency")) {
     TANDEM_ASSIGN_OR_RETURN(a.residency, DecodeResidency(*r, line.type + ".residency"));
   }
+  if (const json* d = f.Find("detail"); d && d->is_object() && d->contains("source")) {
+    const json& s = (*d)["source"];
+    const std::string where = line.type + ".detail.source";
+    if (!s.is_string()) return InvalidArgument(where + ": expected a string");
+    a.source = s.get<std::string>();
+    if (a.source.empty() || a.source.size() > kMaxSourceBytes)
+      return InvalidArgument(where + ": expected 1 to " + std::to_string(kMaxSourceBytes) + " bytes");
+    for (const char ch : a.source)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return InvalidArgument(where + ": a control byte");
+    bool known = false;
+    for (const char* scheme : {"shm:", "ipc:", "file:", "nccl:"}) known = known || a.source.rfind(scheme, 0) == 0;
+    if (!known) return InvalidArgument(where + ": expected shm:, ipc:, file: or nccl:, got \"" + a.source.substr(0, 64) + "\"");
+  }
   if (a.error && a.code.empty()) a.code = "error";
   return a;
 }

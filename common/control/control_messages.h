@@ -92,7 +92,13 @@ struct Answer {
   std::string command;            // "" when absent
   std::string code, message;      // errors
   std::optional<Residency> residency;
+  // An ack's detail.source: the URI a publish_weights made its version
+  // available under, which the daemon sends the readers' load_weights to
+  // (docs/control-protocol.md). "" when absent. A scheme of weight_source's
+  // (shm:, ipc:, file:, nccl:), at most kMaxSourceBytes, no control bytes.
+  std::string source;
 };
+inline constexpr size_t kMaxSourceBytes = 4096;
 StatusOr<Answer> DecodeAnswer(const ParsedObject& line);
 
 // Worker -> daemon: request_phase.

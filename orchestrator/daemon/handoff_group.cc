@@ -37,14 +37,22 @@ json CommandLine(const SendCommand& c, int64_t wire_id, const WeightSources& sou
       line["version"] = c.version;
       if (!sources.run_dir.empty()) line["durable"] = DurableWeights(sources.run_dir, c.version);
       break;
-    case CommandKind::kLoadWeights:
+    case CommandKind::kLoadWeights: {
       line["version"] = c.version;
       // A reader brought back by recovery loads after the exports of that
       // version may have been freed (release_exports ends every SYNC): it
       // is sent to the durable copy, never to ipc:.
-      line["source"] = sources.recovering && !sources.run_dir.empty() ? DurableWeights(sources.run_dir, c.version)
-                                                                       : fmt::format("ipc:v{}", c.version);
+      const std::string* published = nullptr;
+      if (sources.published) {
+        if (auto it = sources.published->find(c.version); it != sources.published->end()) published = &it->second;
+      }
+      if (sources.recovering && !sources.run_dir.empty()) {
+        line["source"] = DurableWeights(sources.run_dir, c.version);
+      } else {
+        line["source"] = published ? *published : fmt::format("ipc:v{}", c.version);
+      }
       break;
+    }
     case CommandKind::kContinue: break;
   }
   line["phase"] = PhaseName(c.phase);
@@ -173,13 +181,19 @@ void HandoffGroup::OnHello(const Hello& h) {
 }
 
 void HandoffGroup::OnAnswer(const WorkerId& w, int64_t wire_id, std::map<Tag, uint64_t> resident,
-                            std::vector<DeviceMemory> devices, const std::optional<std::string>& error) {
+                            std::vector<DeviceMemory> devices, const std::optional<std::string>& error,
+                            const std::string& source) {
   if ((wire_id >> 32) != static_cast<int64_t>(epoch_)) {
     log::Info("handoff", "group={} worker={} answer to id {} of an earlier daemon ignored", name_, w.ToString(), wire_id);
     return;
   }
   const uint64_t id = static_cast<uint64_t>(wire_id & 0xffffffff);
   const double now = Now();
+  if (auto sent = sent_.find(id); !error && !source.empty() && sent != sent_.end() &&
+                                  sent->second.kind == CommandKind::kPublishWeights) {
+    published_[sent->second.version] = source;
+    while (published_.size() > 4) published_.erase(published_.begin());
+  }
   if (error) {
     Feed(handoff::Event{WorkerError{w, id, *error, std::move(resident), std::move(devices), now}});
   } else {
@@ -266,7 +280,7 @@ void HandoffGroup::DropAnswered() {
 }
 
 void HandoffGroup::Send(const SendCommand& c, bool retry) {
-  const WeightSources sources{run_dir_, state_.mode == Mode::kRecovering};
+  const WeightSources sources{run_dir_, state_.mode == Mode::kRecovering, &published_};
   if (!host_.Send(c.worker, CommandLine(c, WireId(c.command_id), sources))) {
     log::Info("handoff", "group={} worker={} not connected; {} {} waits for its hello", name_, c.worker.ToString(),
               CommandKindName(c.kind), c.command_id);

@@ -75,8 +75,11 @@ class HandoffGroup {
   void OnHello(const handoff::Hello& h);
   // An ack (error empty) or error from the worker; `wire_id` as it came
   // back. Ids of another daemon life are ignored.
+  // `source`: a publish_weights ack's detail.source (control::Answer), the
+  // URI the readers of that version are sent to.
   void OnAnswer(const handoff::WorkerId& w, int64_t wire_id, std::map<handoff::Tag, uint64_t> resident,
-                std::vector<handoff::DeviceMemory> devices, const std::optional<std::string>& error);
+                std::vector<handoff::DeviceMemory> devices, const std::optional<std::string>& error,
+                const std::string& source = "");
   // Runs (or joins) a transition. While the group is settled but some worker
   // has not said hello yet (the job is starting, or a worker is restarting),
   // the request waits for them up to the group's timeout.
@@ -120,15 +123,18 @@ class HandoffGroup {
   std::vector<std::pair<handoff::Phase, PhaseCallback>> held_;  // requests waiting for hellos
   std::unique_ptr<boost::asio::steady_timer> hold_timer_;
   std::map<int, std::pair<uint64_t, double>> peak_;  // gpu -> (bytes, when)
+  std::map<int64_t, std::string> published_;  // version -> the publisher's source (the newest few)
 };
 
 // Where weights come from: publish_weights names `durable`, the copy the
-// actor keeps at <run_dir>/weights/v<N> (file:); load_weights names ipc:v<N>,
-// or that durable copy for a reader restored by recovery (the exports may be
-// freed by then; docs/handoff.md "Restarted readers").
+// actor keeps at <run_dir>/weights/v<N> (file:); load_weights names the
+// source the publisher's ack gave for that version (shm:/..., ipc:...),
+// else ipc:v<N>, or that durable copy for a reader restored by recovery (the
+// exports may be freed by then; docs/handoff.md "Restarted readers").
 struct WeightSources {
   std::filesystem::path run_dir;  // "": no durable copies (ipc: only)
   bool recovering = false;        // the group is bringing restarted workers back
+  const std::map<int64_t, std::string>* published = nullptr;  // version -> the publisher's source
 };
 // The wire form of one command (schemas/control.schema.json).
 nlohmann::json CommandLine(const handoff::SendCommand& c, int64_t wire_id, const WeightSources& sources);

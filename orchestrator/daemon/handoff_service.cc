@@ -325,7 +325,8 @@ void HandoffService::OnMessage(const ConnectionPtr& c, const control::ParsedObje
     auto resident = answer->residency ? TagBytes(answer->residency->tags) : std::map<Tag, uint64_t>{};
     std::optional<std::string> error;
     if (answer->error) error = answer->code + ": " + answer->message;
-    group->OnAnswer(peer.worker, *answer->id, std::move(resident), Devices(*task, answer->residency), error);
+    group->OnAnswer(peer.worker, *answer->id, std::move(resident), Devices(*task, answer->residency), error,
+                    answer->source);
     return;
   }
   if (type == "request_phase") return OnPhaseRequest(c, peer, msg);

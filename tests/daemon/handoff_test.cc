@@ -275,7 +275,7 @@ constexpr const char* kPyWorker = R"(
 import json, os, socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(os.environ["TANDEM_CONTROL"][len("unix:"):])
-sizes = {"weights": 2 << 20, "kv_cache": 4 << 20}
+sizes = json.loads(os.environ["PY_TAGS"]) if "PY_TAGS" in os.environ else {"weights": 2 << 20, "kv_cache": 4 << 20}
 held = {t: 0 for t in sizes}
 res = lambda: {"tags": dict(held), "device": {"index": 0, "used": sum(held.values()), "total": 64 << 20, "source": "pool"}}
 send = lambda m: s.sendall((json.dumps(m) + "\n").encode())
@@ -392,6 +392,45 @@ TEST_F(HandoffTest, RestartedReaderLoadsFromTheDurableCopyNotFreedExports) {
   for (const json& m : JsonLines(run / ("cmds.0." + std::to_string(first) + ".jsonl")))
     ipc |= m["type"] == "load_weights" && m["source"] == "ipc:v1";
   EXPECT_TRUE(ipc);
+  ASSERT_TRUE(d_->client().Request("POST", "/v1/jobs/" + id + "/cancel").ok());
+  EXPECT_EQ(d_->WaitJob(id), "cancelled");
+}
+
+// An actor whose publish_weights ack names where it put the version
+// (detail.source): the readers' load_weights of that SYNC are sent there.
+const std::string kPublishingActor = std::string(kPyWorker) + R"(
+for m in commands():
+    if m["type"] == "publish_weights":
+        send({"type": "ack", "id": m["id"], "command": m["type"], "residency": res(),
+              "detail": {"source": "shm:/tandem-test-actor-v%d" % m["version"]}})
+        continue
+    answer(m)
+    if m["type"] == "shutdown": break
+)";
+
+TEST_F(HandoffTest, ReadersLoadFromTheSourceThePublisherNamed) {
+  json spec = ColocatedSpec("source", {});
+  spec["roles"]["actor"] = {{"command", {"python3", "-c", kPublishingActor}}, {"gpus_per_replica", 2},
+                            {"env", {{"PY_TAGS", json{{"params", 2 * kMiB}, {"grads", 2 * kMiB},
+                                                      {"optimizer", 4 * kMiB}, {"activations", kMiB}}.dump()}}}};
+  spec["roles"]["rollout"] = {{"command", {"python3", "-c", kRecordingWorker}}, {"gpus_per_replica", 1},
+                              {"replicas", 2}, {"colocate_with", "actor"}};
+  const std::string id = d_->Submit(spec);
+  ASSERT_TRUE(WaitConnected(id, 4)) << d_->log();
+  for (const json& phase : {json{{"phase", "rollout"}}, json{{"phase", "train"}}, json{{"phase", "sync"}, {"version", 3}}}) {
+    auto [st, body] = Phase(id, phase);
+    ASSERT_EQ(st, 200) << phase.dump() << ": " << body.dump() << d_->log();
+  }
+  int loads = 0;
+  for (const auto& entry : fs::directory_iterator(RunDir(id))) {
+    if (entry.path().filename().string().rfind("cmds.", 0) != 0) continue;
+    for (const json& m : JsonLines(entry.path())) {
+      if (m["type"] != "load_weights") continue;
+      ++loads;
+      EXPECT_EQ(m["source"], "shm:/tandem-test-actor-v3") << m.dump();
+    }
+  }
+  EXPECT_EQ(loads, 2) << "both rollouts load version 3";
   ASSERT_TRUE(d_->client().Request("POST", "/v1/jobs/" + id + "/cancel").ok());
   EXPECT_EQ(d_->WaitJob(id), "cancelled");
 }

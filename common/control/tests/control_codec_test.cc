@@ -94,6 +94,19 @@ TEST(ControlCodecTest, WorkerMessagesDecodeWhatTheWorkerEncodes) {
   EXPECT_EQ(err->code, "data_loss");
   EXPECT_FALSE(DecodeAnswer(*ParseLine(R"({"type":"ack","id":1,"command":5})")).ok());
   EXPECT_FALSE(DecodeAnswer(*ParseLine(R"({"type":"error","id":"x"})")).ok());
+  // A publish_weights ack's detail.source: a weight source URI, or refused.
+  auto pub = DecodeAnswer(*ParseLine(R"({"type":"ack","id":2,"command":"publish_weights","detail":{"source":"shm:/tandem-j-a-v3"}})"));
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  EXPECT_EQ(pub->source, "shm:/tandem-j-a-v3");
+  EXPECT_EQ(DecodeAnswer(*ParseLine(R"({"type":"ack","id":2,"detail":{"version":3}})"))->source, "");
+  for (const char* bad : {R"({"type":"ack","id":2,"detail":{"source":7}})", R"({"type":"ack","id":2,"detail":{"source":""}})",
+                          R"({"type":"ack","id":2,"detail":{"source":"http://x"}})",
+                          R"({"type":"ack","id":2,"detail":{"source":"shm:/a\u0001b"}})"}) {
+    auto a = DecodeAnswer(*ParseLine(bad));
+    ASSERT_FALSE(a.ok()) << bad;
+    EXPECT_NE(a.status().message().find("detail.source"), std::string::npos) << a.status().message();
+  }
+  EXPECT_FALSE(DecodeAnswer(*ParseLine(R"({"type":"ack","id":2,"detail":{"source":"shm:/)" + std::string(5000, 'a') + R"("}})")).ok());
 
   auto p = DecodePhaseRequest(*ParseLine(R"({"type":"request_phase","id":3,"phase":"sync","version":4})"));
   ASSERT_TRUE(p.ok());
