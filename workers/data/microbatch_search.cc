@@ -102,52 +102,59 @@ std::vector<std::vector<int32_t>> LargestDifferencing(const std::vector<int64_t>
   const int32_t n = static_cast<int32_t>(costs.size());
   std::vector<std::vector<int32_t>> out(k);
   if (n == 0) return out;
-  // A partial partition: k subsets by sum, largest first; the units of a
-  // subset are a linked list through `next` (head, tail; -1 when empty).
+  // A partial partition: its non-empty subsets by sum, largest first (the
+  // other k - size are empty, sum 0); the units of a subset are a linked list
+  // through `next` (head, tail). Sparse, so that early merges of few units
+  // cost little when k is large.
   struct Subset { int64_t sum; int32_t head; int32_t tail; };
   std::vector<int32_t> next(n, -1);
-  std::vector<std::vector<Subset>> nodes(n);  // node i starts as unit i alone (built when first popped)
-  auto materialise = [&](int32_t id) -> std::vector<Subset>& {
-    if (nodes[id].empty()) {
-      nodes[id].assign(k, Subset{0, -1, -1});
-      nodes[id][0] = {costs[id], id, id};
-    }
-    return nodes[id];
+  std::vector<std::vector<Subset>> nodes(n);
+  for (int32_t i = 0; i < n; ++i) nodes[i] = {Subset{costs[i], i, i}};
+  auto difference = [k](const std::vector<Subset>& x) {
+    return x.front().sum - (static_cast<int32_t>(x.size()) < k ? 0 : x.back().sum);
   };
-  // Largest difference (max - min) first; then the lower id. A lone unit's
-  // difference is its cost (k >= 2) or 0 (k == 1).
+  // Largest difference (max - min) first; then the lower id.
   using Entry = std::tuple<int64_t, int32_t>;  // (difference, -id)
   std::priority_queue<Entry> queue;
-  for (int32_t i = 0; i < n; ++i) queue.push({k == 1 ? 0 : costs[i], -i});
-  std::vector<int32_t> order(k);
+  for (int32_t i = 0; i < n; ++i) queue.push({difference(nodes[i]), -i});
+  std::vector<Subset> merged;
   while (queue.size() > 1) {
     const int32_t a = -std::get<1>(queue.top());
     queue.pop();
     const int32_t b = -std::get<1>(queue.top());
     queue.pop();
-    std::vector<Subset>& x = materialise(a);
-    std::vector<Subset> y = std::move(materialise(b));
-    nodes[b].clear();
-    nodes[b].shrink_to_fit();
-    // Largest with smallest: x[i] + y[k-1-i].
+    const std::vector<Subset>& x = nodes[a];
+    const std::vector<Subset>& y = nodes[b];
+    // Largest with smallest: position i of x (dense, k long) takes position
+    // k-1-i of y; y's non-empty subsets sit at [0, |y|), i.e. i >= k - |y|.
+    const int32_t nx = static_cast<int32_t>(x.size()), ny = static_cast<int32_t>(y.size());
+    merged.clear();
     for (int32_t i = 0; i < k; ++i) {
-      Subset& s = x[i];
-      const Subset& t = y[k - 1 - i];
-      if (t.head >= 0) {
+      const bool has_x = i < nx, has_y = i >= k - ny;
+      if (!has_x && !has_y) {
+        i = k - ny - 1;  // skip the empty middle
+        continue;
+      }
+      Subset s = has_x ? x[i] : Subset{0, -1, -1};
+      if (has_y) {
+        const Subset& t = y[k - 1 - i];
         if (s.head < 0) {
           s.head = t.head;
         } else {
           next[s.tail] = t.head;
         }
         s.tail = t.tail;
+        s.sum += t.sum;
       }
-      s.sum += t.sum;
+      merged.push_back(s);
     }
-    std::stable_sort(x.begin(), x.end(), [](const Subset& p, const Subset& q) { return p.sum > q.sum; });
-    queue.push({x.front().sum - x.back().sum, -a});
+    std::stable_sort(merged.begin(), merged.end(), [](const Subset& p, const Subset& q) { return p.sum > q.sum; });
+    nodes[a].swap(merged);
+    std::vector<Subset>().swap(nodes[b]);
+    queue.push({difference(nodes[a]), -a});
   }
-  const std::vector<Subset>& last = materialise(-std::get<1>(queue.top()));
-  for (int32_t i = 0; i < k; ++i)
+  const std::vector<Subset>& last = nodes[-std::get<1>(queue.top())];
+  for (size_t i = 0; i < last.size(); ++i)
     for (int32_t u = last[i].head; u >= 0; u = next[u]) out[i].push_back(u);
   for (auto& subset : out) std::sort(subset.begin(), subset.end());
   return out;
@@ -197,7 +204,7 @@ class BranchAndBound {
                  int64_t budget)
       : costs_(costs), cap_(cap), ranks_(ranks), budget_(budget), order_(Decreasing(costs)),
         lower_(LowerBound(costs, cap, ranks)), best_(Score(incumbent, costs)), best_plan_(incumbent),
-        bins_(ranks), rank_load_(ranks, 0), where_(costs.size()) {}
+        bins_(ranks), rank_load_(ranks, 0), where_(costs.size()), rank_order_(costs.size() * ranks) {}
 
   ExactResult Run() {
     done_ = best_ <= lower_;
@@ -225,11 +232,12 @@ class BranchAndBound {
     const int32_t u = order_[k];
     const int64_t c = costs_[u];
     // Ranks least loaded first (lower index on ties); only the first empty rank.
-    std::vector<int32_t> ranks(ranks_);
-    std::iota(ranks.begin(), ranks.end(), 0);
-    std::stable_sort(ranks.begin(), ranks.end(), [&](int32_t a, int32_t b) { return rank_load_[a] < rank_load_[b]; });
+    int32_t* ranks = &rank_order_[k * ranks_];
+    std::iota(ranks, ranks + ranks_, 0);
+    std::stable_sort(ranks, ranks + ranks_, [&](int32_t a, int32_t b) { return rank_load_[a] < rank_load_[b]; });
     bool empty_tried = false;
-    for (int32_t r : ranks) {
+    for (int32_t i = 0; i < ranks_; ++i) {
+      const int32_t r = ranks[i];
       std::vector<int64_t>& bins = bins_[r];
       if (bins.empty()) {
         if (empty_tried) continue;
@@ -287,6 +295,7 @@ class BranchAndBound {
   std::vector<std::vector<int64_t>> bins_;  // per rank, load per bin
   std::vector<int64_t> rank_load_;
   std::vector<Place> where_;                // per unit
+  std::vector<int32_t> rank_order_;         // per depth, the ranks in the order tried
   int64_t nodes_ = 0;
   bool done_ = false;
   bool out_of_budget_ = false;
