@@ -34,6 +34,7 @@ Status Validate(const AdvantageOptions& options) {
 StatusOr<GroupAdvantages> ComputeGroupAdvantages(const at::Tensor& rewards, const Groups& groups,
                                                  const AdvantageOptions& options) {
   TANDEM_RETURN_IF_ERROR(Validate(options));
+  TANDEM_RETURN_IF_ERROR(Validate(groups));
   TANDEM_RETURN_IF_ERROR(CheckFloating("rewards", rewards, {groups.num_samples()}));
   return GuardTorch("group advantages", [&]() -> StatusOr<GroupAdvantages> {
     const at::Tensor host = rewards.detach().to(at::kCPU, at::kDouble).contiguous();

@@ -13,6 +13,7 @@
 namespace tandem::rl {
 
 StatusOr<KeptGroups> GroupsWithVariedRewards(const at::Tensor& rewards, const Groups& groups) {
+  TANDEM_RETURN_IF_ERROR(Validate(groups));
   TANDEM_RETURN_IF_ERROR(CheckFloating("rewards", rewards, {groups.num_samples()}));
   return GuardTorch("dynamic sampling", [&]() -> StatusOr<KeptGroups> {
     const at::Tensor host = rewards.detach().to(at::kCPU, at::kDouble).contiguous();

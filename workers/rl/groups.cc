@@ -1,9 +1,9 @@
 // Groups of samples (groups.h).
 #include "workers/rl/groups.h"
 
-#include <ATen/ops/empty.h>
 
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include "workers/rl/tensor_args.h"
@@ -52,6 +52,25 @@ StatusOr<Groups> Groups::FromIds(const at::Tensor& ids) {
     }
     return g;
   });
+}
+
+Status Validate(const Groups& g) {
+  if (g.names.size() != g.sizes.size())
+    return InvalidArgument("groups: " + std::to_string(g.sizes.size()) + " sizes but " +
+                           std::to_string(g.names.size()) + " names");
+  std::vector<int64_t> counted(g.sizes.size(), 0);
+  for (size_t i = 0; i < g.group_of_sample.size(); ++i) {
+    const int64_t k = g.group_of_sample[i];
+    if (k < 0 || k >= g.num_groups())
+      return InvalidArgument("groups: sample " + std::to_string(i) + " is in group " + std::to_string(k) +
+                             ", there are " + std::to_string(g.num_groups()));
+    ++counted[static_cast<size_t>(k)];
+  }
+  for (size_t k = 0; k < counted.size(); ++k)
+    if (counted[k] != g.sizes[k])
+      return InvalidArgument("groups: group " + std::to_string(k) + " has size " + std::to_string(g.sizes[k]) +
+                             " but " + std::to_string(counted[k]) + " samples");
+  return Status::Ok();
 }
 
 }  // namespace tandem::rl

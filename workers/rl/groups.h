@@ -37,4 +37,9 @@ struct Groups {
   static StatusOr<Groups> FromIds(const at::Tensor& ids);
 };
 
+// A Groups assembled by hand is consistent: every group index in range and
+// the sizes counting the samples (InvalidArgument otherwise). The functions
+// that take a Groups check it.
+Status Validate(const Groups& groups);
+
 }  // namespace tandem::rl

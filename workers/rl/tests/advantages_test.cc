@@ -143,6 +143,13 @@ TEST(AdvantagesTest, Refusals) {
   EXPECT_EQ(Groups::FromIds(T({1, 2})).status().message().rfind("group ids: expected an integer type", 0), 0u);
   EXPECT_EQ(Groups::FromIds(Ints({1, 2}, {1, 2})).status().message(),
             "group ids: expected a 1-D tensor, got shape [1, 2]");
+  Groups hand;  // assembled by hand, inconsistent
+  hand.group_of_sample = {0, 1, 1, 2};
+  hand.sizes = {1, 2};
+  hand.names = {0, 1};
+  EXPECT_EQ(message(T({1, 2, 3, 4}), hand), "groups: sample 3 is in group 2, there are 2");
+  hand.group_of_sample = {0, 1, 1, 1};
+  EXPECT_EQ(message(T({1, 2, 3, 4}), hand), "groups: group 1 has size 2 but 3 samples");
   EXPECT_EQ(ParseAdvantageEstimator("gae").status().message(),
             "unknown advantage estimator \"gae\" (known: grpo, dr_grpo)");
 }
