@@ -1,10 +1,9 @@
 // Groups of samples (groups.h).
 #include "workers/rl/groups.h"
 
-
 #include <string>
-#include <vector>
 #include <unordered_map>
+#include <vector>
 
 #include "workers/rl/tensor_args.h"
 
