@@ -32,6 +32,7 @@ namespace tandem::cuda {
   X(cuDeviceGetUuid) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) \
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease)        \
   X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)     \
+  X(cuMemGetAllocationPropertiesFromHandle)                                                                         \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyDtoHAsync) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoDAsync)                \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemGetInfo)
 
