@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   }
   CHECK_OK(weights::IpcTransportAvailable(0));
   const at::Device cuda(at::kCUDA, 0);
+  std::vector<std::string> breakdown;
   std::printf("| model | parameters | bytes | tensors | copy | per-tensor loop | ipc publish | ipc load (open+copy+ack) | ipc publish+load | ipc / copy | ipc / per-tensor | load / copy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& name : models) {
@@ -145,6 +146,36 @@ int main(int argc, char** argv) {
                 cell(best_loop).c_str(), cell(best_pub).c_str(), cell(best_load).c_str(), cell(best_ipc).c_str(),
                 best_copy / best_ipc, best_loop / best_ipc, best_copy / best_load);
     std::fflush(stdout);
+    // Where the time goes: the VMM calls alone on an allocation of the same size.
+    double best_create = 1e30, best_import = 1e30, best_first = 1e30, best_unmap = 1e30, best_free = 1e30;
+    for (int r = 0; r <= reps; ++r) {
+      auto t = Clock::now();
+      auto exp = weights::VmmExport::Create(0, bytes);
+      CHECK_OK(exp.status());
+      const double create = Ms(t);
+      t = Clock::now();
+      auto imp = weights::VmmImport::Open((*exp)->fd(), (*exp)->bytes(), 0);
+      CHECK_OK(imp.status());
+      const double import = Ms(t);
+      t = Clock::now();
+      CHECK_OK((*copier)->Copy(reader.buffers()[0].data_ptr(), (*imp)->data(), bytes));
+      CHECK_OK((*copier)->Wait());
+      const double first = Ms(t);
+      t = Clock::now();
+      imp->reset();
+      const double unmap = Ms(t);
+      t = Clock::now();
+      exp->reset();
+      const double freed = Ms(t);
+      if (r == 0) continue;
+      best_create = std::min(best_create, create), best_import = std::min(best_import, import);
+      best_first = std::min(best_first, first), best_unmap = std::min(best_unmap, unmap), best_free = std::min(best_free, freed);
+    }
+    breakdown.push_back(name + ": create+map+export " + std::to_string(best_create) + " ms, import+map " +
+                        std::to_string(best_import) + " ms, first copy out of a fresh import " + std::to_string(best_first) +
+                        " ms, unmap import " + std::to_string(best_unmap) + " ms, free export " + std::to_string(best_free) + " ms");
   }
+  std::printf("\nVMM calls alone (best of %d):\n", reps);
+  for (const std::string& b : breakdown) std::printf("- %s\n", b.c_str());
   return 0;
 }
