@@ -14,68 +14,21 @@
 // stream is synchronised before the call returns. Verified on an H200 by
 // workers/runtime/tests/tagged_memory_gpu_test.cc; figures in
 // docs/benchmarks.md "Offload / restore (tagged memory, H200)".
-#include <cuda.h>
-
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "workers/runtime/cuda_driver.h"
 #include "workers/runtime/tagged_memory.h"
 
 namespace tandem::memory {
 namespace {
 
-// The driver is opened with dlopen, not linked: the same binary then starts
-// on machines without libcuda.so.1 (CI) and reports the CUDA backend as
-// unavailable. Names go through cuda.h's macros, so each resolves to the
-// versioned symbol (cuMemGetInfo -> cuMemGetInfo_v2).
-#define TANDEM_CU_FUNCS(X) X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyDtoHAsync) X(cuMemcpyHtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemGetInfo)
-#define TANDEM_CU_STR2(x) #x
-#define TANDEM_CU_STR(x) TANDEM_CU_STR2(x)
-
-struct Driver {
-#define TANDEM_CU_MEMBER(name) decltype(&::name) name = nullptr;
-  TANDEM_CU_FUNCS(TANDEM_CU_MEMBER)
-#undef TANDEM_CU_MEMBER
-  void* lib = nullptr;
-  std::string error;
-};
-
-const Driver& D() {
-  static const Driver d = [] {
-    Driver out;
-    out.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!out.lib) {
-      const char* e = dlerror();
-      out.error = std::string("dlopen libcuda.so.1: ") + (e ? e : "?");
-      return out;
-    }
-#define TANDEM_CU_LOAD(name)                                                           \
-  out.name = reinterpret_cast<decltype(out.name)>(dlsym(out.lib, TANDEM_CU_STR(name))); \
-  if (!out.name && out.error.empty()) out.error = std::string("libcuda lacks ") + TANDEM_CU_STR(name);
-    TANDEM_CU_FUNCS(TANDEM_CU_LOAD)
-#undef TANDEM_CU_LOAD
-    return out;
-  }();
-  return d;
-}
-
-
-Status CuStatus(CUresult r, const std::string& what) {
-  if (r == CUDA_SUCCESS) return Status::Ok();
-  const char* name = nullptr;
-  const char* text = nullptr;
-  D().cuGetErrorName(r, &name);
-  D().cuGetErrorString(r, &text);
-  std::string msg = what + ": " + (name ? name : "CUDA error") + " (" + (text ? text : "?") + ")";
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return ResourceExhausted(msg);
-  if (r == CUDA_ERROR_NO_DEVICE || r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_INVALID_DEVICE) return Unavailable(msg);
-  return Internal(msg);
-}
-
-#define TANDEM_CU(expr, what) TANDEM_RETURN_IF_ERROR(CuStatus((expr), (what)))
+// The driver is opened with dlopen, not linked (cuda_driver.h): the same
+// binary then starts on machines without libcuda.so.1 (CI) and reports the
+// CUDA backend as unavailable.
+using cuda::CuStatus;
+const cuda::Driver& D() { return cuda::CudaDriver(); }
 
 class CudaBackend final : public MemoryBackend {
  public:
@@ -202,7 +155,7 @@ class CudaBackend final : public MemoryBackend {
 }  // namespace
 
 StatusOr<std::unique_ptr<MemoryBackend>> MakeCudaBackend(int device, int streams, size_t chunk_bytes) {
-  if (!D().error.empty()) return Unavailable("tagged memory: CUDA driver: " + D().error);
+  TANDEM_RETURN_IF_ERROR(cuda::CudaDriverStatus("tagged memory"));
   if (CUresult r = D().cuInit(0); r != CUDA_SUCCESS) return Unavailable(CuStatus(r, "cuInit").message());
   CUdevice dev = 0;
   TANDEM_CU(D().cuDeviceGet(&dev, device), "cuDeviceGet " + std::to_string(device));

@@ -73,7 +73,7 @@ bool SameLayout(const WeightManifest& m, const model::ParameterSet& params) {
 }
 
 Status CopyIntoParameters(const WeightManifest& m, std::span<const std::byte* const> bytes,
-                          const model::ParameterSet& params) {
+                          const model::ParameterSet& params, at::Device source) {
   if (bytes.size() != m.buffers.size())
     return Internal("copy weights: " + std::to_string(bytes.size()) + " buffers given for a manifest of " +
                     std::to_string(m.buffers.size()));
@@ -84,11 +84,11 @@ Status CopyIntoParameters(const WeightManifest& m, std::span<const std::byte* co
       for (size_t b = 0; b < m.buffers.size(); ++b) {
         const at::Tensor& dst = params.buffers()[b];
         if (m.buffers[b].bytes == 0) continue;
-        if (dst.device().is_cpu()) {
+        if (dst.device().is_cpu() && source.is_cpu()) {
           std::memcpy(dst.data_ptr(), bytes[b], m.buffers[b].bytes);
         } else {
           const at::Tensor src = at::from_blob(const_cast<std::byte*>(bytes[b]), {static_cast<int64_t>(m.buffers[b].bytes)},
-                                               at::TensorOptions().dtype(at::kByte));
+                                               at::TensorOptions().dtype(at::kByte).device(source));
           dst.view(at::kByte).copy_(src);
         }
       }
@@ -98,7 +98,7 @@ Status CopyIntoParameters(const WeightManifest& m, std::span<const std::byte* co
       const WeightManifest::Tensor& t = *m.Find(s.name);
       if (t.nbytes() == 0) continue;
       const at::Tensor src = at::from_blob(const_cast<std::byte*>(bytes[static_cast<size_t>(t.buffer)] + t.offset), t.shape,
-                                           at::TensorOptions().dtype(*model::TorchType(t.dtype)));
+                                           at::TensorOptions().dtype(*model::TorchType(t.dtype)).device(source));
       s.leaf.copy_(src);
     }
   } catch (const c10::Error& e) {

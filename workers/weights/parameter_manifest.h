@@ -18,7 +18,10 @@
 //     into the reader's existing buffers (same addresses): when the layouts
 //     are identical (same dtypes, buffer sizes and offsets) one memcpy per
 //     buffer (copy_ to a device buffer), else tensor by tensor, converting.
-//     `bytes[b]` is buffer b of m in host memory, aligned to 256 bytes.
+//     `bytes[b]` is buffer b of m, aligned to 256 bytes, in host memory or,
+//     with `source` a CUDA device, in that device's memory (cuda-ipc: the
+//     reader's mapping of the export). A device copy is queued on LibTorch's
+//     current stream: the caller synchronises before it relies on it.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +37,7 @@ namespace tandem::weights {
 StatusOr<WeightManifest> ManifestOf(int64_t version, const model::ParameterSet& params);
 Status CheckReaderMatches(const WeightManifest& m, const model::ParameterSet& params);
 Status CopyIntoParameters(const WeightManifest& m, std::span<const std::byte* const> bytes,
-                          const model::ParameterSet& params);
+                          const model::ParameterSet& params, at::Device source = at::Device(at::kCPU));
 // True when CopyIntoParameters takes the one-memcpy-per-buffer path.
 bool SameLayout(const WeightManifest& m, const model::ParameterSet& params);
 

@@ -3,6 +3,7 @@
 #include "workers/weights/weight_source.h"
 
 #include "workers/weights/file_transport.h"
+#include "workers/weights/ipc_transport.h"
 #include "workers/weights/shm_transport.h"
 
 namespace tandem::weights {
@@ -13,12 +14,13 @@ StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source
   if (const size_t colon = source.find(':'); colon != std::string_view::npos && source[0] != '/') {
     const std::string_view scheme = source.substr(0, colon);
     if (scheme == "shm") return OpenShmSource(source.substr(colon + 1));
-    if (scheme == "ipc" || scheme == "nccl")
+    if (scheme == "ipc") return OpenIpcSource(source.substr(colon + 1));
+    if (scheme == "nccl")
       return InvalidArgument("load_weights.source: the " + std::string(scheme) +
                            ": transport is not in this build yet (issue #15); give a file: directory");
     if (scheme != "file")
       return InvalidArgument("load_weights.source: unknown scheme '" + std::string(scheme) + "' in '" +
-                             std::string(source) + "' (expected file:DIR or shm:/NAME)");
+                             std::string(source) + "' (expected file:DIR, shm:/NAME or ipc:@NAME#vVERSION)");
     path = source.substr(colon + 1);
   }
   if (path.empty()) return InvalidArgument("load_weights.source: '" + std::string(source) + "' names no directory");

@@ -9,8 +9,10 @@
 //                              model of the same shapes;
 //   shm:/NAME                  a POSIX shared-memory segment a ShmPublisher
 //                              wrote (shm_transport.h);
-//   ipc:, nccl:                the GPU transports (issue #15): refused as
-//                              InvalidArgument until they exist.
+//   ipc:@NAME#vN, ipc:/PATH#vN a CUDA VMM export of version N on this GPU,
+//                              served by an IpcPublisher (ipc_transport.h);
+//   nccl:                      the multi-GPU transport (issue #15): refused
+//                              as InvalidArgument until it exists.
 // OpenWeightSource validates what it can before any copy: an shm segment is
 // mapped and its header and manifest checked (NotFound once freed,
 // FailedPrecondition while unsealed, DataLoss when corrupt).

@@ -9,12 +9,12 @@ namespace {
 
 TEST_P(TransportSuite, ReaderGetsTheParametersBitForBit) {
   const model::ModelConfig c = SuiteConfig();
-  const model::ParameterSet published = RandomParameters(c, 1);
+  const model::ParameterSet published = RandomParameters(c, 1, device());
   auto pub = harness().MakePublisher(c, 1);
   auto source = pub->Publish(1, published);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   EXPECT_EQ(source->rfind(std::string(pub->kind()) + ":", 0), 0u) << *source;
-  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat, device());
   std::unique_ptr<WeightSource> from;
   ASSERT_TRUE(OpenAndLoad(*source, reader, &from).ok()) << OpenAndLoad(*source, reader).ToString();
   EXPECT_EQ(FirstDifference(published, reader), "");
@@ -24,11 +24,11 @@ TEST_P(TransportSuite, ReaderGetsTheParametersBitForBit) {
 
 TEST_P(TransportSuite, ReaderOfAnotherDtypeGetsTheRoundedValues) {
   const model::ModelConfig c = SuiteConfig();
-  const model::ParameterSet published = RandomParameters(c, 2);
+  const model::ParameterSet published = RandomParameters(c, 2, device());
   auto pub = harness().MakePublisher(c, 1);
   auto source = pub->Publish(1, published);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
-  const model::ParameterSet reader = PoisonedParameters(c, at::kBFloat16);
+  const model::ParameterSet reader = PoisonedParameters(c, at::kBFloat16, device());
   const Status st = OpenAndLoad(*source, reader);
   ASSERT_TRUE(st.ok()) << st.ToString();
   for (size_t i = 0; i < published.size(); ++i) {
@@ -41,12 +41,12 @@ TEST_P(TransportSuite, ReaderOfAnotherDtypeGetsTheRoundedValues) {
         << published.named()[i].name << ": not LibTorch's rounding";
   }
   // And back up: a bf16 publisher into an fp32 reader is exact.
-  model::ParameterSet bf16 = model::ParameterSet::Create(c, at::Device(at::kCPU), at::kBFloat16);
+  model::ParameterSet bf16 = model::ParameterSet::Create(c, device(), at::kBFloat16);
   for (size_t i = 0; i < bf16.slots().size(); ++i) bf16.slots()[i].leaf.copy_(published.slots()[i].leaf);
   auto pub2 = harness().MakePublisher(c, 1);
   auto source2 = pub2->Publish(2, bf16);
   ASSERT_TRUE(source2.ok()) << source2.status().ToString();
-  const model::ParameterSet up = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet up = PoisonedParameters(c, at::kFloat, device());
   ASSERT_TRUE(OpenAndLoad(*source2, up).ok());
   for (size_t i = 0; i < up.size(); ++i)
     EXPECT_TRUE(at::equal(up.named()[i].view, bf16.named()[i].view.to(at::kFloat))) << up.named()[i].name;
@@ -54,14 +54,14 @@ TEST_P(TransportSuite, ReaderOfAnotherDtypeGetsTheRoundedValues) {
 
 TEST_P(TransportSuite, NewVersionReplacesTheOld) {
   const model::ModelConfig c = SuiteConfig();
-  const model::ParameterSet a = RandomParameters(c, 3), b = RandomParameters(c, 4);
+  const model::ParameterSet a = RandomParameters(c, 3, device()), b = RandomParameters(c, 4, device());
   auto pub = harness().MakePublisher(c, 0);
   auto v1 = pub->Publish(1, a);
   ASSERT_TRUE(v1.ok()) << v1.status().ToString();
   auto v2 = pub->Publish(2, b);
   ASSERT_TRUE(v2.ok()) << v2.status().ToString();
   EXPECT_NE(*v1, *v2);
-  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat, device());
   ASSERT_TRUE(OpenAndLoad(*v2, reader).ok());
   EXPECT_EQ(FirstDifference(b, reader), "");
   const Status old = OpenAndLoad(*v1, reader);
@@ -74,12 +74,12 @@ TEST_P(TransportSuite, NewVersionReplacesTheOld) {
 
 TEST_P(TransportSuite, VersionIsFreedAfterTheExpectedAcks) {
   const model::ModelConfig c = SuiteConfig();
-  const model::ParameterSet p = RandomParameters(c, 5);
+  const model::ParameterSet p = RandomParameters(c, 5, device());
   auto pub = harness().MakePublisher(c, 2);
   auto source = pub->Publish(7, p);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   if (!harness().durable()) EXPECT_GE(pub->ExportedBytes(), static_cast<uint64_t>(p.buffers()[0].nbytes()));
-  const model::ParameterSet r1 = PoisonedParameters(c, at::kFloat), r2 = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet r1 = PoisonedParameters(c, at::kFloat, device()), r2 = PoisonedParameters(c, at::kFloat, device());
   std::unique_ptr<WeightSource> s1, s2;
   ASSERT_TRUE(OpenAndLoad(*source, r1, &s1).ok());
   EXPECT_TRUE(s1->Acknowledge().ok());
@@ -87,7 +87,7 @@ TEST_P(TransportSuite, VersionIsFreedAfterTheExpectedAcks) {
   ASSERT_TRUE(OpenAndLoad(*source, r2, &s2).ok()) << "one of two readers acknowledged: still published";
   EXPECT_EQ(FirstDifference(p, r2), "");
   EXPECT_TRUE(s2->Acknowledge().ok());
-  const Status after = OpenAndLoad(*source, PoisonedParameters(c, at::kFloat));
+  const Status after = OpenAndLoad(*source, PoisonedParameters(c, at::kFloat, device()));
   if (harness().durable()) {
     EXPECT_TRUE(after.ok()) << "a durable version stays: " << after.ToString();
     EXPECT_EQ(pub->ExportedBytes(), 0u);
@@ -99,12 +99,12 @@ TEST_P(TransportSuite, VersionIsFreedAfterTheExpectedAcks) {
 
 TEST_P(TransportSuite, PublisherGoneFreesWhatIsNotDurable) {
   const model::ModelConfig c = SuiteConfig();
-  const model::ParameterSet p = RandomParameters(c, 6);
+  const model::ParameterSet p = RandomParameters(c, 6, device());
   auto pub = harness().MakePublisher(c, 3);
   auto source = pub->Publish(1, p);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   pub.reset();  // no reader acknowledged
-  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat, device());
   const Status st = OpenAndLoad(*source, reader);
   if (harness().durable()) {
     EXPECT_TRUE(st.ok()) << st.ToString();
@@ -116,15 +116,15 @@ TEST_P(TransportSuite, PublisherGoneFreesWhatIsNotDurable) {
 
 // Publishes, damages the version with `damage`, and checks that the load
 // is refused naming what the harness says and writes nothing.
-void ExpectDamagedVersionRefused(TransportHarness& h,
+void ExpectDamagedVersionRefused(TransportHarness& h, at::Device device,
                                  std::string (TransportHarness::*damage)(const std::string&), uint64_t seed) {
   const model::ModelConfig c = SuiteConfig();
   auto pub = h.MakePublisher(c, 1);
-  auto source = pub->Publish(1, RandomParameters(c, seed));
+  auto source = pub->Publish(1, RandomParameters(c, seed, device));
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   const std::string expect = (h.*damage)(*source);
-  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat);
-  const model::ParameterSet untouched = PoisonedParameters(c, at::kFloat);
+  const model::ParameterSet reader = PoisonedParameters(c, at::kFloat, device);
+  const model::ParameterSet untouched = PoisonedParameters(c, at::kFloat, device);
   const Status st = OpenAndLoad(*source, reader);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find(expect), std::string::npos) << st.message() << "\n  expected to contain: " << expect;
@@ -132,17 +132,17 @@ void ExpectDamagedVersionRefused(TransportHarness& h,
 }
 
 TEST_P(TransportSuite, CorruptManifestIsRefusedNamingWhatIsWrong) {
-  ExpectDamagedVersionRefused(harness(), &TransportHarness::CorruptManifest, 7);
+  ExpectDamagedVersionRefused(harness(), device(), &TransportHarness::CorruptManifest, 7);
 }
 
 TEST_P(TransportSuite, TruncatedVersionIsRefusedNamingWhatIsWrong) {
-  ExpectDamagedVersionRefused(harness(), &TransportHarness::Truncate, 8);
+  ExpectDamagedVersionRefused(harness(), device(), &TransportHarness::Truncate, 8);
 }
 
 TEST_P(TransportSuite, MismatchedModelIsRefusedNamingTheTensor) {
   const model::ModelConfig c = SuiteConfig();
   auto pub = harness().MakePublisher(c, 1);
-  auto source = pub->Publish(1, RandomParameters(c, 9));
+  auto source = pub->Publish(1, RandomParameters(c, 9, device()));
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   struct Case {
     const char* what;
@@ -162,8 +162,8 @@ TEST_P(TransportSuite, MismatchedModelIsRefusedNamingTheTensor) {
   };
   for (const Case& k : cases) {
     ASSERT_TRUE(model::ValidateModelConfig(k.config).ok()) << k.what;
-    const model::ParameterSet reader = PoisonedParameters(k.config, at::kFloat);
-    const model::ParameterSet untouched = PoisonedParameters(k.config, at::kFloat);
+    const model::ParameterSet reader = PoisonedParameters(k.config, at::kFloat, device());
+    const model::ParameterSet untouched = PoisonedParameters(k.config, at::kFloat, device());
     const Status st = OpenAndLoad(*source, reader);
     ASSERT_FALSE(st.ok()) << k.what;
     for (const std::string& m : k.message)
