@@ -64,6 +64,11 @@ int HoldPorts(const char* release_file) {
 }
 
 int Escape(int seconds) {
+  // As in EscapeClean, the helper goes on only once the grandchild printed its
+  // pid: with "escape 0" the task could end, and its leftovers be killed,
+  // before the grandchild printed (seen in CI under load).
+  int printed[2];
+  if (pipe2(printed, O_CLOEXEC) != 0) return 1;
   pid_t child = fork();
   if (child == 0) {
     setsid();
@@ -71,12 +76,17 @@ int Escape(int seconds) {
     if (grandchild == 0) {
       printf("grandchild %d\n", getpid());
       fflush(stdout);
+      (void)!write(printed[1], "x", 1);
       sleep(static_cast<unsigned>(seconds));
       _exit(0);
     }
     _exit(0);  // the grandchild is orphaned
   }
   waitpid(child, nullptr, 0);
+  close(printed[1]);
+  char byte = 0;
+  (void)!read(printed[0], &byte, 1);
+  close(printed[0]);
   sleep(static_cast<unsigned>(seconds));
   return 0;
 }
