@@ -14,6 +14,8 @@
 
 #include <boost/asio/signal_set.hpp>
 
+#include <fmt/format.h>
+
 #include "common/log.h"
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/daemon/daemon.h"
@@ -40,6 +42,22 @@ std::string RoleLine(const daemon::Job& job) {
   }
   return line;
 }
+// One line per metrics line a worker sent with a step (the actor's per-step
+// line, docs/rl.md "Metrics"): the keys a user follows first, when present,
+// else the first six. "[run] actor/0 step 3: reward/mean 0.41  accuracy 0.38"
+std::string ProgressLine(const std::string& worker, int64_t step, const daemon::WorkerMetrics::Values& values) {
+  static const char* const kFirst[] = {"reward/mean", "accuracy", "eval/accuracy", "response_length/mean",
+                                       "grad_norm", "seconds/step"};
+  std::string line = fmt::format("[run] {} step {}:", worker, step);
+  size_t shown = 0;
+  for (const char* key : kFirst)
+    for (const auto& [name, v] : values)
+      if (name == key) line += fmt::format("{}{} {:.4g}", shown++ ? "  " : " ", name, v);
+  for (size_t i = 0; shown == 0 && i < values.size() && i < 6; ++i)
+    line += fmt::format("{}{} {:.4g}", i ? "  " : " ", values[i].first, values[i].second);
+  return line;
+}
+
 // A run dir as the user would type it: relative to the current directory
 // when it lies below it ("runs/quickstart"), else as it is.
 std::string Shown(const std::string& dir) {
@@ -102,6 +120,12 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     }
   });
 
+  const uint64_t progress = d.worker_metrics().AddListener(
+      [&](const std::string& job, const std::string& worker, std::optional<int64_t> step,
+          const daemon::WorkerMetrics::Values& values) {
+        if (job == job_id && step && !values.empty()) std::cerr << ProgressLine(worker, *step, values) << "\n";
+      });
+
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int) {
@@ -125,6 +149,7 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
   });
   io.run();
   d.jobs().Unsubscribe(token);
+  d.worker_metrics().RemoveListener(progress);
 
   if (const daemon::Job* job = d.jobs().Find(job_id)) {
     std::cerr << "[run] job " << job->id << " " << daemon::ToString(job->state)

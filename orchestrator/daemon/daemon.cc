@@ -240,6 +240,7 @@ Status Daemon::Start(const fs::path& run_root) {
   }
   jobs_ = std::make_unique<JobManager>(io_, jopts, *log_, executors, *ports_, metrics_);
   handoff_ = std::make_unique<HandoffService>(io_, *jobs_, state, settings_.compact_every);
+  handoff_->SetWorkerMetrics(&worker_metrics_);
   handoff_->SetControlKeys(control_keys_);
   jobs_->SetObserver(handoff_.get());
   // The address remote tasks get, known before Recover launches anything

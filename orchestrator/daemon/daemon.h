@@ -51,6 +51,7 @@ class Daemon {
 
   JobManager& jobs() { return *jobs_; }
   HandoffService& handoff() { return *handoff_; }
+  WorkerMetrics& worker_metrics() { return worker_metrics_; }
   const DaemonSettings& settings() const { return settings_; }
 
  private:
@@ -64,6 +65,7 @@ class Daemon {
   int lock_fd_ = -1;
   metrics::Registry registry_;
   DaemonMetrics metrics_{registry_};
+  WorkerMetrics worker_metrics_{registry_};
   std::unique_ptr<store::DurableLog> log_;
   std::unique_ptr<backends::PortLeaseRegistry> ports_;
   std::unique_ptr<backends::LocalExecutor> local_;

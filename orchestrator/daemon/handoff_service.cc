@@ -334,6 +334,7 @@ void HandoffService::OnMessage(const ConnectionPtr& c, const control::ParsedObje
     auto m = control::DecodeMetrics(msg);
     if (!m.ok()) return c->Send(ErrorLine(id, "malformed", m.status().message()));
     log::Info("control", "metrics job={} worker={} {}", peer.job, peer.worker.ToString(), control::DumpLine(m->values));
+    if (worker_metrics_) worker_metrics_->Record(peer.job, peer.worker.ToString(), m->step, m->values);
     return;
   }
   if (type == "hello") return c->Send(ErrorLine(id, "failed_precondition", "hello was already said on this connection"));
@@ -437,7 +438,10 @@ void HandoffService::MaybeShutdownGroup(const Job& job) {
   }
 }
 
-void HandoffService::OnJobEnded(const Job& job) { DropJob(job.id, /*remove_journals=*/true); }
+void HandoffService::OnJobEnded(const Job& job) {
+  DropJob(job.id, /*remove_journals=*/true);
+  if (worker_metrics_) worker_metrics_->Forget(job.id);
+}
 
 void HandoffService::DropJob(const std::string& job_id, bool remove_journals) {
   auto it = groups_.find(job_id);

@@ -45,6 +45,7 @@
 #include "orchestrator/control/control_server.h"
 #include "orchestrator/daemon/handoff_group.h"
 #include "orchestrator/daemon/job_manager.h"
+#include "orchestrator/daemon/worker_metrics.h"
 
 namespace tandem::daemon {
 
@@ -59,6 +60,8 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   // The keys that sign control tokens (before Start). Without keys, TCP
   // hellos are all refused.
   void SetControlKeys(control::ControlKeys keys) { keys_ = std::move(keys); }
+  // Where workers' metrics lines go (besides the log); must outlive this.
+  void SetWorkerMetrics(WorkerMetrics* metrics) { worker_metrics_ = metrics; }
 
   // Bumps the daemon epoch, re-opens the groups of live jobs (replaying their
   // journals) and starts listening on `socket` and, when `tcp_listen` is not
@@ -118,6 +121,7 @@ class HandoffService : public control::ControlServer::Delegate, public TaskObser
   std::string exit_failure_;                                       // GroupFailed during OnTaskExit
   std::string exiting_task_;                                       // the task OnTaskExit is about
   bool in_exit_ = false;
+  WorkerMetrics* worker_metrics_ = nullptr;
 };
 
 }  // namespace tandem::daemon

@@ -48,20 +48,20 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
-// A colocated job whose trainer role names the format's "actor" worker,
-// which this build's tandem-worker does not have.
-nlohmann::json RolloutWorkerSpec() {
+// A colocated job whose trainer role names a worker that no tandem-worker
+// has (this build has every worker the format knows: "actor" included).
+nlohmann::json UnknownWorkerSpec() {
   return nlohmann::json::parse(R"({"name": "rl", "roles": {
       "rollout": {"worker": "probe", "args": ["--tag", "weights=1MiB"], "gpus_per_replica": 1},
-      "trainer": {"worker": "actor", "gpus_per_replica": 1, "colocate_with": "rollout"}}})");
+      "trainer": {"worker": "critic", "gpus_per_replica": 1, "colocate_with": "rollout"}}})");
 }
 
 constexpr const char* kRefusal =
-    R"(roles.trainer.worker: this build's tandem-worker has no "actor" worker; it has "probe", "sft", "rollout", "teacher")";
+    R"(roles.trainer.worker: expected one of "actor", "rollout", "teacher", "probe", got "critic")";
 
-TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
+TEST_F(Binaries, ValidateRefusesAWorkerThereIsNot) {
   const fs::path spec = tmp_ / "rl.json";
-  std::ofstream(spec) << RolloutWorkerSpec().dump(2);
+  std::ofstream(spec) << UnknownWorkerSpec().dump(2);
   CliRun r = RunBinary(tmp_, "tandem", {"validate", spec.string()});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr(kRefusal));
@@ -70,10 +70,10 @@ TEST_F(Binaries, ValidateRefusesAWorkerThisBuildDoesNotHave) {
 TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
   DaemonProcess d(tmp_ / "state", {"--gpus", "0"});
   d.Start();
-  auto r = d.client().Request("POST", "/v1/jobs", RolloutWorkerSpec().dump());
+  auto r = d.client().Request("POST", "/v1/jobs", UnknownWorkerSpec().dump());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 400) << r->body;
-  EXPECT_THAT(r->body, HasSubstr(R"(this build's tandem-worker has no \"actor\" worker)"));
+  EXPECT_THAT(r->body, HasSubstr(R"(expected one of \"actor\", \"rollout\", \"teacher\", \"probe\", got \"critic\")"));
 }
 
 }  // namespace

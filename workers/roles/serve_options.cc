@@ -15,7 +15,7 @@ void AddServeFlags(CLI::App& s, ServeOptions& o) {
   s.add_option("--host", o.host, "listen address (loopback unless you mean otherwise)")->capture_default_str();
   s.add_option("--port", o.port, "listen port (default: the first of $TANDEM_PORTS, else any free port)");
   s.add_option("--threads", o.threads, "LibTorch intra-op threads (0: its default)");
-  s.add_option("--port-file", o.port_file, "write the bound port here once listening");
+  s.add_option("--port-file", o.port_file, "write the bound port here once listening ({rank}: $TANDEM_RANK)");
   s.add_option("--control", o.control, "tandemd's control channel, unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL)");
   s.add_option("--reconnect-window-s", o.reconnect_window_s, "reconnect to a restarted tandemd for this long")
       ->capture_default_str();

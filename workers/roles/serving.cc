@@ -93,11 +93,19 @@ StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, c
   return host;
 }
 
+std::string ExpandRank(std::string path) {
+  const char* rank = std::getenv("TANDEM_RANK");
+  for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
+    path.replace(at, 6, rank != nullptr ? rank : "0");
+  return path;
+}
+
 void WritePortFile(const ServeOptions& o, int port) {
   if (o.port_file.empty()) return;
-  const std::string tmp = o.port_file + ".tmp";
+  const std::string path = ExpandRank(o.port_file);
+  const std::string tmp = path + ".tmp";
   std::ofstream(tmp) << port << "\n";
-  if (std::rename(tmp.c_str(), o.port_file.c_str()) != 0) log::Warn("serving", "--port-file {}: rename failed", o.port_file);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) log::Warn("serving", "--port-file {}: rename failed", path);
 }
 
 Status WaitForStop(const sigset_t& stop_signals, control::RoleHost* host, const std::string& component) {

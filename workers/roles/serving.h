@@ -40,7 +40,10 @@ StatusOr<ServeStart> StartServing(const ServeOptions& o, const inference::Tagged
 StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, const std::string& default_role,
                                                         EngineParts parts);
 
-// Writes the bound port to o.port_file (when set), atomically.
+// o.port_file with every "{rank}" replaced by $TANDEM_RANK (0 when unset):
+// each replica of a role writes its own file.
+std::string ExpandRank(std::string path);
+// Writes the bound port to ExpandRank(o.port_file) (when set), atomically.
 void WritePortFile(const ServeOptions& o, int port);
 
 // Until a stop signal (Ok) or the end of the control loop (the daemon's

@@ -50,7 +50,7 @@ StatusOr<at::ScalarType> TensorType(model::DType t) {
 }
 
 // trainer.safetensors: the optimizer's moments and the generators' states.
-Status WriteTrainerTensors(const std::string& path, const train::SftTrainerState& trainer,
+Status WriteTrainerTensors(const std::string& path, const train::OptimizerState& trainer,
                            const std::map<std::string, at::Tensor>& rng) {
   std::vector<at::Tensor> host;  // alive until the file is written
   std::vector<model::TensorToWrite> tensors;
@@ -68,7 +68,7 @@ Status WriteTrainerTensors(const std::string& path, const train::SftTrainerState
 }
 
 struct TrainerTensors {
-  train::SftTrainerState trainer;
+  train::OptimizerState trainer;
   std::map<std::string, at::Tensor> rng;
 };
 
@@ -205,7 +205,7 @@ StatusOr<checkpoint::CommittedCheckpoint> SaveSftCheckpoint(checkpoint::Checkpoi
                                                 return in.write_tokenizer(dir);
                                               }),
                          "sft checkpoint");
-  const train::SftTrainerState trainer = in.trainer->State();
+  const train::OptimizerState trainer = in.trainer->optimizer().State();
   const std::map<std::string, at::Tensor> rng = train::SaveRngStates(in.model->device());
   TANDEM_RETURN_IF_ERROR(pending.AddWrittenFile(kTrainerTensors,
                                                 [&](const std::string& path) {
@@ -251,7 +251,7 @@ StatusOr<std::optional<RestoredSftCheckpoint>> RestoreLatestSftCheckpoint(const 
                           model::SafetensorsCheckpoint::Open((fs::path(out.path) / kModelDir).string()), where);
 
   TANDEM_RETURN_IF_ERROR(model::LoadWeights(model, weights), where);
-  TANDEM_RETURN_IF_ERROR(trainer.Restore(tensors.trainer), where);
+  TANDEM_RETURN_IF_ERROR(trainer.optimizer().Restore(tensors.trainer), where);
   TANDEM_RETURN_IF_ERROR(train::RestoreRngStates(tensors.rng, device), where);
   return std::optional<RestoredSftCheckpoint>(std::move(out));
 }

@@ -6,7 +6,7 @@
 //   step-<N>/model/                config.json, model.safetensors, tokenizer.json,
 //                                  tokenizer_config.json: an HF directory transformers loads
 //   step-<N>/trainer.safetensors   AdamW's moments by parameter slot
-//                                  (train::SftTrainerState) and the generators'
+//                                  (train::OptimizerState) and the generators'
 //                                  states (rng/cpu, rng/cuda:0; train/rng_state.h);
 //                                  __metadata__ {"steps": "<N>"}
 //   step-<N>/trainer_state.json    {"progress": SftProgress, "run": the run's fingerprint}

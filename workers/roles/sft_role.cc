@@ -14,10 +14,12 @@
 #include "common/bounded_json.h"
 #include "workers/data/byte_tokenizer.h"
 #include "workers/data/chat_template.h"
+#include "workers/data/prefix_dataset.h"
 #include "workers/data/problem_stream.h"
 #include "workers/data/tokenizer.h"
 #include "workers/inference/greedy.h"
 #include "workers/model/checkpoint.h"
+#include "workers/roles/json_log.h"
 #include "workers/roles/sft_checkpoint.h"
 #include "workers/roles/sft_eval.h"
 #include "workers/roles/sft_presets.h"
@@ -29,47 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// The first `n` problems of a bounded data set (the rest are held out).
-class PrefixDataset final : public data::Dataset {
- public:
-  PrefixDataset(const data::Dataset& base, size_t n) : base_(base), n_(n) {}
-  std::string_view name() const override { return base_.name(); }
-  std::optional<size_t> size() const override { return n_; }
-  StatusOr<data::Problem> Get(size_t i) const override {
-    if (i >= n_) return InvalidArgument(std::string(base_.name()) + ": problem " + std::to_string(i) + " out of range");
-    return base_.Get(i);
-  }
-  const data::Verifier& verifier() const override { return base_.verifier(); }
-
- private:
-  const data::Dataset& base_;
-  size_t n_;
-};
-
-class JsonLog {
- public:
-  static StatusOr<JsonLog> Open(const std::string& path) {
-    JsonLog log;
-    if (!path.empty()) {
-      log.file_ = std::make_shared<std::ofstream>(path, std::ios::app);
-      if (!*log.file_) return ErrnoStatus("open log " + path);
-    }
-    return log;
-  }
-  void Write(const nlohmann::json& j) const {
-    const std::string line = DumpJson(j) + "\n";
-    if (file_) {
-      *file_ << line << std::flush;
-    } else {
-      std::fwrite(line.data(), 1, line.size(), stdout);
-      std::fflush(stdout);
-    }
-  }
-
- private:
-  std::shared_ptr<std::ofstream> file_;
-};
 
 Status CheckOptions(const SftOptions& o) {
   if (o.out_dir.empty()) return InvalidArgument("sft: --out is required");
@@ -194,10 +155,10 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
       [&tok, &format](const data::Problem& p) { return train::PromptTokenCount(*tok, format, p); },
       static_cast<size_t>(o.max_prompt_tokens)};
   TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(o, *train, limit));
-  std::unique_ptr<PrefixDataset> prefix;
+  std::unique_ptr<data::PrefixDataset> prefix;
   const data::Dataset* train_view = train.get();
   if (held.train_size && *held.train_size != *train->size()) {
-    prefix = std::make_unique<PrefixDataset>(*train, *held.train_size);
+    prefix = std::make_unique<data::PrefixDataset>(*train, *held.train_size);
     train_view = prefix.get();
   }
   TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(*train_view, o.seed, limit), "sft");
@@ -220,8 +181,8 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
 
   train::SftTrainerOptions topts;
   topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
-  topts.weight_decay = o.weight_decay;
-  topts.max_grad_norm = o.max_grad_norm;
+  topts.adamw.weight_decay = o.weight_decay;
+  topts.adamw.max_grad_norm = o.max_grad_norm;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
 
   SftResult result;

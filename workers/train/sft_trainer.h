@@ -12,13 +12,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "workers/model/transformer.h"
+#include "workers/train/adamw.h"
 #include "workers/train/lr_schedule.h"
 #include "workers/train/sft_example.h"
 
@@ -26,9 +25,7 @@ namespace tandem::train {
 
 struct SftTrainerOptions {
   WarmupCosine schedule;
-  double weight_decay = 0.1;
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double max_grad_norm = 1.0;  // 0: no clipping
+  AdamWOptions adamw;
 };
 
 struct SftStepStats {
@@ -38,18 +35,6 @@ struct SftStepStats {
   int64_t packed_tokens = 0;     // tokens after packing shared prefixes
   double lr = 0;
   double grad_norm = 0;          // before clipping
-};
-
-// What a checkpoint needs of a trainer besides the model's parameters
-// (docs/weights.md "Checkpoints"): the step count and AdamW's moments by
-// parameter slot (model::ParameterSet::Slot::name), "exp_avg/<slot>" and
-// "exp_avg_sq/<slot>", each of its slot's shape and dtype. No tensors before
-// the first step (AdamW makes its state lazily). A trainer over parameters
-// equal to the saved ones that restores this state continues the run bit
-// for bit: same losses, same updates.
-struct SftTrainerState {
-  int64_t steps = 0;  // optimizer steps taken: the schedule's step and AdamW's bias-correction step
-  std::map<std::string, at::Tensor> tensors;
 };
 
 class SftTrainer {
@@ -62,24 +47,18 @@ class SftTrainer {
   StatusOr<SftStepStats> Step(const std::vector<SftExample>& examples, double progress);
   // The same loss without gradients or an update (held-out loss).
   StatusOr<double> Loss(const std::vector<SftExample>& examples) const;
-  int64_t steps() const { return steps_; }
-
-  // The state above; the tensors alias the optimizer's (copy before the next Step).
-  SftTrainerState State() const;
-  // Replaces the optimizer's state by copies of `state`'s. Every slot must
-  // have both moments with its slot's shape (dtype converted), or the map
-  // must be empty with steps 0; nothing is changed when one is wrong
-  // (InvalidArgument naming the tensor).
-  Status Restore(const SftTrainerState& state);
+  int64_t steps() const { return opt_->steps(); }
+  // The optimizer, for checkpoints (AdamW::State / Restore; its step count
+  // is the schedule's step).
+  AdamW& optimizer() { return *opt_; }
+  const AdamW& optimizer() const { return *opt_; }
 
  private:
-  struct Optimizer;
-  SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<Optimizer> opt);
+  SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<AdamW> opt);
 
   model::Transformer& model_;
   SftTrainerOptions options_;
-  std::unique_ptr<Optimizer> opt_;
-  int64_t steps_ = 0;
+  std::unique_ptr<AdamW> opt_;
 };
 
 }  // namespace tandem::train

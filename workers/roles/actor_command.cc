@@ -1,0 +1,88 @@
+// Flags and run of `tandem-worker actor` (actor_command.h).
+#include "workers/roles/actor_command.h"
+
+#include <iostream>
+#include <tuple>
+
+#include "common/bounded_json.h"
+#include "common/log.h"
+#if TANDEM_WORKER_WITH_SFT
+#include "workers/roles/actor_role.h"
+#endif
+
+namespace tandem::roles {
+
+void ActorCommand::Register(CLI::App& app, const std::string& summary) {
+  sub_ = app.add_subcommand("actor", summary);
+  CLI::App* s = sub_;
+  s->add_option("--model", o_.model_dir, "the Hugging Face directory to train (its tokenizer too)")->required();
+  s->add_option("--dataset", o_.dataset, "data set: synthetic-arith, gsm8k, dapo-math")->capture_default_str();
+  s->add_option("--dataset-options", dataset_options_, "the data set's options, a JSON object (docs/model.md)");
+  s->add_option("--eval-options", eval_options_, "options of the held-out set (default: seed+1, or the last --eval-problems)");
+  s->add_option("--eval-problems", o_.eval_problems, "held-out problems evaluated")->capture_default_str();
+  s->add_option("--eval-every", o_.eval_every, "steps between held-out evals (0: before and after only)")->capture_default_str();
+  s->add_option("--algorithm", algorithm_, "grpo, dr_grpo, dapo, or {\"name\": ..., \"options\": {...}} (docs/rl.md)");
+  s->add_option("--steps", o_.steps, "training steps")->capture_default_str();
+  s->add_option("--prompts-per-step", o_.prompts_per_step, "prompts per step")->capture_default_str();
+  s->add_option("--group-size", o_.group_size, "samples per prompt")->capture_default_str();
+  s->add_option("--max-new-tokens", o_.max_new_tokens, "response tokens at most")->capture_default_str();
+  s->add_option("--temperature", o_.temperature, "sampling temperature")->capture_default_str();
+  s->add_option("--max-prompt-tokens", o_.max_prompt_tokens, "drop longer prompts (after the chat template)")->capture_default_str();
+  s->add_option("--lr", o_.lr, "peak learning rate")->capture_default_str();
+  s->add_option("--warmup-steps", o_.warmup_steps, "linear warmup steps")->capture_default_str();
+  s->add_option("--final-lr-ratio", o_.final_lr_ratio, "lr at the end, as a fraction of the peak")->capture_default_str();
+  s->add_option("--weight-decay", o_.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  s->add_option("--max-grad-norm", o_.max_grad_norm, "clip the gradient's global norm (0: off)")->capture_default_str();
+  s->add_option("--micro-batch-tokens", o_.micro_batch_tokens, "compact tokens per micro-batch (0: one per step)");
+  s->add_flag("--no-tree-packing", no_tree_packing_, "pack every sequence whole (same losses; for comparison)");
+  s->add_option("--rollouts", o_.rollouts, "rollout replicas")->capture_default_str();
+  s->add_option("--rollout-port-file", o_.rollout_port_file, "where replica {rank} wrote its port")->capture_default_str();
+  s->add_option("--rollout-host", o_.rollout_host, "the rollouts' host")->capture_default_str();
+  s->add_option("--request-timeout", o_.request_timeout_s, "seconds for one /generate")->capture_default_str();
+  s->add_option("--phase-timeout", o_.phase_timeout_s, "seconds for a phase, or for the rollouts' port files")->capture_default_str();
+  s->add_option("--control", o_.control, "tandemd's control endpoint (default: $TANDEM_CONTROL)");
+  s->add_option("--metrics", o_.metrics_path, "JSON lines per step (default: $TANDEM_RUN_DIR/metrics.jsonl)");
+  s->add_option("--out", o_.out_dir, "write the trained model here at the end (HF directory)");
+  s->add_option("--seed", o_.seed, "sampling seed")->capture_default_str();
+  s->add_option("--threads", o_.threads, "LibTorch intra-op threads (0: its default)");
+}
+
+int ActorCommand::Run() {
+  for (auto [text, out, flag] : {std::tuple{&dataset_options_, &o_.dataset_options, "--dataset-options"},
+                                 std::tuple{&eval_options_, &o_.eval_options, "--eval-options"}}) {
+    if (text->empty()) continue;
+    StatusOr<nlohmann::json> j = ParseJsonBounded(*text);
+    if (!j.ok()) {
+      std::cerr << "tandem-worker actor: " << flag << ": " << j.status().message() << "\n";
+      return 2;
+    }
+    *out = *j;
+  }
+  if (!algorithm_.empty()) {
+    // A bare name, or a JSON object.
+    if (algorithm_.front() == '{') {
+      StatusOr<nlohmann::json> j = ParseJsonBounded(algorithm_);
+      if (!j.ok()) {
+        std::cerr << "tandem-worker actor: --algorithm: " << j.status().message() << "\n";
+        return 2;
+      }
+      o_.algorithm = *j;
+    } else {
+      o_.algorithm = algorithm_;
+    }
+  }
+  o_.tree_packing = !no_tree_packing_;
+#if TANDEM_WORKER_WITH_SFT
+  StatusOr<ActorResult> r = RunActor(o_);
+  if (!r.ok()) {
+    tandem::log::Error("actor", "{}", r.status().ToString());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+#else
+  std::cerr << "tandem-worker actor: this build has no LibTorch model (TANDEM_WITH_TORCH)\n";
+  return 1;
+#endif
+}
+
+}  // namespace tandem::roles

@@ -1,0 +1,50 @@
+// The options of `tandem-worker actor` (docs/rl.md "The actor"), without
+// LibTorch so that the command line parses in any build.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::roles {
+
+struct ActorOptions {
+  std::string model_dir;             // required: the HF directory to start from (its tokenizer too)
+  std::string dataset = "synthetic-arith";
+  nlohmann::json dataset_options;    // null: the data set's defaults
+  nlohmann::json eval_options;       // held-out set; null: seed + 1 (unbounded) or the last eval_problems (bounded)
+  int64_t eval_problems = 64;
+  int64_t eval_every = 0;            // steps between held-out evals; 0: before and after only
+
+  nlohmann::json algorithm = "grpo"; // a name or {"name", "options"} (workers/rl/algorithm_registry.h)
+  int64_t steps = 10;
+  int64_t prompts_per_step = 8;
+  int64_t group_size = 8;            // samples per prompt
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;
+  int64_t max_prompt_tokens = 256;
+  double lr = 1e-5;
+  int64_t warmup_steps = 0;
+  double final_lr_ratio = 1.0;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;
+  int64_t micro_batch_tokens = 0;    // 0: one micro-batch per step
+  bool tree_packing = true;
+
+  // The rollouts: `rollouts` replicas whose ports are in rollout_port_file
+  // ("{rank}" replaced by 0..rollouts-1; relative to the working directory).
+  int64_t rollouts = 1;
+  std::string rollout_port_file = "rollout.{rank}.port";
+  std::string rollout_host = "127.0.0.1";
+  double request_timeout_s = 600;
+  double phase_timeout_s = 600;
+
+  std::string control;               // default $TANDEM_CONTROL (required: the daemon drives the weights)
+  std::string metrics_path;          // default $TANDEM_RUN_DIR/metrics.jsonl, else ./metrics.jsonl
+  std::string out_dir;               // optional: the final model as an HF directory
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+}  // namespace tandem::roles

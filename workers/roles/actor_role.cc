@@ -1,0 +1,360 @@
+// The actor: GRPO steps driven as the job's controller (actor_role.h).
+#include "workers/roles/actor_role.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "common/log.h"
+#include "workers/data/chat_template.h"
+#include "workers/data/prefix_dataset.h"
+#include "workers/data/problem_stream.h"
+#include "workers/data/tokenizer.h"
+#include "workers/model/checkpoint.h"
+#include "workers/rl/algorithm_registry.h"
+#include "workers/roles/json_log.h"
+#include "workers/roles/rollout_client.h"
+#include "workers/roles/sft_role.h"
+#include "workers/runtime/control_client.h"
+#include "workers/train/grpo_trainer.h"
+#include "workers/train/sft_example.h"
+#include "workers/weights/file_transport.h"
+#include "workers/weights/shm_transport.h"
+
+namespace tandem::roles {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+Status CheckOptions(const ActorOptions& o) {
+  if (o.model_dir.empty()) return InvalidArgument("actor: --model is required");
+  if (o.steps < 0 || o.prompts_per_step < 1 || o.group_size < 1 || o.max_new_tokens < 1 || o.rollouts < 1)
+    return InvalidArgument("actor: --steps must be >= 0; --prompts-per-step, --group-size, --max-new-tokens and --rollouts > 0");
+  if (!(o.temperature >= 0) || !(o.lr > 0) || o.eval_every < 0 || o.eval_problems < 0 || o.micro_batch_tokens < 0)
+    return InvalidArgument("actor: --temperature >= 0, --lr > 0, --eval-every, --eval-problems and --micro-batch-tokens >= 0");
+  if (!(o.request_timeout_s > 0) || !(o.phase_timeout_s > 0))
+    return InvalidArgument("actor: timeouts must be positive");
+  return Status::Ok();
+}
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// Waits for every rollout's port file (the rollouts write them once listening).
+StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o) {
+  std::vector<RolloutEndpoint> out;
+  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  for (int64_t r = 0; r < o.rollouts; ++r) {
+    std::string path = o.rollout_port_file;
+    for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
+      path.replace(at, 6, std::to_string(r));
+    for (;;) {
+      std::ifstream f(path);
+      long port = 0;
+      if (f >> port) {
+        if (port < 1 || port > 65535) return InvalidArgument("actor: " + path + " holds no port");
+        out.push_back({o.rollout_host, static_cast<int>(port)});
+        break;
+      }
+      if (Clock::now() > deadline)
+        return DeadlineExceeded("actor: no rollout port file " + path + " within " + std::to_string(o.phase_timeout_s) + " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return out;
+}
+
+// The prompts spread over the rollouts in contiguous chunks, generated in
+// parallel; the samples prompt-major.
+StatusOr<std::vector<RolloutSample>> GenerateOnAll(const std::vector<RolloutEndpoint>& rollouts,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const GenerateCall& shape, std::chrono::milliseconds timeout) {
+  const size_t r = std::min(rollouts.size(), prompts.size());
+  std::vector<std::future<StatusOr<std::vector<RolloutSample>>>> calls;
+  size_t begin = 0;
+  for (size_t i = 0; i < r; ++i) {
+    const size_t end = begin + (prompts.size() - begin) / (r - i);
+    GenerateCall call = shape;
+    call.prompts.assign(prompts.begin() + static_cast<std::ptrdiff_t>(begin),
+                        prompts.begin() + static_cast<std::ptrdiff_t>(end));
+    calls.push_back(std::async(std::launch::async, [&rollouts, i, call, timeout] {
+      return Generate(rollouts[i], call, timeout);
+    }));
+    begin = end;
+  }
+  std::vector<RolloutSample> out;
+  Status first_error;
+  for (auto& c : calls) {
+    StatusOr<std::vector<RolloutSample>> part = c.get();
+    if (!part.ok()) {
+      if (first_error.ok()) first_error = part.status();
+      continue;
+    }
+    for (RolloutSample& s : *part) out.push_back(std::move(s));
+  }
+  if (!first_error.ok()) return first_error;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<ActorResult> RunActor(const ActorOptions& o) {
+  TANDEM_RETURN_IF_ERROR(CheckOptions(o));
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  at::manual_seed(o.seed);
+  std::string control_text = o.control.empty() ? Env("TANDEM_CONTROL") : o.control;
+  if (control_text.empty())
+    return InvalidArgument("actor: needs tandemd, which runs the handoff and tells the rollouts to load each version "
+                           "(--control or $TANDEM_CONTROL; run the job with `tandem run`)");
+  TANDEM_ASSIGN_OR_RETURN(const control::Endpoint endpoint, control::ParseEndpoint(control_text), "actor: --control");
+
+  // Tokenizer, chat format, data.
+  TANDEM_ASSIGN_OR_RETURN(const data::Tokenizer tok, data::Tokenizer::FromDirectory(o.model_dir), "actor: --model tokenizer");
+  TANDEM_ASSIGN_OR_RETURN(const data::ChatFormat format, data::ChatFormatFor(tok), "actor: chat format");
+  std::optional<data::TokenId> end = tok.special_tokens().eos;
+  if (!end && format.kind == data::ChatFormat::Kind::kChatMl) end = tok.TokenToId("<|im_end|>");
+  if (!end) return FailedPrecondition("actor: the tokenizer names no eos token (tokenizer_config.json eos_token)");
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> train, data::OpenDataset(o.dataset, o.dataset_options), "actor");
+  const data::PromptLengthLimit limit{[&tok, &format](const data::Problem& p) { return train::PromptTokenCount(tok, format, p); },
+                                      static_cast<size_t>(o.max_prompt_tokens)};
+  SftOptions held_spec;  // the held-out rule is sft's (SftHeldOutProblems)
+  held_spec.dataset = o.dataset;
+  held_spec.dataset_options = o.dataset_options;
+  held_spec.eval_options = o.eval_options;
+  held_spec.eval_problems = o.eval_problems;
+  TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(held_spec, *train, limit), "actor");
+  std::unique_ptr<data::PrefixDataset> prefix;
+  const data::Dataset* train_view = train.get();
+  if (held.train_size && *held.train_size != *train->size()) {
+    prefix = std::make_unique<data::PrefixDataset>(*train, *held.train_size);
+    train_view = prefix.get();
+  }
+  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(*train_view, o.seed, limit), "actor");
+  auto prompt_ids = [&](const data::Problem& p) -> StatusOr<std::vector<int32_t>> {
+    TANDEM_ASSIGN_OR_RETURN(data::EncodedChat chat, data::EncodeChat(tok, format, p.prompt, true), "problem " + p.id);
+    return std::vector<int32_t>(chat.ids.begin(), chat.ids.end());
+  };
+
+  // Model, algorithm, trainer, publishers.
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Transformer> net,
+                          model::LoadPretrained(o.model_dir, at::Device(at::kCPU), at::kFloat), "actor: --model");
+  const rl::AlgorithmRegistry registry = rl::AlgorithmRegistry::WithBuiltins();
+  TANDEM_ASSIGN_OR_RETURN(rl::Algorithm algorithm, registry.Resolve(o.algorithm), "actor: --algorithm");
+  TANDEM_ASSIGN_OR_RETURN(algorithm.config, rl::WithJobLimits(algorithm.config, o.max_new_tokens), "actor: --algorithm");
+  std::unique_ptr<model::Transformer> reference;  // the starting model, for the KL term
+  if (algorithm.config.loss.kl_coef > 0) {
+    TANDEM_ASSIGN_OR_RETURN(reference, model::LoadPretrained(o.model_dir, at::Device(at::kCPU), at::kFloat),
+                            "actor: the reference model");
+  }
+  train::GrpoTrainerOptions topts;
+  topts.algorithm = algorithm;
+  topts.reference = reference.get();
+  topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
+  topts.adamw.weight_decay = o.weight_decay;
+  topts.adamw.max_grad_norm = o.max_grad_norm;
+  topts.micro_batch_tokens = o.micro_batch_tokens;
+  topts.tree_packing = o.tree_packing;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GrpoTrainer> trainer, train::GrpoTrainer::Create(*net, topts), "actor");
+  control::Hello hello = control::HelloFromEnvironment();
+  if (hello.role.empty()) hello.role = "actor";
+  weights::ShmPublisher shm({hello.job_id.empty() ? "local" : hello.job_id,
+                             hello.task_id.empty() ? "actor" : hello.task_id, static_cast<uint32_t>(o.rollouts)});
+
+  const std::string run_dir = Env("TANDEM_RUN_DIR");
+  const std::string metrics_path =
+      !o.metrics_path.empty() ? o.metrics_path : (run_dir.empty() ? "metrics.jsonl" : run_dir + "/metrics.jsonl");
+  TANDEM_ASSIGN_OR_RETURN(const JsonLog metrics, JsonLog::Open(metrics_path), "actor: metrics");
+
+  // The control channel: publish_weights is ours to answer.
+  control::ControlClient::Options co;
+  co.endpoint = endpoint;
+  co.hello = hello;
+  control::ControlClient client(co);
+  auto ack = [](const control::Command&) -> StatusOr<json> { return json::object(); };
+  client.On("pause", ack);
+  client.On("continue", ack);
+  for (const char* type : {"release", "resume"}) {
+    client.On(type, [](const control::Command& c) -> StatusOr<json> {
+      TANDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tags, c.Tags());
+      if (!tags.empty()) return NotFound("the actor holds no tagged memory yet (tag " + tags.front() + ")");
+      return json::object();
+    });
+  }
+  client.On("load_weights", [](const control::Command&) -> StatusOr<json> {
+    return FailedPrecondition("the actor publishes weights; it does not load them");
+  });
+  client.On("publish_weights", [&](const control::Command& c) -> StatusOr<json> {
+    TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
+    const Clock::time_point t0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(const std::string source, shm.Publish(version, net->parameters()), "publish_weights shm");
+    json detail = {{"version", version}, {"source", source}, {"shm_seconds", Seconds(t0)}};
+    if (c.body.contains("durable") && c.body["durable"].is_string()) {
+      const std::string durable = c.body["durable"].get<std::string>();
+      if (durable.rfind("file:", 0) != 0) return InvalidArgument("publish_weights.durable: expected file:DIR, got " + durable);
+      const fs::path dir = fs::path(durable.substr(5));
+      if (dir.filename() != "v" + std::to_string(version))
+        return InvalidArgument("publish_weights.durable: expected a directory named v" + std::to_string(version));
+      weights::FilePublisher file({dir.parent_path().string(), net->config()});
+      TANDEM_ASSIGN_OR_RETURN(const std::string durable_source, file.Publish(version, net->parameters()),
+                              "publish_weights durable");
+      detail["durable"] = durable_source;
+    }
+    detail["seconds"] = Seconds(t0);
+    return detail;
+  });
+  TANDEM_RETURN_IF_ERROR(client.Connect(), "actor: tandemd");
+  const auto phase_timeout = Millis(o.phase_timeout_s);
+  auto phase = [&](const std::string& name, std::optional<int64_t> version) -> Status {
+    return client.RequestPhase(name, version, phase_timeout);
+  };
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutEndpoint> rollouts, WaitForRollouts(o));
+  const auto request_timeout = Millis(o.request_timeout_s);
+
+  // Held-out accuracy through the rollouts (greedy); call in a rollout phase.
+  std::vector<std::vector<int32_t>> eval_prompts;
+  for (const data::Problem& p : held.problems) {
+    TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
+    eval_prompts.push_back(std::move(ids));
+  }
+  auto evaluate = [&]() -> StatusOr<double> {
+    if (eval_prompts.empty()) return 0.0;
+    GenerateCall call;
+    call.n = 1;
+    call.temperature = 0;
+    call.max_new_tokens = o.max_new_tokens;
+    call.stop_token_ids = {*end};
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
+                            GenerateOnAll(rollouts, eval_prompts, call, request_timeout), "actor eval");
+    int64_t correct = 0;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      TANDEM_ASSIGN_OR_RETURN(const std::string text, tok.Decode(samples[i].output_ids, {.skip_special_tokens = true}));
+      correct += train->verifier().Verify(text, held.problems[i].answer).reward >= 1.0;
+    }
+    return static_cast<double>(correct) / static_cast<double>(samples.size());
+  };
+
+  ActorResult result;
+  TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor");
+  TANDEM_ASSIGN_OR_RETURN(result.accuracy_before, evaluate());
+  metrics.Write({{"step", 0}, {"eval/accuracy", result.accuracy_before}});
+  log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", result.accuracy_before, held.problems.size());
+
+  for (int64_t step = 1; step <= o.steps; ++step) {
+    const Clock::time_point t_step = Clock::now();
+    // Prompts.
+    std::vector<data::Problem> problems;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < o.prompts_per_step; ++i) {
+      TANDEM_ASSIGN_OR_RETURN(data::Problem p, stream.Next(), "actor");
+      TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
+      prompts.push_back(std::move(ids));
+      problems.push_back(std::move(p));
+    }
+    // ROLLOUT.
+    Clock::time_point t0 = Clock::now();
+    if (step > 1) TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor step " + std::to_string(step));
+    GenerateCall call;
+    call.n = o.group_size;
+    call.temperature = o.temperature;
+    call.max_new_tokens = o.max_new_tokens;
+    call.stop_token_ids = {*end};
+    call.seed = static_cast<int64_t>((o.seed * 1000003 + static_cast<uint64_t>(step)) & 0x7fffffff);
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples, GenerateOnAll(rollouts, prompts, call, request_timeout),
+                            "actor step " + std::to_string(step));
+    std::vector<train::Trajectory> trajectories;
+    int64_t rewarded = 0, response_tokens = 0, oldest = -1;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const size_t p = i / static_cast<size_t>(o.group_size);
+      train::Trajectory t;
+      t.prompt = prompts[p];
+      t.response = samples[i].output_ids;
+      t.old_logprobs = samples[i].logprobs;
+      t.group = static_cast<int64_t>(p);
+      StatusOr<std::string> text = tok.Decode(samples[i].output_ids, {.skip_special_tokens = true});
+      t.reward = text.ok() ? train->verifier().Verify(*text, problems[p].answer).reward : 0.0;
+      rewarded += t.reward >= 1.0;
+      response_tokens += static_cast<int64_t>(t.response.size());
+      if (samples[i].weight_version >= 0 && (oldest < 0 || samples[i].weight_version < oldest)) oldest = samples[i].weight_version;
+      trajectories.push_back(std::move(t));
+    }
+    const double rollout_s = Seconds(t0);
+    // TRAIN.
+    t0 = Clock::now();
+    TANDEM_RETURN_IF_ERROR(phase("train", std::nullopt), "actor step " + std::to_string(step));
+    const double progress = o.steps > 0 ? static_cast<double>(step - 1) / static_cast<double>(o.steps) : 0.0;
+    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, trainer->Step(trajectories, progress), "actor");
+    for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", step, why);
+    const double train_s = Seconds(t0);
+    // SYNC(v).
+    t0 = Clock::now();
+    TANDEM_RETURN_IF_ERROR(phase("sync", step), "actor step " + std::to_string(step));
+    const double sync_s = Seconds(t0);
+
+    json m = {{"step", step},
+              {"reward/mean", st.reward_mean},
+              {"reward/std", st.reward_std},
+              {"accuracy", samples.empty() ? 0.0 : static_cast<double>(rewarded) / static_cast<double>(samples.size())},
+              {"response_length/mean", samples.empty() ? 0.0 : static_cast<double>(response_tokens) / samples.size()},
+              {"grad_norm", st.grad_norm},
+              {"lr", st.lr},
+              {"updated", st.updated},
+              {"groups/all_equal", st.groups_all_equal},
+              {"dropped", st.dropped.size()},
+              {"tokens/packed", st.packed_tokens},
+              {"tokens/sequence", st.sequence_tokens},
+              {"tokens_per_s", train_s > 0 ? static_cast<double>(st.sequence_tokens) / train_s : 0.0},
+              {"micro_batches", st.micro_batches},
+              {"weight_version/min", oldest},
+              {"seconds/rollout", rollout_s},
+              {"seconds/train", train_s},
+              {"seconds/sync", sync_s}};
+    for (const auto& [k, v] : st.loss) m["loss/" + k] = v;
+    if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
+      TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor eval");
+      TANDEM_ASSIGN_OR_RETURN(const double acc, evaluate());
+      m["eval/accuracy"] = acc;
+    }
+    m["seconds/step"] = Seconds(t_step);
+    if (step == 1) result.reward_first = st.reward_mean;
+    result.reward_last = st.reward_mean;
+    result.steps = step;
+    metrics.Write(m);
+    (void)client.SendMetrics(m, step);
+    log::Info("actor", "step {} reward={:.3f} accuracy={:.3f} grad_norm={:.3f} rollout={:.1f}s train={:.1f}s sync={:.2f}s",
+              step, st.reward_mean, m["accuracy"].get<double>(), st.grad_norm, rollout_s, train_s, sync_s);
+  }
+
+  TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor final eval");
+  TANDEM_ASSIGN_OR_RETURN(result.accuracy_after, evaluate());
+  metrics.Write({{"step", result.steps}, {"eval/accuracy", result.accuracy_after}, {"final", true}});
+  log::Info("actor", "done: {} steps, held-out accuracy {:.3f} -> {:.3f}, reward {:.3f} -> {:.3f}", result.steps,
+            result.accuracy_before, result.accuracy_after, result.reward_first, result.reward_last);
+  if (!o.out_dir.empty()) {
+    TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "actor: --out");
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      std::error_code ec;
+      fs::copy_file(fs::path(o.model_dir) / f, fs::path(o.out_dir) / f, fs::copy_options::overwrite_existing, ec);
+    }
+  }
+  shm.ReleaseAll();
+  return result;
+}
+
+}  // namespace tandem::roles

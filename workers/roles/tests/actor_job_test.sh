@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# examples/grpo.json under `tandem run` on the embedded local backend, CPU:
+# an actor driving two colocated rollouts through four GRPO steps on a model
+# of two sft steps (its text is noise; the checks are on the job's
+# mechanics, not on learning):
+#   - the job ends by itself, exit 0, every task exit 0 (the rollouts on
+#     the shutdown the daemon sends once the controller succeeded);
+#   - metrics.jsonl has steps 1..4 with the documented keys, eval/accuracy
+#     before, at step 2 and at the end;
+#   - every SYNC(v) published v and both rollouts loaded it, from the
+#     segment the actor's ack named (handoff.jsonl);
+#   - from step 2 on, samples come from the version of the step before
+#     (weight_version/min = step - 1);
+#   - --out wrote a model directory that loads (config.json, weights);
+#   - tandem run printed a progress line per step (the actor's metrics).
+# Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
+set -euo pipefail
+BIN=${TANDEM_BIN_DIR:?}
+SRC=${TANDEM_SOURCE_DIR:?}
+work=$(mktemp -d "${TMPDIR:-/tmp}/actor-job-XXXXXX")
+state=$(mktemp -d "${TMPDIR:-/tmp}/tandem-actor-XXXXXX")
+run_pid=
+cleanup() {
+  if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi
+  rm -rf "$work" "$state"
+}
+trap cleanup EXIT
+fail() {
+  echo "[actor-job] FAIL: $*" >&2
+  for f in "$work"/runs/grpo.err "$work"/runs/grpo/tasks/*.err; do
+    [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
+  done
+  exit 1
+}
+cd "$work"
+mkdir -p runs
+"$BIN/tandem-worker" sft --preset tiny --max-steps 2 --eval-problems 2 --eval-max-new-tokens 4 --threads 1 \
+  --out runs/grpo-model --log runs/grpo-model.log >/dev/null || fail "sft (the base model)"
+
+"$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/grpo.out 2>runs/grpo.err &
+run_pid=$!
+rc=0
+timeout 240 tail --pid="$run_pid" -f /dev/null || fail "the job did not end in 240 s"
+wait "$run_pid" || rc=$?
+run_pid=
+((rc == 0)) || fail "tandem run exited $rc"
+run=runs/grpo
+for t in actor.0 rollout.0 rollout.1; do
+  jq -e '.exit_code == 0 and .signal == 0' "$run/tasks/$t.exit" >/dev/null || fail "$t: $(cat "$run/tasks/$t.exit")"
+done
+
+m=$run/metrics.jsonl
+[[ -s $m ]] || fail "no $m"
+steps=$(jq -s -c '[.[] | select(.["reward/mean"] != null) | .step]' "$m")
+[[ $steps == "[1,2,3,4]" ]] || fail "metrics.jsonl steps $steps, expected [1,2,3,4]"
+for key in reward/mean reward/std accuracy response_length/mean grad_norm lr tokens_per_s seconds/rollout \
+           seconds/train seconds/sync seconds/step loss/pg_loss weight_version/min; do
+  jq -e -s --arg k "$key" 'map(select(.["reward/mean"] != null)) | all(has($k))' "$m" >/dev/null ||
+    fail "a step line lacks $key: $(head -2 "$m" | tail -1)"
+done
+evals=$(jq -s -c '[.[] | select(has("eval/accuracy")) | .step]' "$m")
+[[ $evals == "[0,2,4]" ]] || fail "eval/accuracy at steps $evals, expected [0,2,4]"
+versions=$(jq -s -c '[.[] | select(.["reward/mean"] != null) | .["weight_version/min"]]' "$m")
+[[ $versions == "[0,1,2,3]" ]] || fail "weight_version/min per step $versions, expected [0,1,2,3]"
+
+h=$run/handoff.jsonl
+for v in 1 2 3 4; do
+  jq -e -s --argjson v "$v" 'any(.command == "publish_weights" and .version == $v and .outcome == "ok")' "$h" \
+    >/dev/null || fail "no publish_weights v$v in handoff.jsonl"
+  n=$(jq -s --argjson v "$v" '[.[] | select(.command == "load_weights" and .version == $v and .outcome == "ok")
+       | .rank] | unique | length' "$h")
+  ((n == 2)) || fail "load_weights v$v reached $n of 2 rollouts"
+done
+grep -q "loaded weights version 4 from shm:" "$run"/tasks/rollout.0.err ||
+  fail "rollout 0 did not load from the actor's shm segment"
+[[ -f $run/model/config.json && -f $run/model/model.safetensors && -f $run/model/tokenizer.json ]] ||
+  fail "--out model: $(ls "$run/model" 2>&1)"
+"$BIN/tandem-worker" sft --init "$run/model" --out runs/reload --max-steps 1 --eval-problems 2 --eval-max-new-tokens 2 \
+  --threads 1 --log runs/reload.log >/dev/null || fail "the actor's --out model does not load"
+grep -q '^\[run\] actor/0 step 4: reward/mean ' runs/grpo.err ||
+  fail "tandem run printed no progress line for step 4"
+grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/grpo.err
+echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts"

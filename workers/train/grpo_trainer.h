@@ -1,0 +1,96 @@
+// The actor's training step on trajectories (docs/rl.md "The actor's
+// step"; issue #16 items 1-3): group advantages, tree-packed micro-batches,
+// the registered algorithm's policy loss, one optimizer update.
+//
+// Step(trajectories, progress):
+//   1. Each trajectory is checked (tokens in [0, vocab), a non-empty
+//      response, one finite old log-prob per response token, a finite
+//      reward); a bad one is dropped with its reason (GrpoStepStats::dropped),
+//      never a crash; its group goes on without it.
+//   2. Rewards are shaped (overlong, when the algorithm says), advantages
+//      computed per group (rl/advantages.h); with dynamic sampling, groups
+//      whose rewards are all equal are dropped (their advantages are zero).
+//   3. The groups are planned into micro-batches of at most
+//      micro_batch_tokens compact tokens (data/microbatch_planner.h: a
+//      group's trie is one item, split at forks when it is larger); each
+//      micro-batch is one forest (shared prompts stored once; with
+//      tree_packing off every sequence is whole, same losses) whose
+//      response tokens are scored by the chunked LM-head op, and its loss is
+//      the algorithm's (rl/algorithm_registry.h) with the whole batch's token
+//      and sequence counts as normalisers, so the micro-batches' gradients
+//      sum to the batch's. With the algorithm's kl_coef > 0 the reference
+//      model scores the same forest (no gradient) for the KL term.
+//   4. One AdamW update (adamw.h) at the schedule's rate.
+// A batch with nothing left to train on (every group dropped) makes no
+// update and says so (stats.updated false). Errors: Status values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "workers/model/transformer.h"
+#include "workers/rl/algorithm_registry.h"
+#include "workers/train/adamw.h"
+#include "workers/train/lr_schedule.h"
+
+namespace tandem::train {
+
+struct Trajectory {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> response;    // >= 1 token
+  std::vector<float> old_logprobs;  // the behaviour policy's log-prob of each response token
+  double reward = 0;
+  int64_t group = 0;                // a prompt's samples share it and are contiguous
+};
+
+struct GrpoTrainerOptions {
+  rl::Algorithm algorithm;          // rl::AlgorithmRegistry::Resolve, with WithJobLimits applied
+  WarmupCosine schedule;
+  AdamWOptions adamw;
+  int64_t micro_batch_tokens = 0;   // 0: the whole batch in one micro-batch
+  bool tree_packing = true;
+  // The frozen reference policy of the KL term (the starting model, as in
+  // verl's ref worker); required when algorithm.config.loss.kl_coef > 0,
+  // same config as the trained model; must outlive the trainer.
+  const model::Transformer* reference = nullptr;
+};
+
+struct GrpoStepStats {
+  bool updated = false;
+  int64_t trajectories = 0;         // trained on
+  int64_t groups = 0;               // trained on
+  int64_t groups_all_equal = 0;     // groups whose rewards were all equal
+  std::vector<std::string> dropped; // why each dropped trajectory was
+  int64_t response_tokens = 0;
+  int64_t sequence_tokens = 0;      // prompts + responses, unpacked
+  int64_t packed_tokens = 0;        // what the forests computed
+  int64_t micro_batches = 0;
+  double reward_mean = 0, reward_std = 0;  // over every valid trajectory, shaped
+  double lr = 0, grad_norm = 0;
+  std::map<std::string, double> loss;      // the policy loss's metrics (rl::PolicyLossMetrics::ToHost), token-weighted
+};
+
+class GrpoTrainer {
+ public:
+  // `model` must outlive the trainer.
+  static StatusOr<std::unique_ptr<GrpoTrainer>> Create(model::Transformer& model, const GrpoTrainerOptions& options);
+  ~GrpoTrainer();
+
+  StatusOr<GrpoStepStats> Step(const std::vector<Trajectory>& trajectories, double progress);
+  int64_t steps() const { return opt_->steps(); }
+  AdamW& optimizer() { return *opt_; }
+  const AdamW& optimizer() const { return *opt_; }
+
+ private:
+  GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<AdamW> opt);
+
+  model::Transformer& model_;
+  GrpoTrainerOptions options_;
+  std::unique_ptr<AdamW> opt_;
+};
+
+}  // namespace tandem::train

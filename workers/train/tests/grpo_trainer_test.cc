@@ -1,0 +1,193 @@
+// The actor's step (grpo_trainer.h) on a tiny random model: tree packing on
+// or off and any micro-batch cap give the same loss and the same update;
+// bad trajectories are dropped with their reason; rewarded responses gain
+// probability step after step.
+#include "workers/train/grpo_trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "workers/model/model_input.h"
+
+namespace tandem::train {
+namespace {
+
+model::ModelConfig TinyConfig() {
+  model::ModelConfig c = model::DefaultConfig(model::Architecture::kQwen3);
+  c.vocab_size = 32;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.intermediate_size = 64;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+std::unique_ptr<model::Transformer> TinyModel(uint64_t seed) {
+  auto m = model::Transformer::Create(TinyConfig(), at::kCPU, at::kFloat);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  (*m)->InitRandom(seed, 0.2);
+  return std::move(*m);
+}
+
+// The model's log-probs of each trajectory's response tokens (the "rollout's").
+void FillOldLogprobs(const model::Transformer& m, std::vector<Trajectory>& ts) {
+  at::NoGradGuard no_grad;
+  for (Trajectory& t : ts) {
+    std::vector<int32_t> s = t.prompt;
+    s.insert(s.end(), t.response.begin(), t.response.end());
+    auto batch = model::BuildForestBatch({s}, {static_cast<int32_t>(t.prompt.size())}, m.config().vocab_size, m.device());
+    ASSERT_TRUE(batch.ok());
+    const at::Tensor lp = m.Forward(*batch).logprob.contiguous();
+    t.old_logprobs.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+  }
+}
+
+// Two groups of four: a shared prompt each, responses that share prefixes.
+std::vector<Trajectory> Batch() {
+  std::vector<Trajectory> ts;
+  const std::vector<std::vector<int32_t>> r0 = {{5, 6, 7}, {5, 6, 8, 9}, {10}, {11, 12}};
+  const std::vector<std::vector<int32_t>> r1 = {{20, 21}, {20, 22}, {20, 21, 23}, {24}};
+  const std::vector<double> w0 = {1, 0, 1, 0}, w1 = {0, 1, 1, 0};
+  for (size_t i = 0; i < 4; ++i) ts.push_back({{1, 2, 3, 4}, r0[i], {}, w0[i], 0});
+  for (size_t i = 0; i < 4; ++i) ts.push_back({{1, 2, 9}, r1[i], {}, w1[i], 1});
+  return ts;
+}
+
+GrpoTrainerOptions Options(const std::string& algorithm = "dr_grpo") {
+  GrpoTrainerOptions o;
+  auto a = rl::AlgorithmRegistry::WithBuiltins().Resolve(algorithm);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  o.algorithm = *a;
+  auto limited = rl::WithJobLimits(o.algorithm.config, 8);
+  EXPECT_TRUE(limited.ok()) << limited.status().ToString();
+  o.algorithm.config = *limited;
+  o.schedule = {1e-2, 0, 1.0};
+  return o;
+}
+
+// One step from the same start; *grad: the gradient it applied (clipped).
+// (Not the parameters after: AdamW's first step moves every parameter by
+// about lr * sign(g), so a gradient of 1e-12 one way or the other, a
+// rounding difference, moves it by lr.)
+StatusOr<GrpoStepStats> OneStep(GrpoTrainerOptions o, std::vector<Trajectory> ts, at::Tensor* grad) {
+  auto m = TinyModel(1);
+  FillOldLogprobs(*m, ts);
+  TANDEM_ASSIGN_OR_RETURN(auto trainer, GrpoTrainer::Create(*m, o));
+  TANDEM_ASSIGN_OR_RETURN(GrpoStepStats st, trainer->Step(ts, 0.0));
+  *grad = m->parameters().grad_buffers()[0].clone();
+  return st;
+}
+
+TEST(GrpoTrainer, PackingAndMicroBatchesDoNotChangeTheUpdate) {
+  at::Tensor whole, flat, split;
+  GrpoTrainerOptions o = Options();
+  auto a = OneStep(o, Batch(), &whole);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->updated);
+  EXPECT_EQ(a->trajectories, 8);
+  EXPECT_EQ(a->groups, 2);
+  EXPECT_EQ(a->micro_batches, 1);
+  EXPECT_LT(a->packed_tokens, a->sequence_tokens) << "shared prompts are stored once";
+  o.tree_packing = false;
+  auto b = OneStep(o, Batch(), &flat);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->packed_tokens, b->sequence_tokens);
+  o.tree_packing = true;
+  o.micro_batch_tokens = 8;  // group 0's trie (12 compact tokens) splits at a fork
+  auto c = OneStep(o, Batch(), &split);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(c->micro_batches, 2);
+  for (const auto* s : {&*b, &*c}) {
+    EXPECT_NEAR(s->loss.at("pg_loss"), a->loss.at("pg_loss"), 1e-6);
+    EXPECT_NEAR(s->grad_norm, a->grad_norm, 1e-5 * a->grad_norm);
+  }
+  EXPECT_GT(a->grad_norm, 0);
+  const double scale = whole.abs().max().item<double>();
+  EXPECT_GT(scale, 0);
+  EXPECT_LT((flat - whole).abs().max().item<double>(), 1e-5 * scale);
+  EXPECT_LT((split - whole).abs().max().item<double>(), 1e-5 * scale);
+}
+
+TEST(GrpoTrainer, TheKlTermNeedsAReferenceAndStartsAtZero) {
+  std::vector<Trajectory> ts = Batch();
+  auto m = TinyModel(3);
+  auto ref = TinyModel(3);  // the same start
+  FillOldLogprobs(*m, ts);
+  GrpoTrainerOptions o = Options("grpo");  // k3, kl_coef 0.04
+  auto refused = GrpoTrainer::Create(*m, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs a reference model"), std::string::npos) << refused.status().ToString();
+  o.reference = ref.get();
+  auto trainer = GrpoTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto first = (*trainer)->Step(ts, 0.0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_NEAR(first->loss.at("ref_kl_mean"), 0.0, 1e-6);
+  auto second = (*trainer)->Step(ts, 0.5);  // the policy has moved away from the reference
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_GT(second->loss.at("ref_kl_mean"), 1e-6);
+}
+
+TEST(GrpoTrainer, DropsBadTrajectoriesWithTheirReason) {
+  std::vector<Trajectory> ts = Batch();
+  auto m = TinyModel(2);
+  FillOldLogprobs(*m, ts);
+  ts[1].response.push_back(99);       // out of the vocabulary
+  ts[2].old_logprobs[0] = NAN;        // a NaN log-prob
+  ts[5].reward = INFINITY;            // a non-finite reward
+  ts[6].response.clear();             // empty
+  auto trainer = GrpoTrainer::Create(*m, Options());
+  ASSERT_TRUE(trainer.ok());
+  auto st = (*trainer)->Step(ts, 0.0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->dropped.size(), 4u);
+  EXPECT_NE(st->dropped[0].find("trajectory 1 (group 0): token id 99 outside [0, 32)"), std::string::npos) << st->dropped[0];
+  EXPECT_NE(st->dropped[1].find("non-finite old log-prob"), std::string::npos) << st->dropped[1];
+  EXPECT_NE(st->dropped[2].find("non-finite reward"), std::string::npos) << st->dropped[2];
+  EXPECT_NE(st->dropped[3].find("empty response"), std::string::npos) << st->dropped[3];
+  EXPECT_EQ(st->trajectories, 4);
+  // Groups out of order are the caller's error.
+  std::vector<Trajectory> mixed = Batch();
+  FillOldLogprobs(*m, mixed);
+  std::swap(mixed[0], mixed[5]);
+  auto bad = (*trainer)->Step(mixed, 0.0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not contiguous"), std::string::npos) << bad.status().message();
+}
+
+TEST(GrpoTrainer, RewardedResponsesGainProbability) {
+  auto m = TinyModel(3);
+  GrpoTrainerOptions o = Options("grpo");
+  auto cfg = rl::ApplyAlgorithmOptions(o.algorithm.config, {{"kl_coef", 0.0}}, "test");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  o.algorithm.config = *cfg;
+  auto trainer = GrpoTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  std::vector<Trajectory> ts = Batch();
+  auto mean_logp = [&](double reward) {
+    double sum = 0;
+    int n = 0;
+    for (const Trajectory& t : ts)
+      if (t.reward == reward)
+        for (const float lp : t.old_logprobs) sum += lp, ++n;
+    return sum / n;
+  };
+  FillOldLogprobs(*m, ts);
+  const double good0 = mean_logp(1), bad0 = mean_logp(0);
+  for (int step = 0; step < 8; ++step) {
+    FillOldLogprobs(*m, ts);
+    auto st = (*trainer)->Step(ts, step / 8.0);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+  }
+  FillOldLogprobs(*m, ts);
+  EXPECT_GT(mean_logp(1), good0 + 0.5) << "rewarded tokens gain log-probability";
+  EXPECT_LT(mean_logp(0), bad0) << "unrewarded ones lose it";
+}
+
+}  // namespace
+}  // namespace tandem::train
