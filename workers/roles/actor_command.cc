@@ -2,10 +2,9 @@
 #include "workers/roles/actor_command.h"
 
 #include <iostream>
-#include <tuple>
 
-#include "common/bounded_json.h"
 #include "common/log.h"
+#include "workers/roles/json_flag.h"
 #if TANDEM_WORKER_WITH_SFT
 #include "workers/roles/actor_role.h"
 #endif
@@ -48,28 +47,14 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
 }
 
 int ActorCommand::Run() {
-  for (auto [text, out, flag] : {std::tuple{&dataset_options_, &o_.dataset_options, "--dataset-options"},
-                                 std::tuple{&eval_options_, &o_.eval_options, "--eval-options"}}) {
-    if (text->empty()) continue;
-    StatusOr<nlohmann::json> j = ParseJsonBounded(*text);
-    if (!j.ok()) {
-      std::cerr << "tandem-worker actor: " << flag << ": " << j.status().message() << "\n";
-      return 2;
-    }
-    *out = *j;
-  }
-  if (!algorithm_.empty()) {
-    // A bare name, or a JSON object.
-    if (algorithm_.front() == '{') {
-      StatusOr<nlohmann::json> j = ParseJsonBounded(algorithm_);
-      if (!j.ok()) {
-        std::cerr << "tandem-worker actor: --algorithm: " << j.status().message() << "\n";
-        return 2;
-      }
-      o_.algorithm = *j;
-    } else {
-      o_.algorithm = algorithm_;
-    }
+  if (!ParseJsonFlag("actor", "--dataset-options", dataset_options_, o_.dataset_options) ||
+      !ParseJsonFlag("actor", "--eval-options", eval_options_, o_.eval_options))
+    return 2;
+  // --algorithm: a bare name, or a JSON object.
+  if (!algorithm_.empty() && algorithm_.front() == '{') {
+    if (!ParseJsonFlag("actor", "--algorithm", algorithm_, o_.algorithm)) return 2;
+  } else if (!algorithm_.empty()) {
+    o_.algorithm = algorithm_;
   }
   o_.tree_packing = !no_tree_packing_;
 #if TANDEM_WORKER_WITH_SFT

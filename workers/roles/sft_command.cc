@@ -3,10 +3,9 @@
 
 #include <iostream>
 #include <optional>
-#include <tuple>
 
-#include "common/bounded_json.h"
 #include "common/log.h"
+#include "workers/roles/json_flag.h"
 #if TANDEM_WORKER_WITH_SFT
 #include "workers/roles/sft_role.h"
 #endif
@@ -54,16 +53,9 @@ void SftCommand::Register(CLI::App& app, const std::string& summary) {
 }
 
 int SftCommand::Run() {
-  for (auto [text, out, flag] : {std::tuple{&dataset_options_, &o_.dataset_options, "--dataset-options"},
-                                 std::tuple{&eval_options_, &o_.eval_options, "--eval-options"}}) {
-    if (text->empty()) continue;
-    StatusOr<nlohmann::json> j = ParseJsonBounded(*text);
-    if (!j.ok()) {
-      std::cerr << "tandem-worker sft: " << flag << ": " << j.status().message() << "\n";
-      return 2;
-    }
-    *out = *j;
-  }
+  if (!ParseJsonFlag("sft", "--dataset-options", dataset_options_, o_.dataset_options) ||
+      !ParseJsonFlag("sft", "--eval-options", eval_options_, o_.eval_options))
+    return 2;
   auto set = [](int64_t v, std::optional<int64_t>* field) {
     if (v > 0) *field = v;
   };

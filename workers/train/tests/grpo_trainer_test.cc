@@ -9,26 +9,14 @@
 #include <ATen/ATen.h>
 
 #include "workers/model/model_input.h"
+#include "workers/model/tests/model_test_util.h"
 
 namespace tandem::train {
 namespace {
 
-model::ModelConfig TinyConfig() {
-  model::ModelConfig c = model::DefaultConfig(model::Architecture::kQwen3);
-  c.vocab_size = 32;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.intermediate_size = 64;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
+// A dense 2-layer model, tied embeddings (model_test_util.h), random weights.
 std::unique_ptr<model::Transformer> TinyModel(uint64_t seed) {
-  auto m = model::Transformer::Create(TinyConfig(), at::kCPU, at::kFloat);
+  auto m = model::Transformer::Create(model::testing::TinyConfig(/*moe=*/false, 2, /*tied=*/true), at::kCPU, at::kFloat);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   (*m)->InitRandom(seed, 0.2);
   return std::move(*m);
@@ -137,7 +125,7 @@ TEST(GrpoTrainer, DropsBadTrajectoriesWithTheirReason) {
   std::vector<Trajectory> ts = Batch();
   auto m = TinyModel(2);
   FillOldLogprobs(*m, ts);
-  ts[1].response.push_back(99);       // out of the vocabulary
+  ts[1].response.push_back(300);      // out of the vocabulary (300)
   ts[2].old_logprobs[0] = NAN;        // a NaN log-prob
   ts[5].reward = INFINITY;            // a non-finite reward
   ts[6].response.clear();             // empty
@@ -146,7 +134,7 @@ TEST(GrpoTrainer, DropsBadTrajectoriesWithTheirReason) {
   auto st = (*trainer)->Step(ts, 0.0);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   ASSERT_EQ(st->dropped.size(), 4u);
-  EXPECT_NE(st->dropped[0].find("trajectory 1 (group 0): token id 99 outside [0, 32)"), std::string::npos) << st->dropped[0];
+  EXPECT_NE(st->dropped[0].find("trajectory 1 (group 0): token id 300 outside [0, 300)"), std::string::npos) << st->dropped[0];
   EXPECT_NE(st->dropped[1].find("non-finite old log-prob"), std::string::npos) << st->dropped[1];
   EXPECT_NE(st->dropped[2].find("non-finite reward"), std::string::npos) << st->dropped[2];
   EXPECT_NE(st->dropped[3].find("empty response"), std::string::npos) << st->dropped[3];
