@@ -81,6 +81,9 @@ struct JobManagerOptions {
   std::chrono::milliseconds grace{10000};         // SIGTERM -> SIGKILL on cancel
   uint64_t compact_every = 20000;                 // journal records between snapshots
   std::string control_endpoint;                   // TANDEM_CONTROL for tasks ("" = none)
+  // Where a local job's leftover weight segments are removed when it ends
+  // (weight_segments.h); "" = never.
+  std::filesystem::path shm_dir = "/dev/shm";
   // The control variables of one launch (TANDEM_CONTROL, TANDEM_CONTROL_TOKEN,
   // ...; common/control/control_token.h) by backend, job id, task id and
   // launch number (1 = first). Unset: TANDEM_CONTROL = control_endpoint.

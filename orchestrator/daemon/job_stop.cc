@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include "common/log.h"
+#include "orchestrator/daemon/weight_segments.h"
 
 namespace tandem::daemon {
 
@@ -117,6 +118,10 @@ void JobManager::MaybeFinishJob(Job& job) {
   Commit({{"type", "job_state"}, {"job", job.id}, {"state", state}, {"detail", detail}});
   metrics_.jobs_finished->WithLabels({state}).Inc();
   if (observer_) observer_->OnJobEnded(job);
+  // Weight segments of publishers that could not clean up (killed, cancelled).
+  if (job.backend == "local" && !opts_.shm_dir.empty())
+    if (const size_t n = RemoveJobWeightSegments(job, opts_.shm_dir); n > 0)
+      log::Info("jobs", "removed {} shm weight segments the job left job={}", n, job.id);
   if (opts_.on_job_ended) opts_.on_job_ended(job.id, job.backend);  // e.g. cancel its Slurm allocation
   log::Info("jobs", "job ended job={} state={} detail=\"{}\"", job.id, state, detail);
   Schedule();  // devices may have freed up

@@ -12,7 +12,9 @@
 #   - from step 2 on, samples come from the version of the step before
 #     (weight_version/min = step - 1);
 #   - --out wrote a model directory that loads (config.json, weights);
-#   - tandem run printed a progress line per step (the actor's metrics).
+#   - tandem run printed a progress line per step (the actor's metrics);
+#   - run again and cancelled after step 1, the job leaves no shm segment
+#     (the daemon removes what the SIGTERMed actor could not).
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 set -euo pipefail
 BIN=${TANDEM_BIN_DIR:?}
@@ -80,4 +82,28 @@ grep -q "loaded weights version 4 from shm:" "$run"/tasks/rollout.0.err ||
 grep -q '^\[run\] actor/0 step 4: reward/mean ' runs/grpo.err ||
   fail "tandem run printed no progress line for step 4"
 grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/grpo.err
-echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts"
+# Cancelled mid-run (Ctrl-C: the actor gets SIGTERM). A segment is
+# unlinked by its last reader, so one is left only when the publisher dies
+# between publishing and the loads; stand one in, named as the actor names
+# its versions (from the rollout's log), and the daemon must remove it when
+# the job ends, and nothing of the job may be left in /dev/shm.
+"$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/cancel.out 2>runs/cancel.err &
+run_pid=$!
+for _ in $(seq 1200); do
+  grep -q '^\[run\] actor/0 step 1:' runs/cancel.err && break
+  kill -0 "$run_pid" 2>/dev/null || fail "the second run ended early: $(tail -3 runs/cancel.err)"
+  sleep 0.1
+done
+name=$(sed -n 's|.*loaded weights version 1 from shm:/\(tandem-.*-v\)1$|\1|p' "$run"/tasks/rollout.0.err | head -1)
+[[ -n $name ]] || fail "no segment name in rollout 0's log"
+segment=${name%.actor.0-v}  # tandem-<job>-<job>
+head -c 4096 /dev/zero >"/dev/shm/${name}99"
+kill -INT "$run_pid"
+rc=0; wait "$run_pid" || rc=$?
+run_pid=
+((rc == 4)) || fail "the cancelled run exited $rc, not 4"
+# SIGTERM ended the actor (no destructor ran): what is gone, the daemon removed.
+jq -e '.signal == 15' "$run/tasks/actor.0.exit" >/dev/null || fail "actor.0: $(cat "$run/tasks/actor.0.exit")"
+[[ ! -e /dev/shm/${name}99 ]] || { rm -f "/dev/shm/${name}99"; fail "the daemon left /dev/shm/${name}99"; }
+if ls /dev/shm | grep -qF "$segment"; then fail "the cancelled job left $(ls /dev/shm | grep -F "$segment")"; fi
+echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts; a cancelled job leaves no segment"
