@@ -2,6 +2,8 @@
 // held out for evaluation: sft and the actor train on the prefix).
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "workers/data/dataset.h"
@@ -24,5 +26,13 @@ class PrefixDataset final : public Dataset {
   const Dataset& base_;
   size_t n_;
 };
+
+// The training view of `base` when its tail is held out: the first `n`
+// problems when `n` is set and less than base's size, else null (train on
+// `base` itself).
+inline std::unique_ptr<PrefixDataset> TrainingPrefix(const Dataset& base, std::optional<size_t> n) {
+  if (!n || !base.size() || *n == *base.size()) return nullptr;
+  return std::make_unique<PrefixDataset>(base, *n);
+}
 
 }  // namespace tandem::data

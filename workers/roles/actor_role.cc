@@ -140,13 +140,9 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   held_spec.eval_options = o.eval_options;
   held_spec.eval_problems = o.eval_problems;
   TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(held_spec, *train, limit), "actor");
-  std::unique_ptr<data::PrefixDataset> prefix;
-  const data::Dataset* train_view = train.get();
-  if (held.train_size && *held.train_size != *train->size()) {
-    prefix = std::make_unique<data::PrefixDataset>(*train, *held.train_size);
-    train_view = prefix.get();
-  }
-  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(*train_view, o.seed, limit), "actor");
+  const std::unique_ptr<data::PrefixDataset> prefix = data::TrainingPrefix(*train, held.train_size);
+  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream,
+                          data::ProblemStream::Create(prefix ? *prefix : *train, o.seed, limit), "actor");
   auto prompt_ids = [&](const data::Problem& p) -> StatusOr<std::vector<int32_t>> {
     TANDEM_ASSIGN_OR_RETURN(data::EncodedChat chat, data::EncodeChat(tok, format, p.prompt, true), "problem " + p.id);
     return std::vector<int32_t>(chat.ids.begin(), chat.ids.end());

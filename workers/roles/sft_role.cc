@@ -155,13 +155,9 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
       [&tok, &format](const data::Problem& p) { return train::PromptTokenCount(*tok, format, p); },
       static_cast<size_t>(o.max_prompt_tokens)};
   TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(o, *train, limit));
-  std::unique_ptr<data::PrefixDataset> prefix;
-  const data::Dataset* train_view = train.get();
-  if (held.train_size && *held.train_size != *train->size()) {
-    prefix = std::make_unique<data::PrefixDataset>(*train, *held.train_size);
-    train_view = prefix.get();
-  }
-  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(*train_view, o.seed, limit), "sft");
+  const std::unique_ptr<data::PrefixDataset> prefix = data::TrainingPrefix(*train, held.train_size);
+  const data::Dataset& train_view = prefix ? *prefix : *train;
+  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(train_view, o.seed, limit), "sft");
 
   // Model.
   const bool cuda = o.device == "cuda";
@@ -197,7 +193,7 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
     if (restored) {
       progress = restored->progress;
       result.resumed_from = progress.step;
-      TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(*train_view, o.seed, limit, progress.cursor),
+      TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(train_view, o.seed, limit, progress.cursor),
                               "sft --resume: sampler cursor");
       nlohmann::json skipped = nlohmann::json::array();
       for (const checkpoint::SkippedCheckpoint& k : restored->skipped)

@@ -31,12 +31,15 @@ std::string Defect(const Trajectory& t, int64_t vocab) {
   return "";
 }
 
+// A loss term of the policy loss's metrics ("pg_loss", "kl_loss", ...).
+bool IsLoss(const std::string& k) { return k.size() > 5 && k.compare(k.size() - 5, 5, "_loss") == 0; }
+
 // Sums metrics of micro-batches: losses add (batch normalisers), the rest
 // are token-weighted means, ratio_max a max.
 void Accumulate(const std::vector<std::pair<std::string, double>>& part, double tokens, std::map<std::string, double>& sum) {
   for (const auto& [k, v] : part) {
     if (k == "tokens") continue;
-    if (k.size() > 5 && k.compare(k.size() - 5, 5, "_loss") == 0) {
+    if (IsLoss(k)) {
       sum[k] += v;
     } else if (k == "ratio_max") {
       sum[k] = sum.count(k) ? std::max(sum[k], v) : v;
@@ -219,8 +222,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
       Accumulate(loss.metrics.ToHost(), static_cast<double>(cells.size()), st.loss);
     }
     for (auto& [k, v] : st.loss)
-      if (k != "tokens" && k != "ratio_max" && !(k.size() > 5 && k.compare(k.size() - 5, 5, "_loss") == 0) &&
-          st.loss["tokens"] > 0)
+      if (k != "tokens" && k != "ratio_max" && !IsLoss(k) && st.loss["tokens"] > 0)
         v /= st.loss["tokens"];
     st.trajectories = static_cast<int64_t>(batch_sequences);
     st.groups = static_cast<int64_t>(items.size());
