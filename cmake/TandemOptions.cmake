@@ -44,6 +44,18 @@ macro(tandem_optimize_under_sanitize)
   add_compile_options($<$<AND:$<CONFIG:Sanitize>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
 endmacro()
 
+# The CPU kernels that every training and generation step of the learning
+# tests runs (kernels/): -O2 in the Sanitize build, and without libFuzzer's
+# coverage hooks (no fuzzer reaches them), still under ASan and UBSan. At
+# -O1 with the hooks, sft on CPU ran 18x slower than the Release build, two
+# thirds of it in these loops (docs/testing.md "The learning tests").
+macro(tandem_fast_under_sanitize)
+  add_compile_options($<$<AND:$<CONFIG:Sanitize>,$<COMPILE_LANGUAGE:CXX>>:-O2>)
+  if(TANDEM_BUILD_FUZZ AND CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    add_compile_options($<$<AND:$<CONFIG:Sanitize>,$<COMPILE_LANGUAGE:CXX>>:-fno-sanitize=fuzzer-no-link>)
+  endif()
+endmacro()
+
 # Warnings for our own targets only (not third-party code).
 function(tandem_warnings target)
   target_compile_options(${target} PRIVATE

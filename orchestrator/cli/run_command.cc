@@ -20,6 +20,7 @@
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/daemon/daemon.h"
 #include "orchestrator/report/residency_model.h"
+#include "orchestrator/report/rl_summary.h"
 
 namespace tandem::cli {
 
@@ -160,13 +161,19 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     const std::string run_dir = Shown(job->run_dir);
     std::cerr << "[run] logs: " << run_dir << "/tasks/\n";
     // A job with GPU handoffs ends with who held what (tandem residency RUN_DIR).
+    std::optional<report::ResidencyModel> residency;
     if (fs::exists(fs::path(job->run_dir) / "residency.jsonl")) {
       if (auto logs = report::ReadRunLogs(run_dir); logs.ok()) {
+        residency = report::BuildResidencyModel(*logs, report::SpecGpuMemory(run_dir));
         std::cerr << "[run] residency (tandem residency " << run_dir << "; tandem events " << run_dir
                   << " --handoff; tandem timeline " << run_dir << " -o timeline.html):\n"
-                  << report::ResidencyText(report::BuildResidencyModel(*logs, report::SpecGpuMemory(run_dir)));
+                  << report::ResidencyText(*residency);
       }
     }
+    // An RL job ends with what it learned (its actor's metrics.jsonl).
+    const std::string metrics = run_dir + "/metrics.jsonl";
+    if (auto summary = report::ReadRlSummary((fs::path(job->run_dir) / "metrics.jsonl").string()); summary.ok())
+      std::cerr << "[run] " << report::RlSummaryText(*summary, metrics, residency ? &*residency : nullptr);
     std::cout << job->id << "\n";
   }
   if (temp_state) {

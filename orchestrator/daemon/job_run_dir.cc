@@ -59,7 +59,7 @@ Status ArchivePreviousRun(const fs::path& run_dir) {
   }
   store::UniqueFd dest(::openat(history.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dest) return ErrnoStatus("open history/" + name).WithContext(ctx);
-  for (const char* entry : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl"}) {
+  for (const char* entry : {"job.json", "events.jsonl", "tasks", "handoff.jsonl", "residency.jsonl", "metrics.jsonl"}) {
     struct stat st;
     if (::fstatat(run.get(), entry, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // not there
     if (::renameat(run.get(), entry, dest.get(), entry) != 0)

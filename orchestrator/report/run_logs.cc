@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "orchestrator/report/bounded_lines.h"
 
 namespace tandem::report {
 namespace {
@@ -17,28 +18,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr int kVersion = 1;
-constexpr size_t kMaxLineBytes = 1 << 20;
+constexpr size_t kMaxLineBytes = kMaxLogLineBytes;
 constexpr double kMaxSeconds = 1e12;  // longer lines are not ours: skipped, not held
-
-// One line into `text` (without its newline); of a line longer than
-// kMaxLineBytes only the start is kept and `too_long` is set. False at the end.
-bool ReadLine(std::istream& in, std::string& text, bool& too_long) {
-  text.clear();
-  too_long = false;
-  std::streambuf* sb = in.rdbuf();
-  bool any = false;
-  for (;;) {
-    const int c = sb->sbumpc();
-    if (c == std::char_traits<char>::eof()) {
-      in.setstate(std::ios::eofbit);
-      return any;
-    }
-    any = true;
-    if (c == '\n') return true;
-    if (text.size() < kMaxLineBytes) text.push_back(static_cast<char>(c));
-    else too_long = true;
-  }
-}
 
 // Each getter returns false (and names the key) when the key is missing or
 // of the wrong type.
@@ -122,7 +103,7 @@ Status ReadFile(const fs::path& path, const char* name, Parse parse, std::vector
   std::string text;
   size_t line_no = 0;
   bool too_long = false;
-  while (ReadLine(in, text, too_long)) {
+  while (ReadBoundedLine(in, text, too_long)) {
     ++line_no;
     const bool last_unterminated = in.eof();  // the end came before a newline
     if (text.empty()) continue;

@@ -57,7 +57,7 @@ nlohmann::json UnknownWorkerSpec() {
 }
 
 constexpr const char* kRefusal =
-    R"(roles.trainer.worker: expected one of "actor", "rollout", "teacher", "probe", got "critic")";
+    R"(roles.trainer.worker: expected one of "actor", "rollout", "teacher", "probe", "sft", got "critic")";
 
 TEST_F(Binaries, ValidateRefusesAWorkerThereIsNot) {
   const fs::path spec = tmp_ / "rl.json";

@@ -15,6 +15,7 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   sub_ = app.add_subcommand("actor", summary);
   CLI::App* s = sub_;
   s->add_option("--model", o_.model_dir, "the Hugging Face directory to train (its tokenizer too)")->required();
+  s->add_option("--wait-for-model", o_.wait_for_model_s, "wait up to this many seconds for --model to appear (0: it must exist)");
   s->add_option("--dataset", o_.dataset, "data set: synthetic-arith, gsm8k, dapo-math")->capture_default_str();
   s->add_option("--dataset-options", dataset_options_, "the data set's options, a JSON object (docs/model.md)");
   s->add_option("--eval-options", eval_options_, "options of the held-out set (default: seed+1, or the last --eval-problems)");

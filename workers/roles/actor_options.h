@@ -11,6 +11,7 @@ namespace tandem::roles {
 
 struct ActorOptions {
   std::string model_dir;             // required: the HF directory to start from (its tokenizer too)
+  double wait_for_model_s = 0;       // > 0: wait this long for model_dir to appear (model_wait.h)
   std::string dataset = "synthetic-arith";
   nlohmann::json dataset_options;    // null: the data set's defaults
   nlohmann::json eval_options;       // held-out set; null: seed + 1 (unbounded) or the last eval_problems (bounded)

@@ -20,6 +20,7 @@
 #include "workers/model/checkpoint.h"
 #include "workers/rl/algorithm_registry.h"
 #include "workers/roles/json_log.h"
+#include "workers/roles/model_wait.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
 #include "workers/runtime/control_client.h"
@@ -126,6 +127,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(const control::Endpoint endpoint, control::ParseEndpoint(control_text), "actor: --control");
 
   // Tokenizer, chat format, data.
+  TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "actor"));
   TANDEM_ASSIGN_OR_RETURN(const data::Tokenizer tok, data::Tokenizer::FromDirectory(o.model_dir), "actor: --model tokenizer");
   TANDEM_ASSIGN_OR_RETURN(const data::ChatFormat format, data::ChatFormatFor(tok), "actor: chat format");
   std::optional<data::TokenId> end = tok.special_tokens().eos;
@@ -249,7 +251,8 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   ActorResult result;
   TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor");
   TANDEM_ASSIGN_OR_RETURN(result.accuracy_before, evaluate());
-  metrics.Write({{"step", 0}, {"eval/accuracy", result.accuracy_before}});
+  const int64_t eval_problems = static_cast<int64_t>(eval_prompts.size());
+  metrics.Write({{"step", 0}, {"eval/accuracy", result.accuracy_before}, {"eval/problems", eval_problems}});
   log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", result.accuracy_before, held.problems.size());
 
   for (int64_t step = 1; step <= o.steps; ++step) {
@@ -326,6 +329,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
       TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor eval");
       TANDEM_ASSIGN_OR_RETURN(const double acc, evaluate());
       m["eval/accuracy"] = acc;
+      m["eval/problems"] = eval_problems;
     }
     m["seconds/step"] = Seconds(t_step);
     if (step == 1) result.reward_first = st.reward_mean;
@@ -339,7 +343,10 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
 
   TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor final eval");
   TANDEM_ASSIGN_OR_RETURN(result.accuracy_after, evaluate());
-  metrics.Write({{"step", result.steps}, {"eval/accuracy", result.accuracy_after}, {"final", true}});
+  metrics.Write({{"step", result.steps},
+                 {"eval/accuracy", result.accuracy_after},
+                 {"eval/problems", eval_problems},
+                 {"final", true}});
   log::Info("actor", "done: {} steps, held-out accuracy {:.3f} -> {:.3f}, reward {:.3f} -> {:.3f}", result.steps,
             result.accuracy_before, result.accuracy_after, result.reward_first, result.reward_last);
   if (!o.out_dir.empty()) {

@@ -19,6 +19,7 @@ void AddServeFlags(CLI::App& s, ServeOptions& o) {
   s.add_option("--control", o.control, "tandemd's control channel, unix:PATH or tcp:HOST:PORT (default: $TANDEM_CONTROL)");
   s.add_option("--reconnect-window-s", o.reconnect_window_s, "reconnect to a restarted tandemd for this long")
       ->capture_default_str();
+  s.add_option("--wait-for-model", o.wait_for_model_s, "wait up to this many seconds for --model to appear (0: it must exist)");
   s.add_flag("--start-released", o.start_released,
              "with a control channel: release every tag once loaded, before joining tandemd");
 }

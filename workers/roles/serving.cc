@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "workers/inference/tagged_model.h"
+#include "workers/roles/model_wait.h"
 
 namespace tandem::roles {
 
@@ -44,6 +45,8 @@ sigset_t BlockStopSignals() {
 
 StatusOr<ServeStart> StartServing(const ServeOptions& o, const inference::TaggedModelOptions& memory) {
   if (o.model_dir.empty()) return InvalidArgument("--model: a Hugging Face model directory is required");
+  // Before the stop signals are blocked: a cancelled job's SIGTERM ends the wait.
+  TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "serve"));
   ServeStart s;
   s.stop_signals = BlockStopSignals();
   if (o.threads > 0) at::set_num_threads(o.threads);

@@ -101,7 +101,9 @@ StatusOr<TrainerTensors> ReadTrainerTensors(const std::string& path) {
   return out;
 }
 
-StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
+}  // namespace
+
+StatusOr<nlohmann::json> ReadJsonObjectFile(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return ErrnoStatus("open " + path);
   std::string text(kMaxStateBytes + 1, '\0');
@@ -113,8 +115,7 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   return j;
 }
 
-// "batch_size 16 (this run: 32), seed 1 (this run: 2)".
-std::string Differences(const nlohmann::json& saved, const nlohmann::json& now) {
+std::string FingerprintDifferences(const nlohmann::json& saved, const nlohmann::json& now) {
   std::string out;
   auto note = [&out](const std::string& key, const nlohmann::json& a, const nlohmann::json& b) {
     if (!out.empty()) out += ", ";
@@ -127,8 +128,6 @@ std::string Differences(const nlohmann::json& saved, const nlohmann::json& now) 
     if (!now.contains(key)) note(key, value, nlohmann::json());
   return out;
 }
-
-}  // namespace
 
 nlohmann::json SftProgressToJson(const SftProgress& p) {
   return {{"step", p.step},
@@ -233,11 +232,11 @@ StatusOr<std::optional<RestoredSftCheckpoint>> RestoreLatestSftCheckpoint(const 
   const std::string where = "sft --resume from " + out.path;
 
   // Read and check everything before the first write into the run.
-  TANDEM_ASSIGN_OR_RETURN(const nlohmann::json state, ReadJsonFile((fs::path(out.path) / kTrainerState).string()), where);
+  TANDEM_ASSIGN_OR_RETURN(const nlohmann::json state, ReadJsonObjectFile((fs::path(out.path) / kTrainerState).string()), where);
   if (!state.contains("run") || !state.contains("progress"))
     return InvalidArgument(where + ": " + kTrainerState + " needs \"run\" and \"progress\"");
   if (state["run"] != fingerprint)
-    return FailedPrecondition(where + ": written by another run: " + Differences(state["run"], fingerprint));
+    return FailedPrecondition(where + ": written by another run: " + FingerprintDifferences(state["run"], fingerprint));
   TANDEM_ASSIGN_OR_RETURN(out.progress, SftProgressFromJson(state["progress"]), where + ": " + kTrainerState);
   if (static_cast<uint64_t>(out.progress.step) != found->manifest.step)
     return InvalidArgument(where + ": " + kTrainerState + " says step " + std::to_string(out.progress.step) +

@@ -75,6 +75,14 @@ StatusOr<SftProgress> SftProgressFromJson(const nlohmann::json& j);
 // --log, --threads, the eval cadence, the checkpoint options.
 nlohmann::json SftRunFingerprint(const SftOptions& o);
 
+// "batch_size 16 (this run: 32), seed 1 (this run: 2)": the keys of two
+// fingerprints that differ.
+std::string FingerprintDifferences(const nlohmann::json& saved, const nlohmann::json& now);
+
+// A JSON object file of at most 1 MiB (a trainer_state.json), parsed with
+// bounded depth; InvalidArgument naming the path otherwise.
+StatusOr<nlohmann::json> ReadJsonObjectFile(const std::string& path);
+
 struct SftCheckpointInput {
   const model::Transformer* model = nullptr;
   const train::SftTrainer* trainer = nullptr;

@@ -28,6 +28,7 @@ void SftCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--head-dim", head_dim_, "override head_dim");
   s->add_option("--intermediate-size", intermediate_, "override intermediate_size");
   s->add_option("--out", o_.out_dir, "the Hugging Face directory to write")->required();
+  s->add_flag("--reuse-out", o_.reuse_out, "keep --out when it was made with the same options (a cache); else train");
   s->add_option("--max-steps", o_.max_steps, "stop after this many steps (0: no limit)");
   s->add_option("--time-limit", o_.time_limit_s, "stop after this many seconds of training, evals included (0: none)");
   s->add_option("--batch-size", o_.batch_size, "problems per step")->capture_default_str();
@@ -73,6 +74,11 @@ int SftCommand::Run() {
   }
   if (r->stopped) {
     tandem::log::Info("sft", "stopped at step {} (--stop-at-step); resume from {}", r->steps, r->last_checkpoint);
+    return 0;
+  }
+  if (r->reused) {
+    tandem::log::Info("sft", "reused {} (made with the same options): steps={} accuracy={:.3f}", r->out_dir, r->steps,
+                      r->accuracy_after);
     return 0;
   }
   tandem::log::Info("sft", "saved {} steps={} accuracy_before={:.3f} accuracy_after={:.3f}", r->out_dir, r->steps,

@@ -29,7 +29,8 @@ struct SftOptions {
   std::string preset = "small";
   std::optional<int64_t> hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size;
 
-  std::string out_dir;  // required: the HF directory written at the end
+  std::string out_dir;  // required: the HF directory written at the end (staged beside it, renamed in)
+  bool reuse_out = false;  // an out_dir made with the same options (its trainer_state.json's recipe) is kept: no training
 
   // Limits: at least one of them.
   int64_t max_steps = 0;     // 0: none

@@ -7,17 +7,21 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "common/bounded_json.h"
+#include "common/log.h"
 #include "workers/data/byte_tokenizer.h"
 #include "workers/data/chat_template.h"
 #include "workers/data/prefix_dataset.h"
 #include "workers/data/problem_stream.h"
 #include "workers/data/tokenizer.h"
 #include "workers/inference/greedy.h"
+#include "workers/checkpoint/checkpoint_fs.h"
 #include "workers/model/checkpoint.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/sft_checkpoint.h"
@@ -89,6 +93,57 @@ Status SaveTokenizer(const SftOptions& o, const std::string& dir) {
   return Status::Ok();
 }
 
+
+// What a reused --out must have been made with: the run's fingerprint and
+// its time limit.
+nlohmann::json OutRecipe(const SftOptions& o) {
+  nlohmann::json r = SftRunFingerprint(o);
+  r["time_limit_s"] = o.time_limit_s;
+  return r;
+}
+
+// --reuse-out: the saved model when --out holds one made with this recipe
+// (its trainer_state.json names it), else nullopt with the reason logged.
+std::optional<SftResult> ReusableOut(const SftOptions& o, const JsonLog& json_log) {
+  const fs::path state_path = fs::path(o.out_dir) / "trainer_state.json";
+  std::error_code ec;
+  if (!fs::exists(state_path, ec)) return std::nullopt;
+  auto remake = [&](const std::string& why) -> std::optional<SftResult> {
+    tandem::log::Info("sft", "{}: not reused ({}); training anew", o.out_dir, why);
+    return std::nullopt;
+  };
+  StatusOr<nlohmann::json> state = ReadJsonObjectFile(state_path.string());
+  if (!state.ok()) return remake(state.status().message());
+  const nlohmann::json recipe = OutRecipe(o);
+  if (!state->contains("recipe")) return remake("its trainer_state.json has no recipe");
+  if ((*state)["recipe"] != recipe) return remake("made with other options: " + FingerprintDifferences((*state)["recipe"], recipe));
+  if (!fs::exists(fs::path(o.out_dir) / "config.json", ec)) return remake("no config.json");
+  SftResult r;
+  r.out_dir = o.out_dir;
+  r.reused = true;
+  const nlohmann::json& step = (*state)["step"];
+  const nlohmann::json& accuracy = (*state)["accuracy"];
+  if (step.is_number_integer()) r.steps = step.get<int64_t>();
+  if (accuracy.is_number()) r.accuracy_after = accuracy.get<double>();
+  json_log.Write({{"event", "reused"}, {"dir", o.out_dir}, {"steps", r.steps}, {"accuracy_after", r.accuracy_after}});
+  return r;
+}
+
+// Moves the finished directory `staged` to `out` in one rename: an existing
+// `out` is swapped out (renameat2 RENAME_EXCHANGE) and then removed, so a
+// reader sees the old model or the new one, never a mix or a half.
+Status CommitOut(const std::string& staged, const std::string& out) {
+  std::error_code ec;
+  const bool exists = fs::exists(out, ec);
+  if (exists) {
+    if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
+      return checkpoint::FsError("exchange " + staged + " with " + out, errno);
+    TANDEM_RETURN_IF_ERROR(checkpoint::RemoveTree(staged), "sft: remove the previous " + out);
+  } else if (::rename(staged.c_str(), out.c_str()) != 0) {
+    return checkpoint::FsError("rename " + staged + " to " + out, errno);
+  }
+  return checkpoint::FsyncDir(fs::absolute(out).parent_path().string());
+}
 }  // namespace
 
 StatusOr<SftHeldOut> SftHeldOutProblems(const SftOptions& o, const data::Dataset& train,
@@ -131,6 +186,8 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   TANDEM_RETURN_IF_ERROR(CheckOptions(o));
   if (o.threads > 0) at::set_num_threads(o.threads);
   TANDEM_ASSIGN_OR_RETURN(const JsonLog log, JsonLog::Open(o.log_path), "sft");
+  if (o.reuse_out)
+    if (std::optional<SftResult> reused = ReusableOut(o, log)) return std::move(*reused);
   const Clock::time_point t_start = Clock::now();
 
   // Tokenizer and chat format.
@@ -347,20 +404,27 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   result.tokens_per_s =
       progress.train_seconds > 0 ? static_cast<double>(progress.total_tokens) / progress.train_seconds : 0;
 
-  // Save the HF directory.
+  // Save the HF directory: staged beside --out, then renamed into place.
   result.out_dir = o.out_dir;
+  const fs::path out_path = fs::absolute(o.out_dir).lexically_normal();
+  const std::string staged =
+      (out_path.parent_path() / ("." + out_path.filename().string() + ".partial-" + std::to_string(::getpid()))).string();
   std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  if (ec) return Internal("sft: create " + o.out_dir + ": " + ec.message());
-  TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "sft: save");
-  TANDEM_RETURN_IF_ERROR(SaveTokenizer(o, o.out_dir), "sft: save tokenizer");
+  fs::create_directories(out_path.parent_path(), ec);
+  if (ec) return Internal("sft: create " + out_path.parent_path().string() + ": " + ec.message());
+  TANDEM_RETURN_IF_ERROR(checkpoint::RemoveTree(staged), "sft");
+  TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, staged), "sft: save");
+  TANDEM_RETURN_IF_ERROR(SaveTokenizer(o, staged), "sft: save tokenizer");
   const nlohmann::json state = {{"step", step},
                                 {"dataset", o.dataset},
                                 {"dataset_options", o.dataset_options},
                                 {"sampler_cursor", data::SamplerCursorToJson(stream.cursor())},
                                 {"accuracy", result.accuracy_after},
-                                {"loss", result.last_loss}};
-  TANDEM_RETURN_IF_ERROR(WriteText(fs::path(o.out_dir) / "trainer_state.json", DumpJson(state, 2) + "\n"), "sft");
+                                {"loss", result.last_loss},
+                                {"recipe", OutRecipe(o)}};
+  TANDEM_RETURN_IF_ERROR(WriteText(fs::path(staged) / "trainer_state.json", DumpJson(state, 2) + "\n"), "sft");
+  TANDEM_RETURN_IF_ERROR(checkpoint::FsyncDir(staged), "sft");
+  TANDEM_RETURN_IF_ERROR(CommitOut(staged, out_path.string()), "sft: save");
   result.elapsed_seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   log.Write({{"event", "saved"}, {"dir", o.out_dir}, {"steps", step}, {"elapsed_s", result.elapsed_seconds},
              {"accuracy_before", result.accuracy_before}, {"accuracy_after", result.accuracy_after},

@@ -11,7 +11,9 @@
 // tokens_per_s, response_tokens_per_s, elapsed_s} every log_every steps
 // (loss averaged over the window, rates over its training time, evals
 // excluded), {"event": "eval", step, accuracy, correct, problems, sample},
-// {"event": "saved", dir, steps, elapsed_s}; with checkpoints
+// {"event": "saved", dir, steps, elapsed_s} (or, with --reuse-out and an
+// --out made with the same options, {"event": "reused", dir, steps,
+// accuracy_after} and nothing else); with checkpoints
 // (sft_checkpoint.h) {"event": "checkpoint", step, dir, bytes, seconds},
 // {"event": "resumed", step, dir, skipped: [{dir, why}]} and, at
 // --stop-at-step, {"event": "stopped", step, checkpoint} instead of "saved".
@@ -43,6 +45,7 @@ struct SftResult {
   std::vector<std::string> final_responses;  // the last eval's decoded responses
   int64_t resumed_from = -1;                 // the step a --resume restored, -1: a first start
   bool stopped = false;                      // stopped at --stop-at-step (no final eval, no --out)
+  bool reused = false;                       // --reuse-out found --out made with these options: nothing trained
   std::string last_checkpoint;               // the newest checkpoint written, if any
 };
 
