@@ -4,8 +4,9 @@
 # every command of the README's first tour block (README.md "A five-minute
 # tour"), each of which must exit 0. It runs in a scratch directory holding
 # build/bin (a link to $TANDEM_BIN_DIR) and a shortened
-# examples/quickstart.json (one cycle, KiB instead of MiB) so it takes
-# seconds, not the real quickstart's minutes.
+# examples/quickstart.json (a tiny base of two sft steps, two GRPO steps of
+# two prompts) so it takes seconds, not the real quickstart's minutes
+# (tests/quickstart/quickstart_learning_test.sh runs the real one, shorter).
 set -euo pipefail
 SRC=${TANDEM_SOURCE_DIR:?}
 BIN=${TANDEM_BIN_DIR:?}
@@ -16,14 +17,16 @@ ln -s "$BIN" "$tmp/build/bin"
 python3 - "$SRC/examples/quickstart.json" "$tmp/examples/quickstart.json" <<'PY'
 import json, sys
 spec = json.load(open(sys.argv[1]))
-def short(a):
-    return a.replace("MiB", "KiB")
-for role in spec["roles"].values():
-    args = [short(a) for a in role.get("args", [])]
-    if "--cycles" in args:
-        args[args.index("--cycles") + 1] = "1"
-    role["args"] = args
-spec["handoff"]["gpu_memory"] = short(spec["handoff"]["gpu_memory"])
+short = {
+    "base": {"--preset": "tiny", "--max-steps": "2", "--eval-problems": "4", "--eval-max-new-tokens": "8"},
+    "actor": {"--steps": "2", "--prompts-per-step": "2", "--group-size": "2", "--max-new-tokens": "8",
+              "--eval-problems": "4", "--eval-every": "1"},
+    "rollout": {"--kv-cache-mib": "8"},
+}
+for name, flags in short.items():
+    args = spec["roles"][name]["args"]
+    for flag, value in flags.items():
+        args[args.index(flag) + 1] = value
 json.dump(spec, open(sys.argv[2], "w"), indent=2)
 PY
 

@@ -139,7 +139,17 @@ SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleS
   run(plain, [](const at::Tensor& l, const RowParams& c) { return DrawPlain(l, c); });
   run(topk, [k_max](const at::Tensor& l, const RowParams& c) { return DrawFiltered(l, c, k_max); });
   run(full, [vocab](const at::Tensor& l, const RowParams& c) { return DrawFiltered(l, c, vocab); });
-  const at::Tensor logprobs = at::log_softmax(logits, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
+  // The log-prob of the drawn token under the distribution it was drawn
+  // from, softmax(logits / T) (SGLang's default; a greedy row: T = 1).
+  std::vector<float> t(rows.size());
+  bool all_one = true;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    t[b] = rows[b].temperature < kGreedyBelow ? 1.0F : static_cast<float>(rows[b].temperature);
+    all_one = all_one && t[b] == 1.0F;
+  }
+  const at::Tensor scaled =
+      all_one ? logits : logits / at::tensor(t, logits.options().dtype(at::kFloat)).to(dev).unsqueeze(1);
+  const at::Tensor logprobs = at::log_softmax(scaled, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   return SamplerOutput{tokens, logprobs};
 }
 

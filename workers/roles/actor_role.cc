@@ -169,6 +169,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   topts.adamw.max_grad_norm = o.max_grad_norm;
   topts.micro_batch_tokens = o.micro_batch_tokens;
   topts.tree_packing = o.tree_packing;
+  topts.temperature = o.temperature > 0 ? o.temperature : 1.0;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GrpoTrainer> trainer, train::GrpoTrainer::Create(*net, topts), "actor");
   control::Hello hello = control::HelloFromEnvironment();
   if (hello.role.empty()) hello.role = "actor";

@@ -61,6 +61,8 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
   TANDEM_RETURN_IF_ERROR(rl::Validate(options.algorithm.config), "grpo trainer: algorithm " + options.algorithm.name);
   if (!options.algorithm.loss) return InvalidArgument("grpo trainer: algorithm " + options.algorithm.name + " has no loss");
   if (options.micro_batch_tokens < 0) return InvalidArgument("grpo trainer: micro_batch_tokens must be >= 0");
+  if (!(options.temperature > 0) || !std::isfinite(options.temperature))
+    return InvalidArgument("grpo trainer: temperature must be a finite number > 0");
   if (options.algorithm.config.loss.kl_coef > 0) {
     if (!options.reference)
       return InvalidArgument("grpo trainer: algorithm " + options.algorithm.name + " has a KL term (kl_coef " +
@@ -200,7 +202,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
         }
         adv_index.push_back(samples[s]);
       }
-      const model::ForestOutput out = model_.Forward(batch);
+      const model::ForestOutput out = model_.Forward(batch, {.temperature = options_.temperature});
       const at::Tensor index = at::tensor(cells).to(device);
       auto grid = [&](const at::Tensor& flat) {
         return at::zeros({b * width}, flat.options()).index_copy(0, index, flat).view({b, width});
@@ -213,7 +215,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
       in.advantages = adv.advantages.index_select(0, at::tensor(adv_index)).to(device);
       if (config.loss.kl_coef > 0) {
         at::NoGradGuard no_grad;
-        in.ref_logprobs = grid(options_.reference->Forward(batch).logprob);
+        in.ref_logprobs = grid(options_.reference->Forward(batch, {.temperature = options_.temperature}).logprob);
       }
       in.batch_tokens = batch_tokens;
       in.batch_sequences = batch_sequences;

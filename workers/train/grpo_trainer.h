@@ -53,6 +53,10 @@ struct GrpoTrainerOptions {
   AdamWOptions adamw;
   int64_t micro_batch_tokens = 0;   // 0: the whole batch in one micro-batch
   bool tree_packing = true;
+  // The rollouts' sampling temperature: log-probs, entropy and the KL term
+  // are of softmax(logits / temperature), the distribution the responses
+  // were drawn from (whose log-probs the rollout returns); > 0.
+  double temperature = 1.0;
   // The frozen reference policy of the KL term (the starting model, as in
   // verl's ref worker); required when algorithm.config.loss.kl_coef > 0,
   // same config as the trained model; must outlive the trainer.

@@ -125,6 +125,19 @@ TEST(Sampler, GreedyIsTheArgmaxWithTiesToTheLowestId) {
   EXPECT_TRUE(at::allclose(g->logprobs, want, /*rtol=*/1e-6, /*atol=*/1e-6));
 }
 
+TEST(Sampler, LogProbsAreOfTheTemperedDistribution) {
+  // Rows at temperature 0.5, 1 and 2 (no filters), and a greedy row (T = 1).
+  const at::Tensor r = at::randn({4, 50}) * 2;
+  auto out = Sample(r, {Spec(0.5, -1, 1, 0, 1, 0, 0), Spec(1, -1, 1, 0, 2, 0, 0), Spec(2, -1, 1, 0, 3, 0, 0),
+                        Spec(0, -1, 1, 0, 4, 0, 0)});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const std::vector<double> t = {0.5, 1, 2, 1};
+  for (int64_t b = 0; b < 4; ++b) {
+    const at::Tensor lp = at::log_softmax(r[b] / t[static_cast<size_t>(b)], -1);
+    EXPECT_NEAR(out->logprobs[b].item<float>(), lp[out->tokens[b].item<int64_t>()].item<float>(), 1e-5) << "row " << b;
+  }
+}
+
 TEST(Sampler, ASeededRowIgnoresItsBatch) {
   const at::Tensor row = at::randn({1, 500}) * 2;
   const SampleSpec spec = Spec(0.9, 50, 0.95, 0.01, 1234, 2, 7);

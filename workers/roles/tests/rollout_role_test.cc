@@ -215,5 +215,38 @@ TEST_F(RolloutRole, ADirectoryWithoutAModelExitsNamingIt) {
   EXPECT_NE(ReadAll(log).find(dir_ + "/nothing"), std::string::npos) << ReadAll(log);
 }
 
+// --wait-for-model: a model that never comes is a clear error after the
+// wait; one renamed into place meanwhile (as sft --out does) is served.
+TEST_F(RolloutRole, WaitsForTheModelAnotherTaskMakes) {
+  {
+    Worker w;
+    const std::string log = dir_ + "/never.log";
+    const auto t0 = std::chrono::steady_clock::now();
+    Start(w, "rollout", {"--model", dir_ + "/never", "--wait-for-model", "1"}, dir_ + "/never.port", log);
+    EXPECT_EQ(w.pid, -1);
+    EXPECT_EQ(w.exit_status, 1) << ReadAll(log);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+    EXPECT_NE(ReadAll(log).find("--model " + dir_ + "/never: no config.json after 1 s (--wait-for-model)"),
+              std::string::npos)
+        << ReadAll(log);
+  }
+  model::ModelConfig c = model::testing::TinyConfig(/*moe=*/false);
+  c.vocab_size = 259;
+  std::unique_ptr<model::Transformer> m = model::testing::MakeModel(c);
+  const std::string staged = dir_ + "/.model.partial", model_dir = dir_ + "/model";
+  std::future<bool> made = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    return model::SavePretrained(*m, staged).ok() && data::WriteByteTokenizer(staged).ok() &&
+           ::rename(staged.c_str(), model_dir.c_str()) == 0;
+  });
+  Worker w;
+  const std::string log = dir_ + "/wait.log";
+  Start(w, "rollout", {"--model", model_dir, "--wait-for-model", "60"}, dir_ + "/wait.port", log);
+  ASSERT_TRUE(made.get());
+  ASSERT_GT(w.port, 0) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("waiting up to 60 s for the model " + model_dir), std::string::npos) << ReadAll(log);
+  EXPECT_EQ(w.Stop(SIGTERM), 0) << ReadAll(log);
+}
+
 }  // namespace
 }  // namespace tandem::roles
