@@ -5,23 +5,24 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
-#include <chrono>
-#include <cstdio>
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "common/bounded_json.h"
 #include "common/log.h"
+#include "workers/checkpoint/checkpoint_fs.h"
 #include "workers/data/byte_tokenizer.h"
 #include "workers/data/chat_template.h"
 #include "workers/data/prefix_dataset.h"
 #include "workers/data/problem_stream.h"
 #include "workers/data/tokenizer.h"
 #include "workers/inference/greedy.h"
-#include "workers/checkpoint/checkpoint_fs.h"
 #include "workers/model/checkpoint.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/sft_checkpoint.h"
@@ -92,7 +93,6 @@ Status SaveTokenizer(const SftOptions& o, const std::string& dir) {
     if (fs::exists(fs::path(o.init_dir) / f)) TANDEM_RETURN_IF_ERROR(CopyFile(fs::path(o.init_dir) / f, fs::path(dir) / f));
   return Status::Ok();
 }
-
 
 // What a reused --out must have been made with: the run's fingerprint and
 // its time limit.

@@ -234,17 +234,22 @@ TEST_F(RolloutRole, WaitsForTheModelAnotherTaskMakes) {
   c.vocab_size = 259;
   std::unique_ptr<model::Transformer> m = model::testing::MakeModel(c);
   const std::string staged = dir_ + "/.model.partial", model_dir = dir_ + "/model";
+  const std::string log = dir_ + "/wait.log";
+  // The model appears once the worker says it waits for it.
   std::future<bool> made = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (ReadAll(log).find("waiting up to 60 s for the model " + model_dir) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     return model::SavePretrained(*m, staged).ok() && data::WriteByteTokenizer(staged).ok() &&
            ::rename(staged.c_str(), model_dir.c_str()) == 0;
   });
   Worker w;
-  const std::string log = dir_ + "/wait.log";
   Start(w, "rollout", {"--model", model_dir, "--wait-for-model", "60"}, dir_ + "/wait.port", log);
   ASSERT_TRUE(made.get());
   ASSERT_GT(w.port, 0) << ReadAll(log);
-  EXPECT_NE(ReadAll(log).find("waiting up to 60 s for the model " + model_dir), std::string::npos) << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("the model " + model_dir + " is there"), std::string::npos) << ReadAll(log);
   EXPECT_EQ(w.Stop(SIGTERM), 0) << ReadAll(log);
 }
 
