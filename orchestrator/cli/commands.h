@@ -41,6 +41,8 @@ int CmdResidency(Client& c, const std::string& target, bool json);
 // Writes the timeline page to `out_path` (via a temporary file and rename).
 // `max_bars` > 0 overrides the page's bar limit.
 int CmdTimeline(Client& c, const std::string& target, const std::string& out_path, size_t max_bars);
+// The RL curves of RUN_DIR/metrics.jsonl as one HTML page (rl_report_page.h).
+int CmdReport(Client& c, const std::string& target, const std::string& out_path);
 // `tandem events JOB|RUN_DIR --handoff`: handoff.jsonl, one line per command.
 int CmdHandoffEvents(Client& c, const std::string& target);
 

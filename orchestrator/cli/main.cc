@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options are accepted after the subcommand too
 
   std::string spec, job, task;
-  std::vector<std::string> targets;  // JOB|RUN_DIR of events, residency, timeline
+  std::vector<std::string> targets;  // JOB|RUN_DIR of events, residency, timeline, report
   bool wait = false, as_json = false, follow = false, err_stream = false;
 
   auto* run = app.add_subcommand("run", "Run a job on an embedded daemon; exits with the job's outcome");
@@ -109,6 +109,10 @@ int main(int argc, char** argv) {
   timeline->add_option("-o,--output", timeline_out, "Output file (default timeline.html)");
   timeline->add_option("--max-bars", max_bars, "Bars drawn before holds are merged (default 4000)");
 
+  auto* report_cmd = app.add_subcommand("report", "Write an HTML page drawing an RL run's curves (its metrics.jsonl)");
+  report_cmd->add_option("JOB", targets, "Job id or run directory")->required();
+  std::string report_out = "report.html";
+  report_cmd->add_option("-o,--output", report_out, "Output file (default report.html)");
   auto* validate = app.add_subcommand("validate", "Check a job spec; exit 0 if valid, 1 with the errors");
   validate->add_option("SPEC", spec, "Job spec (JSON)")->required();
 
@@ -123,7 +127,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : cli::kExitUsage;
   }
   log::Init("warn");
-  for (CLI::App* sub : {events, residency, timeline}) {
+  for (CLI::App* sub : {events, residency, timeline, report_cmd}) {
     if (*sub && !OneTarget(sub->get_name(), targets, job)) return cli::kExitUsage;
   }
 
@@ -158,5 +162,6 @@ int main(int argc, char** argv) {
   if (*events) return cli::CmdEvents(client, job, follow);
   if (*residency) return cli::CmdResidency(client, job, as_json);
   if (*timeline) return cli::CmdTimeline(client, job, timeline_out, max_bars);
+  if (*report_cmd) return cli::CmdReport(client, job, report_out);
   return cli::kExitUsage;
 }

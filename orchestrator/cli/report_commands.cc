@@ -1,4 +1,4 @@
-// `tandem residency`, `tandem timeline` and `tandem events --handoff`
+// `tandem residency`, `tandem timeline`, `tandem report` and `tandem events --handoff`
 // (issue #3 part 6; docs/cli.md "Reading a run's handoff"). Each takes a run
 // directory, read directly, or a job id: the daemon is asked for the job
 // (GET /v1/jobs/{id}) and its `run_dir` is read on this host, so a job of a
@@ -11,6 +11,7 @@
 #include "orchestrator/cli/commands.h"
 #include "orchestrator/report/handoff_text.h"
 #include "orchestrator/report/residency_model.h"
+#include "orchestrator/report/rl_report_page.h"
 #include "orchestrator/report/run_logs.h"
 #include "orchestrator/report/timeline.h"
 
@@ -60,6 +61,27 @@ std::optional<report::RunLogs> Load(const std::string& dir) {
   return std::move(*logs);
 }
 
+// Writes `page` to out_path through a temporary file and a rename; false
+// (said on stderr) when it cannot.
+bool WritePage(const std::string& out_path, const std::string& page) {
+  const std::string tmp = out_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << page;
+    if (!out.flush()) {
+      std::cerr << "tandem: cannot write " << tmp << "\n";
+      return false;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, out_path, ec);
+  if (ec) {
+    std::cerr << "tandem: cannot write " << out_path << ": " << ec.message() << "\n";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int CmdResidency(Client& c, const std::string& target, bool as_json) {
@@ -83,24 +105,25 @@ int CmdTimeline(Client& c, const std::string& target, const std::string& out_pat
   if (!logs) return kExitFailed;
   report::TimelineOptions opts;
   if (max_bars > 0) opts.max_bars = max_bars;
-  const std::string page = report::TimelineHtml(*logs, opts);
-  const std::string tmp = out_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << page;
-    if (!out.flush()) {
-      std::cerr << "tandem: cannot write " << tmp << "\n";
-      return kExitFailed;
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, out_path, ec);
-  if (ec) {
-    std::cerr << "tandem: cannot write " << out_path << ": " << ec.message() << "\n";
-    return kExitFailed;
-  }
+  if (!WritePage(out_path, report::TimelineHtml(*logs, opts))) return kExitFailed;
   std::cout << "wrote " << out_path << " (" << logs->residency.size() << " residency lines, " << logs->handoff.size()
             << " handoff lines)\n";
+  return kExitOk;
+}
+
+int CmdReport(Client& c, const std::string& target, const std::string& out_path) {
+  RunDir rd = ResolveRunDir(c, target);
+  if (rd.rc != kExitOk) return rd.rc;
+  const std::string path = (fs::path(rd.path) / "metrics.jsonl").string();
+  StatusOr<report::RlMetrics> m = report::ReadRlMetrics(path);
+  if (!m.ok()) {
+    std::cerr << "tandem: " << m.status().message()
+              << (m.status().code() == StatusCode::kNotFound ? " (an actor writes it: docs/rl.md \"Metrics\")" : "") << "\n";
+    return kExitFailed;
+  }
+  if (!WritePage(out_path, report::RlReportHtml(*m, rd.path))) return kExitFailed;
+  std::cout << "wrote " << out_path << " (" << m->Of("reward/mean").size() << " steps, " << m->series.size()
+            << " metrics" << (m->skipped ? ", " + std::to_string(m->skipped) + " lines skipped" : "") << ")\n";
   return kExitOk;
 }
 

@@ -3,34 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "common/bounded_json.h"
-#include "orchestrator/report/bounded_lines.h"
 #include "orchestrator/report/human_units.h"
 
 namespace tandem::report {
 namespace {
-
-using json = nlohmann::json;
-
-std::optional<double> Number(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-std::optional<int64_t> Integer(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return it->get<int64_t>();
-}
 
 // "851.2k", "2.74M".
 std::string Count(int64_t n) {
@@ -41,70 +21,62 @@ std::string Count(int64_t n) {
 
 }  // namespace
 
-StatusOr<RlSummary> ReadRlSummary(const std::string& metrics_path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(metrics_path, ec)) return NotFound(metrics_path + ": no such file");
-  std::ifstream in(metrics_path, std::ios::binary);
-  if (!in) return ErrnoStatus("open " + metrics_path);
+RlSummary SummarizeRl(const RlMetrics& m) {
   RlSummary s;
-  std::vector<double> rewards;
-  double rollout = 0, train = 0, sync = 0, step = 0;
-  std::optional<double> last_eval;
-  std::string text;
-  bool too_long = false;
-  while (ReadBoundedLine(in, text, too_long)) {
-    if (text.empty()) continue;
-    StatusOr<json> j = too_long ? StatusOr<json>(InvalidArgument("too long")) : ParseJsonBounded(text);
-    if (!j.ok() || !j->is_object()) {
-      ++s.skipped;
-      continue;
-    }
-    const std::optional<int64_t> n = Integer(*j, "step");
-    if (!n || *n < 0) {
-      ++s.skipped;
-      continue;
-    }
-    if (std::optional<double> acc = Number(*j, "eval/accuracy")) {
-      if (*n == 0 && !s.accuracy_before) s.accuracy_before = acc;
-      if (*n > 0) last_eval = acc;
-      if (*n > 0 && j->value("final", false) == true) s.accuracy_after = acc;
-      if (std::optional<int64_t> p = Integer(*j, "eval/problems"); p && *p >= 0) s.eval_problems = p;
-    }
-    const std::optional<double> reward = Number(*j, "reward/mean");
-    if (*n < 1 || !reward) continue;
-    ++s.steps;
-    rewards.push_back(*reward);
-    rollout += Number(*j, "seconds/rollout").value_or(0);
-    train += Number(*j, "seconds/train").value_or(0);
-    sync += Number(*j, "seconds/sync").value_or(0);
-    step += Number(*j, "seconds/step").value_or(0);
-    const std::optional<int64_t> packed = Integer(*j, "tokens/packed"), sequence = Integer(*j, "tokens/sequence");
-    if (packed && sequence && *packed >= 0 && *sequence >= 0 && *packed <= (int64_t{1} << 50) &&
-        *sequence <= (int64_t{1} << 50)) {
-      s.tokens_packed += *packed;
-      s.tokens_sequence += *sequence;
-    }
+  s.skipped = m.skipped;
+  auto from_step_1 = [&](const std::string& key) {
+    std::vector<double> out;
+    for (const auto& [step, v] : m.Of(key))
+      if (step >= 1) out.push_back(v);
+    return out;
+  };
+  for (const auto& [step, v] : m.Of("eval/accuracy")) {
+    if (step == 0 && !s.accuracy_before) s.accuracy_before = v;
+    if (step > 0) s.accuracy_after = v;  // the last eval after step 0, unless a final line says otherwise
   }
-  if (in.bad()) return ErrnoStatus("read " + metrics_path);
-  if (!s.accuracy_after) s.accuracy_after = last_eval;
-  if (s.steps > 0) {
-    const double n = static_cast<double>(s.steps);
-    s.rollout_s = rollout / n;
-    s.train_s = train / n;
-    s.sync_s = sync / n;
-    s.step_s = step / n;
-    s.total_s = step;
-    s.reward_window = std::min<int64_t>(10, (s.steps + 1) / 2);
-    const auto w = static_cast<std::ptrdiff_t>(s.reward_window);
-    double first = 0, last = 0;
-    for (std::ptrdiff_t i = 0; i < w; ++i) {
-      first += rewards[static_cast<size_t>(i)];
-      last += rewards[rewards.size() - 1 - static_cast<size_t>(i)];
-    }
-    s.reward_first = first / static_cast<double>(w);
-    s.reward_last = last / static_cast<double>(w);
+  if (m.final_step) {
+    for (const auto& [step, v] : m.Of("eval/accuracy"))
+      if (step == *m.final_step) s.accuracy_after = v;
   }
+  for (const auto& [step, v] : m.Of("eval/problems"))
+    if (v >= 0 && v <= 1e15 && v == std::floor(v)) s.eval_problems = static_cast<int64_t>(v);
+  const std::vector<double> rewards = from_step_1("reward/mean");
+  s.steps = static_cast<int64_t>(rewards.size());
+  auto sum = [&](const std::string& key) {
+    double total = 0;
+    for (const double v : from_step_1(key)) total += v;
+    return total;
+  };
+  auto count = [&](const std::string& key) {
+    int64_t total = 0;
+    for (const double v : from_step_1(key))
+      if (v >= 0 && v <= 1e15) total += static_cast<int64_t>(v);
+    return total;
+  };
+  s.tokens_packed = count("tokens/packed");
+  s.tokens_sequence = count("tokens/sequence");
+  if (s.steps == 0) return s;
+  const double n = static_cast<double>(s.steps);
+  s.rollout_s = sum("seconds/rollout") / n;
+  s.train_s = sum("seconds/train") / n;
+  s.sync_s = sum("seconds/sync") / n;
+  s.total_s = sum("seconds/step");
+  s.step_s = s.total_s / n;
+  s.reward_window = std::min<int64_t>(10, (s.steps + 1) / 2);
+  const size_t w = static_cast<size_t>(s.reward_window);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < w; ++i) {
+    first += rewards[i];
+    last += rewards[rewards.size() - 1 - i];
+  }
+  s.reward_first = first / static_cast<double>(w);
+  s.reward_last = last / static_cast<double>(w);
   return s;
+}
+
+StatusOr<RlSummary> ReadRlSummary(const std::string& metrics_path) {
+  TANDEM_ASSIGN_OR_RETURN(const RlMetrics m, ReadRlMetrics(metrics_path));
+  return SummarizeRl(m);
 }
 
 std::string RlSummaryText(const RlSummary& s, const std::string& metrics_path, const ResidencyModel* residency) {

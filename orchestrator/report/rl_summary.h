@@ -3,9 +3,7 @@
 // accuracy before and after, the sampled reward of the first and the last
 // steps, seconds per phase, tree packing, and the residency peak per GPU.
 //
-// The actor writes the file, so reading is tolerant as run_logs.h is: a
-// line that is not a JSON object, over 1 MiB, or too deep is skipped and
-// counted; a key of the wrong type or a non-finite number is ignored.
+// Read through rl_metrics.h (tolerant of what a task may write there).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +12,7 @@
 
 #include "common/status.h"
 #include "orchestrator/report/residency_model.h"
+#include "orchestrator/report/rl_metrics.h"
 
 namespace tandem::report {
 
@@ -30,7 +29,8 @@ struct RlSummary {
   size_t skipped = 0;                              // lines not used
 };
 
-// NotFound when the file does not exist; other I/O errors as errors.
+RlSummary SummarizeRl(const RlMetrics& metrics);
+// ReadRlMetrics then SummarizeRl: NotFound when the file does not exist.
 StatusOr<RlSummary> ReadRlSummary(const std::string& metrics_path);
 
 // The table `tandem run` prints; `residency` adds the peak per GPU.

@@ -1,7 +1,9 @@
-// The RL summary `tandem run` prints (rl_summary.h): the figures from a
-// metrics.jsonl as the actor writes it, and the lines a hostile task could
-// write instead (skipped or ignored, never thrown on).
+// The RL summary `tandem run` prints (rl_summary.h) and the curves page of
+// `tandem report` (rl_report_page.h): the figures from a metrics.jsonl as
+// the actor writes it, and the lines a hostile task could write instead
+// (skipped or ignored, never thrown on).
 #include "orchestrator/report/rl_summary.h"
+#include "orchestrator/report/rl_report_page.h"
 
 #include <filesystem>
 #include <fstream>
@@ -90,6 +92,8 @@ TEST_F(RlSummaryTest, HostileLinesAreSkippedOrIgnored) {
   text += "{\"step\":1,\"reward/mean\":0.5,\"seconds/train\":\"x\",\"tokens/packed\":-5,\"tokens/sequence\":7}\n";
   text += "{\"step\":2,\"reward/mean\":1e308,\"tokens/packed\":9223372036854775807,\"tokens/sequence\":1}\n";
   text += "{\"step\":0,\"eval/accuracy\":[0.9]}\n";
+  text += "{\"step\":4,\"eval/accuracy\":0.5,\"final\":\"yes\"}\n";     // a final that is no bool
+  text += "{\"step\":5,\"eval/problems\":1e300,\"eval/accuracy\":\"x\"}\n";
   text += std::string(70, '[') + "\n";                                      // deeper than the bound
   text += "{\"step\":3,\"reward/mean\":0.25," + std::string(2 << 20, ' ') + "}\n";  // over 1 MiB
   text += "{\"step\":4,\"reward/mean\":0.75}";                                // no final newline
@@ -98,11 +102,36 @@ TEST_F(RlSummaryTest, HostileLinesAreSkippedOrIgnored) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ(s->steps, 3);  // steps 1, 2 and 4
   EXPECT_FALSE(s->accuracy_before);
+  EXPECT_DOUBLE_EQ(s->accuracy_after.value_or(-1), 0.5);  // the last eval, not a "final" line
+  EXPECT_FALSE(s->eval_problems);
   EXPECT_EQ(s->tokens_packed, 0);
   EXPECT_EQ(s->skipped, 9u);
   const std::string out = RlSummaryText(*s, "m", nullptr);
-  EXPECT_THAT(out, HasSubstr("held-out accuracy  -       -"));
+  EXPECT_THAT(out, HasSubstr("held-out accuracy  -       50.0%"));
   EXPECT_THAT(out, HasSubstr("(9 lines of m skipped: not metrics)"));
+}
+
+TEST_F(RlSummaryTest, TheReportPageDrawsASeriesPerMetric) {
+  std::string text = "{\"step\":0,\"eval/accuracy\":0.25}\n";
+  for (int s = 1; s <= 12; ++s) text += Step(s, 0.1 * s / 2, 0.5, 1.0);
+  text += "{\"step\":12,\"eval/accuracy\":0.5,\"final\":true}\n";
+  text += "{\"step\":3,\"reward/mean\":0.1,\"grad_norm\":\"<script>\"}\n";
+  Write(text);
+  StatusOr<RlMetrics> m = ReadRlMetrics(path_);
+  ASSERT_TRUE(m.ok());
+  const std::string page = RlReportHtml(*m, "runs/<x>");
+  EXPECT_THAT(page, HasSubstr("<title>tandem report: runs/&lt;x&gt;</title>"));
+  EXPECT_THAT(page, HasSubstr("data-key=\"eval/accuracy\" data-points=\"2\""));
+  EXPECT_THAT(page, HasSubstr("data-key=\"reward/mean\" data-points=\"13\""));
+  EXPECT_THAT(page, HasSubstr("data-key=\"seconds/train\" data-points=\"12\""));
+  EXPECT_THAT(page, HasSubstr("held-out accuracy  25.0%   50.0%"));
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("grad_norm")));  // no number, no chart
+  EXPECT_THAT(page, ::testing::Not(HasSubstr("<script")));
+
+  Write("not json\n");
+  StatusOr<RlMetrics> empty = ReadRlMetrics(path_);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_THAT(RlReportHtml(*empty, "r"), HasSubstr("no metrics to draw"));
 }
 
 TEST_F(RlSummaryTest, AMissingFileIsNotFound) {
