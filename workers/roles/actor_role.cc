@@ -58,24 +58,35 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// Waits for every rollout's port file (the rollouts write them once listening).
+// Waits for every rollout's port file (the rollouts write them once
+// listening: "PORT\nJOB\n"). In a job, a file another job wrote (a reused
+// run dir keeps it) is waited past, never taken.
 StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o) {
   std::vector<RolloutEndpoint> out;
   const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  const char* env_job = std::getenv("TANDEM_JOB_ID");
+  const std::string job = env_job != nullptr ? env_job : "";
   for (int64_t r = 0; r < o.rollouts; ++r) {
     std::string path = o.rollout_port_file;
     for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
       path.replace(at, 6, std::to_string(r));
+    std::string seen_job;
     for (;;) {
       std::ifstream f(path);
       long port = 0;
       if (f >> port) {
         if (port < 1 || port > 65535) return InvalidArgument("actor: " + path + " holds no port");
-        out.push_back({o.rollout_host, static_cast<int>(port)});
-        break;
+        seen_job.clear();
+        f >> seen_job;
+        if (job.empty() || seen_job == job) {
+          out.push_back({o.rollout_host, static_cast<int>(port)});
+          break;
+        }
       }
       if (Clock::now() > deadline)
-        return DeadlineExceeded("actor: no rollout port file " + path + " within " + std::to_string(o.phase_timeout_s) + " s");
+        return DeadlineExceeded("actor: no rollout port file " + path + (job.empty() ? "" : " of job " + job) + " within " +
+                                std::to_string(o.phase_timeout_s) + " s" +
+                                (seen_job.empty() ? "" : " (it names job " + seen_job + ")"));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

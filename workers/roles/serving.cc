@@ -107,7 +107,10 @@ void WritePortFile(const ServeOptions& o, int port) {
   if (o.port_file.empty()) return;
   const std::string path = ExpandRank(o.port_file);
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << port << "\n";
+  // The second line names the job: a reused run dir keeps an earlier job's
+  // file, which a reader of this job must not take (the actor checks it).
+  const char* job = std::getenv("TANDEM_JOB_ID");
+  std::ofstream(tmp) << port << "\n" << (job != nullptr ? job : "") << "\n";
   if (std::rename(tmp.c_str(), path.c_str()) != 0) log::Warn("serving", "--port-file {}: rename failed", path);
 }
 

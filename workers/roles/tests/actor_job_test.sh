@@ -13,7 +13,8 @@
 #     (weight_version/min = step - 1);
 #   - --out wrote a model directory that loads (config.json, weights);
 #   - tandem run printed a progress line per step (the actor's metrics);
-#   - run again and cancelled after step 1, the job leaves no shm segment
+#   - run again (over stale port files of another job, which the actor must
+#     not take) and cancelled after step 1, the job leaves no shm segment
 #     (the daemon removes what the SIGTERMed actor could not).
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 set -euo pipefail
@@ -87,6 +88,9 @@ grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/grpo.err
 # between publishing and the loads; stand one in, named as the actor names
 # its versions (from the rollout's log), and the daemon must remove it when
 # the job ends, and nothing of the job may be left in /dev/shm.
+# The reused run dir keeps the first job's port files; stand in ones of an
+# older job on a port nobody serves: the actor must wait for its own job's.
+for r in 0 1; do printf '1\ngrpo-000000\n' >"$run/rollout.$r.port"; done
 "$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/cancel.out 2>runs/cancel.err &
 run_pid=$!
 for _ in $(seq 1200); do
