@@ -52,8 +52,8 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 [[ -s runs/serving/teacher.port ]] || { cat runs/serving.err >&2; fail "the workers did not start in 60 s"; }
-rollout="http://127.0.0.1:$(cat runs/serving/rollout.port)"
-teacher="http://127.0.0.1:$(cat runs/serving/teacher.port)"
+rollout="http://127.0.0.1:$(head -1 runs/serving/rollout.port)"
+teacher="http://127.0.0.1:$(head -1 runs/serving/teacher.port)"
 echo "[serving]     job $job: rollout $rollout, teacher $teacher"
 
 # The bytes ROLE's TAG holds now, from the workers' own reports (0 when released).

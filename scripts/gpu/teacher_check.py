@@ -83,7 +83,7 @@ def main():
             if os.path.exists(port_file) or proc.poll() is not None:
                 break
             time.sleep(0.1)
-        port = int(open(port_file).read())
+        port = int(open(port_file).read().split()[0])  # "PORT\nJOB\n"
         cfg = json.load(open(os.path.join(model_dir, "config.json")))
         rng = random.Random(0)
         vocab = min(cfg["vocab_size"], 150000)
