@@ -19,7 +19,10 @@ CASE=${1:?usage: daemon_test.sh restart|ctld-restart}
 job=$(sbatch --parsable --job-name=tandem-test-daemon --output=/dev/null --ntasks=2 \
   --gres=gpu:2 --time=10 --wrap="sleep 600")
 CLEANUPS+=("scancel $job")
-wait_for 30 "allocation $job running" bash -c "squeue -h -j $job -o %T | grep -q RUNNING"
+# The previous Slurm test's jobs may still be completing (their node's GPUs
+# not yet free): CI once saw this allocation pending for over 30 s.
+wait_for 120 "allocation $job running" \
+  bash -c "squeue -h -j $job -o %T | grep -q RUNNING"
 
 # shellcheck source=tandemd.sh
 . "$TANDEM_SOURCE_DIR/backends/slurm/tests/tandemd.sh"
