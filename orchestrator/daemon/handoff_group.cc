@@ -253,7 +253,7 @@ void HandoffGroup::Perform(std::vector<Action>& actions) {
       Answer(p->phase, json{{"phase", PhaseName(p->phase)}});
     } else if (auto* refused = std::get_if<PhaseRefused>(&a)) {
       log::Warn("handoff", "group={} phase {} refused: {}", name_, PhaseName(refused->phase), refused->reason);
-      Answer(refused->phase, FailedPrecondition(refused->reason));
+      Answer(refused->phase, refused->transient ? Unavailable(refused->reason) : FailedPrecondition(refused->reason));
     } else if (auto* w = std::get_if<RestartWorker>(&a)) {
       log::Warn("handoff", "group={} restarting worker={}: {}", name_, w->worker.ToString(), w->cause);
       host_.RestartWorker(w->worker, w->cause);

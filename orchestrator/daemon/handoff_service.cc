@@ -299,9 +299,12 @@ StatusOr<json> HandoffService::OnHello(const ConnectionPtr& c, const control::He
       if (HandoffGroup* g = FindGroup(job_id, h.worker)) g->OnHello(h);
     });
   }
-  return json{{"session", job_id + "/" + w.ToString()},
-              {"handoff", group != nullptr},
-              {"command_timeout_ms", static_cast<int64_t>(timeout_s * 1000)}};
+  json welcome = {{"session", job_id + "/" + w.ToString()},
+                  {"handoff", group != nullptr},
+                  {"command_timeout_ms", static_cast<int64_t>(timeout_s * 1000)}};
+  // What a restarted controller must publish past (docs/control-protocol.md "Handshake").
+  if (group) welcome["published_version"] = group->state().published_version;
+  return welcome;
 }
 
 void HandoffService::OnMessage(const ConnectionPtr& c, const control::ParsedObject& msg) {

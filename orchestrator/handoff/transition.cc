@@ -330,9 +330,9 @@ HandoffRecord RecordFor(const GroupState& s, const Outstanding& o, double at, st
 void OnRequest(Ctx& c, const RequestPhase& e) {
   GroupState& s = c.s;
   const GroupConfig& cfg = *s.config;
-  auto refuse = [&](std::string why) {
+  auto refuse = [&](std::string why, bool transient = false) {
     c.ids.push_back("T3");
-    c.actions.push_back(PhaseRefused{e.phase, std::move(why)});
+    c.actions.push_back(PhaseRefused{e.phase, std::move(why), transient});
   };
   if (s.mode == Mode::kFailed) return refuse("the group failed: " + s.fault);
   if (s.mode != Mode::kSettled) {
@@ -340,7 +340,7 @@ void OnRequest(Ctx& c, const RequestPhase& e) {
       c.ids.push_back("T2");
       return;
     }
-    return refuse(fmt::format("busy: the group is {} entering {}", ModeName(s.mode), PhaseName(s.target)));
+    return refuse(fmt::format("busy: the group is {} entering {}", ModeName(s.mode), PhaseName(s.target)), true);
   }
   if (e.phase == s.phase && s.phase.kind != PhaseKind::kInit) {
     c.ids.push_back("T2");
@@ -356,7 +356,7 @@ void OnRequest(Ctx& c, const RequestPhase& e) {
                               s.published_version));
   }
   for (const auto& [w, ws] : s.workers) {
-    if (!ws.hello) return refuse(fmt::format("waiting for hello from {}", w.ToString()));
+    if (!ws.hello) return refuse(fmt::format("waiting for hello from {}", w.ToString()), true);
   }
   c.ids.push_back("T1");
   s.published_before = s.published_version;

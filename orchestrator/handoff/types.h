@@ -169,6 +169,10 @@ struct PhaseReached {
 struct PhaseRefused {
   Phase phase;
   std::string reason;
+  // The group is busy (a transition or a recovery in flight) or a worker
+  // has not said hello yet: the same request may succeed later (the daemon
+  // answers `unavailable`, else `failed_precondition`).
+  bool transient = false;
 };
 // on_fault=restart: restart this worker's task (it will say Hello again).
 struct RestartWorker {

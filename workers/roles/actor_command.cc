@@ -43,6 +43,11 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--control", o_.control, "tandemd's control endpoint (default: $TANDEM_CONTROL)");
   s->add_option("--metrics", o_.metrics_path, "JSON lines per step (default: $TANDEM_RUN_DIR/metrics.jsonl)");
   s->add_option("--out", o_.out_dir, "write the trained model here at the end (HF directory)");
+  s->add_option("--checkpoint-dir", o_.checkpoint_dir, "checkpoints here; one there is resumed from (docs/rl.md)");
+  s->add_option("--checkpoint-every", o_.checkpoint_every, "steps between checkpoints (0: after the last only)")
+      ->capture_default_str();
+  s->add_option("--keep-checkpoints", o_.keep_checkpoints, "the newest checkpoints kept")->capture_default_str();
+  s->add_option("--device", o_.device, "cpu (fp32) or cuda (bf16)")->capture_default_str();
   s->add_option("--seed", o_.seed, "sampling seed")->capture_default_str();
   s->add_option("--threads", o_.threads, "LibTorch intra-op threads (0: its default)");
 }

@@ -44,6 +44,12 @@ struct ActorOptions {
   std::string control;               // default $TANDEM_CONTROL (required: the daemon drives the weights)
   std::string metrics_path;          // default $TANDEM_RUN_DIR/metrics.jsonl, else ./metrics.jsonl
   std::string out_dir;               // optional: the final model as an HF directory
+  // Checkpoints (actor_checkpoint.h): every checkpoint_every steps and after
+  // the last; a checkpoint_dir that holds one is resumed from.
+  std::string checkpoint_dir;        // relative to the working directory (the run dir); empty: none
+  int64_t checkpoint_every = 0;      // 0: after the last step only
+  int64_t keep_checkpoints = 2;
+  std::string device = "cpu";        // cpu (fp32) or cuda (bf16, device 0 of CUDA_VISIBLE_DEVICES)
   uint64_t seed = 0;
   int threads = 0;
 };

@@ -13,12 +13,15 @@
 #include <thread>
 
 #include "common/log.h"
+#include "workers/checkpoint/checkpoint_writer.h"
 #include "workers/data/chat_template.h"
 #include "workers/data/prefix_dataset.h"
 #include "workers/data/problem_stream.h"
 #include "workers/data/tokenizer.h"
 #include "workers/model/checkpoint.h"
 #include "workers/rl/algorithm_registry.h"
+#include "workers/roles/actor_checkpoint.h"
+#include "workers/roles/actor_rollouts.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
 #include "workers/roles/rollout_client.h"
@@ -51,78 +54,16 @@ Status CheckOptions(const ActorOptions& o) {
     return InvalidArgument("actor: --temperature >= 0, --lr > 0, --eval-every, --eval-problems and --micro-batch-tokens >= 0");
   if (!(o.request_timeout_s > 0) || !(o.phase_timeout_s > 0))
     return InvalidArgument("actor: timeouts must be positive");
+  if (o.checkpoint_every < 0 || o.keep_checkpoints < 1)
+    return InvalidArgument("actor: --checkpoint-every must be >= 0, --keep-checkpoints > 0");
+  if (o.checkpoint_dir.empty() && o.checkpoint_every > 0)
+    return InvalidArgument("actor: --checkpoint-every needs --checkpoint-dir");
+  if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("actor: --device must be cpu or cuda");
   return Status::Ok();
 }
 
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
-// Waits for every rollout's port file (the rollouts write them once
-// listening: "PORT\nJOB\n"). In a job, a file another job wrote (a reused
-// run dir keeps it) is waited past, never taken.
-StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o) {
-  std::vector<RolloutEndpoint> out;
-  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
-  const char* env_job = std::getenv("TANDEM_JOB_ID");
-  const std::string job = env_job != nullptr ? env_job : "";
-  for (int64_t r = 0; r < o.rollouts; ++r) {
-    std::string path = o.rollout_port_file;
-    for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
-      path.replace(at, 6, std::to_string(r));
-    std::string seen_job;
-    for (;;) {
-      std::ifstream f(path);
-      long port = 0;
-      if (f >> port) {
-        if (port < 1 || port > 65535) return InvalidArgument("actor: " + path + " holds no port");
-        seen_job.clear();
-        f >> seen_job;
-        if (job.empty() || seen_job == job) {
-          out.push_back({o.rollout_host, static_cast<int>(port)});
-          break;
-        }
-      }
-      if (Clock::now() > deadline)
-        return DeadlineExceeded("actor: no rollout port file " + path + (job.empty() ? "" : " of job " + job) + " within " +
-                                std::to_string(o.phase_timeout_s) + " s" +
-                                (seen_job.empty() ? "" : " (it names job " + seen_job + ")"));
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  return out;
-}
-
-// The prompts spread over the rollouts in contiguous chunks, generated in
-// parallel; the samples prompt-major.
-StatusOr<std::vector<RolloutSample>> GenerateOnAll(const std::vector<RolloutEndpoint>& rollouts,
-                                                   const std::vector<std::vector<int32_t>>& prompts,
-                                                   const GenerateCall& shape, std::chrono::milliseconds timeout) {
-  const size_t r = std::min(rollouts.size(), prompts.size());
-  std::vector<std::future<StatusOr<std::vector<RolloutSample>>>> calls;
-  size_t begin = 0;
-  for (size_t i = 0; i < r; ++i) {
-    const size_t end = begin + (prompts.size() - begin) / (r - i);
-    GenerateCall call = shape;
-    call.prompts.assign(prompts.begin() + static_cast<std::ptrdiff_t>(begin),
-                        prompts.begin() + static_cast<std::ptrdiff_t>(end));
-    calls.push_back(std::async(std::launch::async, [&rollouts, i, call, timeout] {
-      return Generate(rollouts[i], call, timeout);
-    }));
-    begin = end;
-  }
-  std::vector<RolloutSample> out;
-  Status first_error;
-  for (auto& c : calls) {
-    StatusOr<std::vector<RolloutSample>> part = c.get();
-    if (!part.ok()) {
-      if (first_error.ok()) first_error = part.status();
-      continue;
-    }
-    for (RolloutSample& s : *part) out.push_back(std::move(s));
-  }
-  if (!first_error.ok()) return first_error;
-  return out;
 }
 
 }  // namespace
@@ -162,15 +103,17 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   };
 
   // Model, algorithm, trainer, publishers.
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Transformer> net,
-                          model::LoadPretrained(o.model_dir, at::Device(at::kCPU), at::kFloat), "actor: --model");
+  const bool cuda = o.device == "cuda";
+  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  const at::ScalarType dtype = cuda ? at::kBFloat16 : at::kFloat;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Transformer> net, model::LoadPretrained(o.model_dir, device, dtype),
+                          "actor: --model");
   const rl::AlgorithmRegistry registry = rl::AlgorithmRegistry::WithBuiltins();
   TANDEM_ASSIGN_OR_RETURN(rl::Algorithm algorithm, registry.Resolve(o.algorithm), "actor: --algorithm");
   TANDEM_ASSIGN_OR_RETURN(algorithm.config, rl::WithJobLimits(algorithm.config, o.max_new_tokens), "actor: --algorithm");
   std::unique_ptr<model::Transformer> reference;  // the starting model, for the KL term
   if (algorithm.config.loss.kl_coef > 0) {
-    TANDEM_ASSIGN_OR_RETURN(reference, model::LoadPretrained(o.model_dir, at::Device(at::kCPU), at::kFloat),
-                            "actor: the reference model");
+    TANDEM_ASSIGN_OR_RETURN(reference, model::LoadPretrained(o.model_dir, device, dtype), "actor: the reference model");
   }
   train::GrpoTrainerOptions topts;
   topts.algorithm = algorithm;
@@ -190,6 +133,32 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   const std::string run_dir = Env("TANDEM_RUN_DIR");
   const std::string metrics_path =
       !o.metrics_path.empty() ? o.metrics_path : (run_dir.empty() ? "metrics.jsonl" : run_dir + "/metrics.jsonl");
+
+  // A checkpoint to go on from (actor_checkpoint.h): the model, AdamW, the
+  // generators, the prompt stream and metrics.jsonl as they were after its step.
+  const json fingerprint = ActorRunFingerprint(o);
+  ActorProgress progress;
+  std::optional<checkpoint::CheckpointWriter> writer;
+  bool resumed = false;
+  if (!o.checkpoint_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const std::optional<RestoredActorCheckpoint> restored,
+                            RestoreActorCheckpoint(o.checkpoint_dir, fingerprint, *net, trainer->optimizer(), device,
+                                                   metrics_path));
+    if (restored) {
+      resumed = true;
+      progress = restored->progress;
+      TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(prefix ? *prefix : *train, o.seed, limit, progress.cursor),
+                              "actor resume: sampler cursor");
+      for (const checkpoint::SkippedCheckpoint& k : restored->skipped)
+        log::Warn("actor", "resume: skipped {}: {}", k.path, k.why.message());
+      log::Info("actor", "resumed from {} (step {}, weight version {})", restored->path, progress.step, progress.version);
+    }
+    TANDEM_ASSIGN_OR_RETURN(checkpoint::CheckpointWriter w,
+                            checkpoint::CheckpointWriter::Open(
+                                o.checkpoint_dir, {static_cast<size_t>(o.keep_checkpoints), /*sole_writer=*/true}),
+                            "actor: --checkpoint-dir");
+    writer.emplace(std::move(w));
+  }
   TANDEM_ASSIGN_OR_RETURN(const JsonLog metrics, JsonLog::Open(metrics_path), "actor: metrics");
 
   // The control channel: publish_weights is ours to answer.
@@ -230,11 +199,30 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     return detail;
   });
   TANDEM_RETURN_IF_ERROR(client.Connect(), "actor: tandemd");
-  const auto phase_timeout = Millis(o.phase_timeout_s);
-  auto phase = [&](const std::string& name, std::optional<int64_t> version) -> Status {
-    return client.RequestPhase(name, version, phase_timeout);
+  // A phase, asked again while the answer is `unavailable` (the group is
+  // busy recovering a restarted worker; tandemd restarted: connect again)
+  // until --phase-timeout.
+  auto phase = [&](const std::string& name, std::optional<int64_t> v) -> Status {
+    const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+    for (int attempt = 1;; ++attempt) {
+      const auto left = std::max(std::chrono::milliseconds(1),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      if (!client.connected()) {
+        if (Status c = client.Connect(left); !c.ok()) {
+          if (Clock::now() > deadline) return c;
+          continue;
+        }
+        log::Info("actor", "connected to tandemd again");
+      }
+      const Status st = client.RequestPhase(name, v, left);
+      if (st.ok()) return st;
+      if (st.code() != StatusCode::kUnavailable || Clock::now() > deadline) return st;
+      if (attempt == 1) log::Warn("actor", "phase {}: {}; asking again until --phase-timeout", name, st.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
   };
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutEndpoint> rollouts, WaitForRollouts(o));
+  const std::string job = hello.job_id;
+  TANDEM_ASSIGN_OR_RETURN(std::vector<RolloutEndpoint> rollouts, WaitForRollouts(o, job));
   const auto request_timeout = Millis(o.request_timeout_s);
 
   // Held-out accuracy through the rollouts (greedy); call in a rollout phase.
@@ -251,7 +239,8 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     call.max_new_tokens = o.max_new_tokens;
     call.stop_token_ids = {*end};
     TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
-                            GenerateOnAll(rollouts, eval_prompts, call, request_timeout), "actor eval");
+                            GenerateOnAll(o, job, rollouts, eval_prompts, call, progress.version, request_timeout),
+                            "actor eval");
     int64_t correct = 0;
     for (size_t i = 0; i < samples.size(); ++i) {
       TANDEM_ASSIGN_OR_RETURN(const std::string text, tok.Decode(samples[i].output_ids, {.skip_special_tokens = true}));
@@ -261,13 +250,50 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   };
 
   ActorResult result;
-  TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor");
-  TANDEM_ASSIGN_OR_RETURN(result.accuracy_before, evaluate());
+  result.resumed_from = resumed ? progress.step : -1;
+  // The rollouts must sample from this model. The group's newest version
+  // (the welcome's published_version) is this model's when nothing was
+  // published since (a first start; an actor restarted right after a
+  // checkpoint); else (a restart that lost steps, a job run again over a
+  // run dir with a checkpoint) the model is published now, as a version
+  // past both.
+  const json& welcome_version = client.welcome()["published_version"];
+  const int64_t published =
+      welcome_version.is_number_integer() && welcome_version.get<int64_t>() >= 0 ? welcome_version.get<int64_t>() : 0;
+  if (published != progress.version) {
+    progress.version = std::max(published + 1, progress.version);
+    log::Info("actor", "publishing the model of step {} as weight version {} (the group's newest is {})", progress.step,
+              progress.version, published);
+    TANDEM_RETURN_IF_ERROR(phase("sync", progress.version), "actor: publishing the resumed model");
+  }
   const int64_t eval_problems = static_cast<int64_t>(eval_prompts.size());
-  metrics.Write({{"step", 0}, {"eval/accuracy", result.accuracy_before}, {"eval/problems", eval_problems}});
-  log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", result.accuracy_before, held.problems.size());
+  if (!resumed) {
+    TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor");
+    TANDEM_ASSIGN_OR_RETURN(progress.accuracy_before, evaluate());
+    metrics.Write({{"step", 0}, {"eval/accuracy", progress.accuracy_before}, {"eval/problems", eval_problems}});
+    log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", progress.accuracy_before,
+              held.problems.size());
+  }
+  result.accuracy_before = progress.accuracy_before;
+  result.reward_first = progress.reward_first;
+  result.reward_last = progress.reward_last;
+  result.steps = progress.step;
 
-  for (int64_t step = 1; step <= o.steps; ++step) {
+  int64_t last_checkpoint = resumed ? progress.step : -1;
+  auto save_checkpoint = [&]() -> Status {
+    if (!writer || last_checkpoint == progress.step) return Status::Ok();
+    progress.cursor = stream.cursor();
+    progress.optimizer_steps = trainer->steps();
+    const Clock::time_point c0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(const checkpoint::CommittedCheckpoint c,
+                            SaveActorCheckpoint(*writer, {net.get(), &trainer->optimizer(), progress, fingerprint,
+                                                          o.model_dir, metrics_path}));
+    log::Info("actor", "checkpoint of step {} in {} ({:.2f} s)", progress.step, c.path, Seconds(c0));
+    last_checkpoint = progress.step;
+    return Status::Ok();
+  };
+
+  for (int64_t step = progress.step + 1; step <= o.steps; ++step) {
     const Clock::time_point t_step = Clock::now();
     // Prompts.
     std::vector<data::Problem> problems;
@@ -280,14 +306,15 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     }
     // ROLLOUT.
     Clock::time_point t0 = Clock::now();
-    if (step > 1) TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor step " + std::to_string(step));
+    TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor step " + std::to_string(step));
     GenerateCall call;
     call.n = o.group_size;
     call.temperature = o.temperature;
     call.max_new_tokens = o.max_new_tokens;
     call.stop_token_ids = {*end};
     call.seed = static_cast<int64_t>((o.seed * 1000003 + static_cast<uint64_t>(step)) & 0x7fffffff);
-    TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples, GenerateOnAll(rollouts, prompts, call, request_timeout),
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
+                            GenerateOnAll(o, job, rollouts, prompts, call, progress.version, request_timeout),
                             "actor step " + std::to_string(step));
     std::vector<train::Trajectory> trajectories;
     int64_t rewarded = 0, response_tokens = 0, oldest = -1;
@@ -309,13 +336,14 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     // TRAIN.
     t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("train", std::nullopt), "actor step " + std::to_string(step));
-    const double progress = o.steps > 0 ? static_cast<double>(step - 1) / static_cast<double>(o.steps) : 0.0;
-    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, trainer->Step(trajectories, progress), "actor");
+    const double done = o.steps > 0 ? static_cast<double>(step - 1) / static_cast<double>(o.steps) : 0.0;
+    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, trainer->Step(trajectories, done), "actor");
     for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", step, why);
     const double train_s = Seconds(t0);
     // SYNC(v).
     t0 = Clock::now();
-    TANDEM_RETURN_IF_ERROR(phase("sync", step), "actor step " + std::to_string(step));
+    TANDEM_RETURN_IF_ERROR(phase("sync", progress.version + 1), "actor step " + std::to_string(step));
+    ++progress.version;
     const double sync_s = Seconds(t0);
 
     json m = {{"step", step},
@@ -344,15 +372,22 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
       m["eval/problems"] = eval_problems;
     }
     m["seconds/step"] = Seconds(t_step);
-    if (step == 1) result.reward_first = st.reward_mean;
-    result.reward_last = st.reward_mean;
+    if (step == 1) progress.reward_first = st.reward_mean;
+    progress.reward_last = st.reward_mean;
+    progress.step = step;
     result.steps = step;
+    result.reward_first = progress.reward_first;
+    result.reward_last = progress.reward_last;
     metrics.Write(m);
     (void)client.SendMetrics(m, step);
     log::Info("actor", "step {} reward={:.3f} accuracy={:.3f} grad_norm={:.3f} rollout={:.1f}s train={:.1f}s sync={:.2f}s",
               step, st.reward_mean, m["accuracy"].get<double>(), st.grad_norm, rollout_s, train_s, sync_s);
+    if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step != o.steps)
+      TANDEM_RETURN_IF_ERROR(save_checkpoint(), "actor step " + std::to_string(step));
   }
 
+  // Before the final eval, whose line a run resumed from it writes again.
+  TANDEM_RETURN_IF_ERROR(save_checkpoint(), "actor: the last checkpoint");
   TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor final eval");
   TANDEM_ASSIGN_OR_RETURN(result.accuracy_after, evaluate());
   metrics.Write({{"step", result.steps},
@@ -363,10 +398,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
             result.accuracy_before, result.accuracy_after, result.reward_first, result.reward_last);
   if (!o.out_dir.empty()) {
     TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "actor: --out");
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      std::error_code ec;
-      fs::copy_file(fs::path(o.model_dir) / f, fs::path(o.out_dir) / f, fs::copy_options::overwrite_existing, ec);
-    }
+    TANDEM_RETURN_IF_ERROR(CopyTokenizer(o.model_dir, o.out_dir), "actor: --out");
   }
   shm.ReleaseAll();
   return result;

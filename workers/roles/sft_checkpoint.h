@@ -1,16 +1,8 @@
 // The checkpoints of an sft run and its exact resume (docs/model.md "sft",
 // "Checkpoints and resume"; docs/weights.md "Checkpoints"; issue #15 item 2).
-// One checkpoint is one transaction of the store (workers/checkpoint/
-// checkpoint_writer.h) under --checkpoint-dir:
-//
-//   step-<N>/model/                config.json, model.safetensors, tokenizer.json,
-//                                  tokenizer_config.json: an HF directory transformers loads
-//   step-<N>/trainer.safetensors   AdamW's moments by parameter slot
-//                                  (train::OptimizerState) and the generators'
-//                                  states (rng/cpu, rng/cuda:0; train/rng_state.h);
-//                                  __metadata__ {"steps": "<N>"}
-//   step-<N>/trainer_state.json    {"progress": SftProgress, "run": the run's fingerprint}
-//   step-<N>/manifest.json         written last: sizes and XXH64 digests of the above
+// One checkpoint is one training checkpoint (training_checkpoint.h: the
+// layout, the restore's checks) under --checkpoint-dir whose progress is
+// SftProgress.
 //
 // Resuming restores the newest valid checkpoint, every byte's digest
 // verified (a partial or corrupt newer one is skipped with its reason): the
@@ -45,6 +37,7 @@
 #include "workers/data/prompt_sampler.h"
 #include "workers/model/transformer.h"
 #include "workers/roles/sft_options.h"
+#include "workers/roles/training_checkpoint.h"
 #include "workers/train/sft_trainer.h"
 
 namespace tandem::roles {
@@ -74,14 +67,6 @@ StatusOr<SftProgress> SftProgressFromJson(const nlohmann::json& j);
 // checkpoint written with others. Not in it: --time-limit, --stop-at-step,
 // --log, --threads, the eval cadence, the checkpoint options.
 nlohmann::json SftRunFingerprint(const SftOptions& o);
-
-// "batch_size 16 (this run: 32), seed 1 (this run: 2)": the keys of two
-// fingerprints that differ.
-std::string FingerprintDifferences(const nlohmann::json& saved, const nlohmann::json& now);
-
-// A JSON object file of at most 1 MiB (a trainer_state.json), parsed with
-// bounded depth; InvalidArgument naming the path otherwise.
-StatusOr<nlohmann::json> ReadJsonObjectFile(const std::string& path);
 
 struct SftCheckpointInput {
   const model::Transformer* model = nullptr;

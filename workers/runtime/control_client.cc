@@ -237,7 +237,11 @@ StatusOr<ControlClient::Line> ControlClient::ReadLine(milliseconds timeout) {
     char chunk[65536];
     ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Unavailable(ErrnoStatus("control: recv").message());
+    if (n < 0) {
+      const Status st = Unavailable(ErrnoStatus("control: recv").message());
+      Close();  // reset: the worker connects again (Connect)
+      return st;
+    }
     if (n == 0) {
       Close();
       return Unavailable("control: daemon closed the connection");
@@ -329,9 +333,12 @@ Status ControlClient::RequestPhase(const std::string& phase, std::optional<int64
     TANDEM_ASSIGN_OR_RETURN(auto other, HandleLine(line), "request_phase " + phase);
     if (!other || other->id != id) continue;
     if (other->type == "phase_done") return Status::Ok();
-    if (other->type == "error")
-      return FailedPrecondition("request_phase " + phase + ": " + other->StringField("code") + ": " +
-                                other->StringField("message"));
+    if (other->type == "error") {
+      // `unavailable`: busy, or a worker not there yet; the same request may pass later.
+      const std::string code = other->StringField("code");
+      const std::string what = "request_phase " + phase + ": " + code + ": " + other->StringField("message");
+      return code == "unavailable" ? Unavailable(what) : FailedPrecondition(what);
+    }
   }
   return Unavailable("request_phase " + phase + ": shut down while waiting");
 }

@@ -81,7 +81,10 @@ class ControlClient {
 
   // Sends request_phase and serves commands (the controller is usually part
   // of the phase too) until the daemon's phase_done with the same id.
-  // An `error` for that id is returned as a Status.
+  // An `error` for that id is returned as a Status: kUnavailable for the
+  // code `unavailable` (the group is busy: ask again), else
+  // kFailedPrecondition; kUnavailable with connected() false when the
+  // daemon went away (Connect again).
   Status RequestPhase(const std::string& phase, std::optional<int64_t> version,
                       std::chrono::milliseconds timeout);
   // Sends one metrics line; no answer is expected.

@@ -316,6 +316,27 @@ TEST(HandoffFaults, RefusalNamesTheGpuRolesAndBytes) {
   EXPECT_THAT(why, HasSubstr("capacity 60"));
 }
 
+// A busy group's refusal is transient (the daemon answers `unavailable`,
+// which a controller asks again after); a stale version's is not.
+TEST(HandoffRefusals, BusyIsTransientAStaleVersionIsNot) {
+  auto refusal = [](const Group& g) -> std::optional<PhaseRefused> {
+    for (const Action& a : g.last)
+      if (const auto* r = std::get_if<PhaseRefused>(&a)) return *r;
+    return std::nullopt;
+  };
+  Group busy;
+  MidRelease(busy);
+  busy.Feed(RequestPhase{Sync(1), busy.Now()});
+  ASSERT_TRUE(refusal(busy));
+  EXPECT_TRUE(refusal(busy)->transient) << refusal(busy)->reason;
+  Group stale;
+  InSync1(stale);
+  stale.Enter(Rollout());
+  stale.Feed(RequestPhase{Sync(1), stale.Now()});
+  ASSERT_TRUE(refusal(stale));
+  EXPECT_FALSE(refusal(stale)->transient) << refusal(stale)->reason;
+}
+
 // on_fault "fail" given explicitly: the refusal fails the group, with the
 // ledger's message as the cause the job reports.
 TEST(HandoffFaults, RefusalFailsTheGroupOnlyWhenOnFaultSaysFail) {

@@ -346,6 +346,31 @@ TEST(ControlClient, RequestPhaseServesCommandsUntilPhaseDone) {
   EXPECT_NE(st.message().find("no phase bogus"), std::string::npos) << st.message();
 }
 
+// A busy group's refusal (`unavailable`) is kUnavailable with the
+// connection kept, so that the controller asks again on it.
+TEST(ControlClient, RequestPhaseRefusedAsUnavailableKeepsTheConnection) {
+  TestServer server;
+  FakeWorker w;
+  ControlClient client(w.Options(server.endpoint()));
+  w.Register(client);
+  std::promise<Status> done;
+  std::thread worker([&] {
+    Status st = client.Connect();
+    if (st.ok()) st = client.RequestPhase("train", std::nullopt, milliseconds(10'000));
+    done.set_value(st);
+  });
+  ASSERT_TRUE(server.Handshake());
+  auto req = server.Read();
+  ASSERT_TRUE(req);
+  server.Send({{"type", "error"}, {"id", (*req)["id"]}, {"code", "unavailable"},
+               {"message", "busy: the group is recovering entering ROLLOUT"}});
+  Status st = done.get_future().get();
+  worker.join();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("busy: the group is recovering"), std::string::npos) << st.message();
+  EXPECT_TRUE(client.connected());
+}
+
 TEST(ControlClient, MetricsLineIsSent) {
   TestServer server;
   FakeWorker w;

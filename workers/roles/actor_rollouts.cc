@@ -1,0 +1,128 @@
+// The actor's rollouts (actor_rollouts.h).
+#include "workers/roles/actor_rollouts.h"
+
+#include <algorithm>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "common/log.h"
+
+namespace tandem::roles {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// One rollout's share of a generate call (actor_rollouts.h: what is asked
+// again and for how long).
+StatusOr<std::vector<RolloutSample>> GenerateShare(const ActorOptions& o, const std::string& job, int64_t rank,
+                                                   RolloutEndpoint* endpoint, const GenerateCall& call, int64_t version,
+                                                   std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  for (int attempt = 1;; ++attempt) {
+    StatusOr<std::vector<RolloutSample>> r = Generate(*endpoint, call, timeout);
+    std::string why;
+    if (r.ok()) {
+      auto stale = std::find_if(r->begin(), r->end(), [version](const RolloutSample& x) {
+        return version >= 0 && x.weight_version >= 0 && x.weight_version != version;
+      });
+      if (stale == r->end()) return r;
+      why = "samples of weight version " + std::to_string(stale->weight_version) + ", not " + std::to_string(version);
+    } else if (r.status().code() == StatusCode::kUnavailable) {
+      why = r.status().message();
+    } else {
+      return r.status();
+    }
+    if (Clock::now() > deadline)
+      return Unavailable("rollout " + std::to_string(rank) + ": " + why + " (asked " + std::to_string(attempt) +
+                         " times in " + std::to_string(o.phase_timeout_s) + " s)");
+    if (attempt == 1) log::Warn("actor", "rollout {}: {}; asking again until it is back", rank, why);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::string ignored;
+    StatusOr<std::optional<int>> port = ReadPortFile(RolloutPortFile(o, rank), job, &ignored);
+    if (port.ok() && *port) endpoint->port = **port;
+  }
+}
+
+}  // namespace
+
+std::string RolloutPortFile(const ActorOptions& o, int64_t rank) {
+  std::string path = o.rollout_port_file;
+  for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
+    path.replace(at, 6, std::to_string(rank));
+  return path;
+}
+
+StatusOr<std::optional<int>> ReadPortFile(const std::string& path, const std::string& job, std::string* seen_job) {
+  std::ifstream f(path);
+  long port = 0;
+  if (!(f >> port)) return std::optional<int>();
+  if (port < 1 || port > 65535) return InvalidArgument("actor: " + path + " holds no port");
+  std::string named;
+  f >> named;
+  if (!job.empty() && named != job) {
+    *seen_job = named;
+    return std::optional<int>();
+  }
+  return std::optional<int>(static_cast<int>(port));
+}
+
+StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o, const std::string& job) {
+  std::vector<RolloutEndpoint> out;
+  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  for (int64_t r = 0; r < o.rollouts; ++r) {
+    const std::string path = RolloutPortFile(o, r);
+    std::string seen_job;
+    for (;;) {
+      TANDEM_ASSIGN_OR_RETURN(const std::optional<int> port, ReadPortFile(path, job, &seen_job));
+      if (port) {
+        out.push_back({o.rollout_host, *port});
+        break;
+      }
+      if (Clock::now() > deadline)
+        return DeadlineExceeded("actor: no rollout port file " + path + (job.empty() ? "" : " of job " + job) + " within " +
+                                std::to_string(o.phase_timeout_s) + " s" +
+                                (seen_job.empty() ? "" : " (it names job " + seen_job + ")"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return out;
+}
+
+StatusOr<std::vector<RolloutSample>> GenerateOnAll(const ActorOptions& o, const std::string& job,
+                                                   std::vector<RolloutEndpoint>& rollouts,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const GenerateCall& shape, int64_t version,
+                                                   std::chrono::milliseconds timeout) {
+  const size_t r = std::min(rollouts.size(), prompts.size());
+  std::vector<std::future<StatusOr<std::vector<RolloutSample>>>> calls;
+  size_t begin = 0;
+  for (size_t i = 0; i < r; ++i) {
+    const size_t end = begin + (prompts.size() - begin) / (r - i);
+    GenerateCall call = shape;
+    call.prompts.assign(prompts.begin() + static_cast<std::ptrdiff_t>(begin),
+                        prompts.begin() + static_cast<std::ptrdiff_t>(end));
+    calls.push_back(std::async(std::launch::async, [&o, &job, &rollouts, i, call, version, timeout] {
+      return GenerateShare(o, job, static_cast<int64_t>(i), &rollouts[i], call, version, timeout);
+    }));
+    begin = end;
+  }
+  std::vector<RolloutSample> out;
+  Status first_error;
+  for (auto& c : calls) {
+    StatusOr<std::vector<RolloutSample>> part = c.get();
+    if (!part.ok()) {
+      if (first_error.ok()) first_error = part.status();
+      continue;
+    }
+    for (RolloutSample& s : *part) out.push_back(std::move(s));
+  }
+  if (!first_error.ok()) return first_error;
+  return out;
+}
+
+}  // namespace tandem::roles
