@@ -15,12 +15,18 @@
 #             hiredis, libslurm and its own);
 #   qwen3/    Qwen3's tokenizer.json and tokenizer_config.json (the npm
 #             package of tests/tokenizer/), for a model with a real vocabulary.
+# With --rl, what --serving stages and .gpu-deps/gsm8k/train.jsonl (from
+# TANDEM_SHARED_DATA, default ../shared/data) for scripts/gpu/run_rl.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .gpu-deps && mkdir -p .gpu-deps/include
 cp -r /usr/include/nlohmann /usr/include/fmt /usr/include/spdlog .gpu-deps/include/
 cp -r /usr/src/googletest .gpu-deps/googletest
-if [[ "${1:-}" == "--serving" ]]; then
+if [[ "${1:-}" == "--rl" ]]; then
+  mkdir -p .gpu-deps/gsm8k
+  cp "${TANDEM_SHARED_DATA:-../shared/data}/gsm8k/train.jsonl" .gpu-deps/gsm8k/
+fi
+if [[ "${1:-}" == "--serving" || "${1:-}" == "--rl" ]]; then
   orch=${TANDEM_ORCH_BIN:-build/bin}
   [[ -x $orch/tandem && -x $orch/tandem-exec ]] || { echo "stage_deps: no tandem/tandem-exec in $orch (TANDEM_ORCH_BIN)" >&2; exit 1; }
   stage=$(mktemp -d)

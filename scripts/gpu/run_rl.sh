@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The RL job on the H200 (issue #16 "Performance"; docs/benchmarks.md "The
+# RL job on the H200"), one device call:
+#   1. unpacks .gpu-deps/serving.tar.xz (scripts/gpu/stage_deps.sh --serving:
+#      ICU, tandem and tandem-exec built here, Qwen3's tokenizer) and
+#      .gpu-deps/gsm8k/train.jsonl (copied from ../shared/data by
+#      stage_deps.sh --rl);
+#   2. builds tandem-worker there (workers/standalone, the machine's LibTorch);
+#   3. saves a random Qwen3-MoE of ~0.5B parameters (scripts/gpu/make_moe_model.py,
+#      bf16, Qwen3's vocabulary and tokenizer);
+#   4. runs the GRPO job under `tandem run` (examples of the spec below: an
+#      actor and a rollout colocated on GPU 0, --device cuda, GSM8K prompts,
+#      G = 8, up to RL_NEW_TOKENS new tokens a sample, RL_STEPS steps), with
+#      tree packing and, with RL_FLAT=1, again without it;
+#   5. with RL_BASELINE=1 (default), the same workload as one plain PyTorch +
+#      transformers process (scripts/gpu/rl_baseline.py), for the ratio.
+# Results under $OUT: rl.json (per-phase means after the first step, from
+# metrics.jsonl; the baseline's), build.log, job logs.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/tandem-gpu-out}
+DEPS=/tmp/tandem-rl-deps
+BUILD=${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-rl-build}
+WORK=/tmp/tandem-rl-work
+BIN=/tmp/tandem-rl-bin
+STEPS=${RL_STEPS:-3}
+PROMPTS=${RL_PROMPTS:-32}
+NEW=${RL_NEW_TOKENS:-1024}
+MB=${RL_MICRO_BATCH_TOKENS:-16384}
+mkdir -p "$OUT" "$DEPS" "$WORK" "$BIN"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
+command -v jq >/dev/null && rm -f "$DEPS"/orch/lib/libjq.so* "$DEPS"/orch/lib/libonig.so*
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+start=$(date +%s)
+TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_BUILD_TESTS=OFF \
+  -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
+  cmake --build "$BUILD" -j16 --target tandem-worker >>"$OUT/build.log" 2>&1
+rc=$?
+echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
+if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
+cp "$(find "$BUILD" -name tandem-worker -type f -perm -u+x | head -1)" "$BIN/"
+cp "$DEPS/orch/bin/tandem" "$DEPS/orch/bin/tandem-exec" "$BIN/"
+export LD_LIBRARY_PATH="$DEPS/orch/lib:$DEPS/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"$BIN/tandem" --version && "$BIN/tandem-worker" --list-workers | tr '\n' ' ' && echo || exit 1
+
+model=$WORK/moe
+python3 scripts/gpu/make_moe_model.py "$model" --tokenizer-dir "$DEPS/qwen3" 2>&1 | grep -v Warning | tail -3
+[[ -f $model/config.json ]] || exit 1
+# tandem and tandem-exec may be a sanitized build (stage_deps.sh's TANDEM_ORCH_BIN).
+export ASAN_OPTIONS=detect_leaks=0
+
+# The job: actor + one rollout on GPU 0 (the device's memory is the ledger's capacity).
+job() {  # NAME EXTRA_ACTOR_ARGS...
+  local name=$1; shift
+  python3 - "$WORK/$name.json" "$model" "$ROOT/.gpu-deps/gsm8k/train.jsonl" "$STEPS" "$PROMPTS" "$NEW" "$MB" "$name" "$@" <<'PY'
+import json, sys
+out, model, data, steps, prompts, new, mb, name, *extra = sys.argv[1:]
+spec = {
+  "name": name, "backend": {"kind": "local"}, "devices": {"count": 1},
+  "env": {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"},
+  "run_dir": "runs/" + name,
+  "roles": {
+    "actor": {"worker": "actor", "gpus_per_replica": 1,
+              "args": ["--model", model, "--device", "cuda", "--dataset", "gsm8k",
+                       "--dataset-options", json.dumps({"path": data}), "--eval-problems", "0",
+                       "--steps", steps, "--prompts-per-step", prompts, "--group-size", "8",
+                       "--max-new-tokens", new, "--temperature", "1.0", "--max-prompt-tokens", "512",
+                       "--lr", "1e-6", "--micro-batch-tokens", mb, "--rollouts", "1",
+                       "--algorithm", json.dumps({"name": "grpo", "options": {"kl_coef": 0, "loss_agg_mode": "token-mean"}}),
+                       "--request-timeout", "900", "--phase-timeout", "900"] + extra},
+    "rollout": {"worker": "rollout", "replicas": 1, "gpus_per_replica": 1, "colocate_with": "actor", "ports": 1,
+                "args": ["--model", model, "--device", "cuda", "--kv-cache-mib", "32768",
+                         "--port-file", "rollout.{rank}.port", "--start-released"]}},
+  "handoff": {"controller": "actor", "timeout_s": 600, "on_fault": "fail"}}
+json.dump(spec, open(out, "w"), indent=1)
+PY
+  local t0; t0=$(date +%s)
+  (cd "$WORK" && timeout "${RL_JOB_TIMEOUT:-300}" "$BIN/tandem" run "$WORK/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
+  local rc=$?
+  echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
+  cp "$WORK/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  tail -n 40 "$WORK/runs/$name/tasks/actor.0.err" >"$OUT/$name.actor.log" 2>/dev/null
+  tail -n 20 "$WORK/runs/$name/tasks/rollout.0.err" >"$OUT/$name.rollout.log" 2>/dev/null
+  grep -E '^\[run\] actor/0 step|learning|time per step|tree packing|residency peak' "$OUT/$name.err" | tail -12
+  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
+  return $rc
+}
+job rl-tree
+[[ ${RL_FLAT:-0} == 1 ]] && job rl-flat --no-tree-packing
+if [[ ${RL_BASELINE:-1} == 1 ]]; then
+  # The same prompts (GSM8K questions), G, lengths and loss; EOS ignored so
+  # that every response is full length (tandem's random model rarely stops).
+  budget=$(( ${RL_CALL_BUDGET:-540} - ($(date +%s) - start) ))
+  echo "[gpu] baseline: ${budget} s left"
+  timeout $((budget + 30)) python3 scripts/gpu/rl_baseline.py --model "$model" --steps "$STEPS" --warmup 1 \
+    --prompts-per-step "$PROMPTS" --group-size 8 --max-new-tokens "$NEW" --ignore-eos \
+    --prompts "$ROOT/.gpu-deps/gsm8k/train.jsonl" --time-budget "$budget" --out "$OUT/baseline.json" \
+    >"$OUT/baseline.log" 2>&1
+  echo "[gpu] baseline rc=$?"; tail -8 "$OUT/baseline.log"
+fi
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def phases(path):
+    rows = [json.loads(l) for l in open(path) if '"reward/mean"' in l]
+    rows = rows[1:] or rows  # the first step warms up
+    keys = ["seconds/step", "seconds/rollout", "seconds/train", "seconds/sync", "tokens/sequence", "tokens/packed"]
+    return {k: sum(r[k] for r in rows) / len(rows) for k in keys} | {"steps_measured": len(rows)}
+res = {}
+for name in ["rl-tree", "rl-flat"]:
+    p = os.path.join(out, name + ".metrics.jsonl")
+    if os.path.exists(p): res[name] = phases(p)
+if os.path.exists(os.path.join(out, "baseline.json")):
+    res["baseline"] = json.load(open(os.path.join(out, "baseline.json")))
+json.dump(res, open(os.path.join(out, "rl.json"), "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY
