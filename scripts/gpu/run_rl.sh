@@ -39,7 +39,7 @@ TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_BUILD_TESTS=OFF \
   -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target tandem-worker >>"$OUT/build.log" 2>&1
+  cmake --build "$BUILD" -j16 --target tandem-worker -- -k 0 >>"$OUT/build.log" 2>&1
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi

@@ -2,6 +2,7 @@
 #include "workers/train/sft_trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 #include <string>
