@@ -68,6 +68,7 @@ Status Validate(const DataParallelOptions& o) {
     return InvalidArgument("data parallel: rank " + std::to_string(o.rank) + " outside [0, world_size = " +
                            std::to_string(o.world_size) + ")");
   if (o.timeout.count() <= 0) return InvalidArgument("data parallel: timeout must be > 0");
+  if (o.connect_timeout.count() <= 0) return InvalidArgument("data parallel: connect_timeout must be > 0");
   if (o.world_size > 1) {
     if (o.host.empty()) return InvalidArgument("data parallel: host (where rank 0 listens) is empty");
     if (o.port < 1 || o.port > 65535)
@@ -112,7 +113,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptio
 
 StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions& o) {
   using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + o.timeout;
+  const Clock::time_point deadline = Clock::now() + o.connect_timeout;
   auto left = [&] {
     return std::max(std::chrono::milliseconds(1),
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
@@ -128,7 +129,7 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions
     if (o.rank != 0 && !Accepts(o.host, o.port, std::chrono::milliseconds(250))) {
       if (Clock::now() >= deadline)
         return DeadlineExceeded("rendezvous: nothing accepted a connection on " + o.host + ":" +
-                                std::to_string(o.port) + " within " + std::to_string(o.timeout.count()) +
+                                std::to_string(o.port) + " within " + std::to_string(o.connect_timeout.count()) +
                                 " ms (is rank 0 up?)");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
@@ -142,8 +143,9 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions
         const Status s = FromException(o.rank == 0 ? "rendezvous: serving the store on port " + std::to_string(o.port)
                                                    : "rendezvous: joining rank 0's store",
                                        e);
-        return o.rank == 0 ? s : DeadlineExceeded(s.message() + " (retried for " + std::to_string(o.timeout.count()) +
-                                                  " ms)");
+        return o.rank == 0 ? s
+                           : DeadlineExceeded(s.message() + " (retried for " + std::to_string(o.connect_timeout.count()) +
+                                              " ms)");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -155,11 +157,11 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions
     while (joined < o.world_size) {
       if (Clock::now() >= deadline)
         return DeadlineExceeded("rendezvous: " + std::to_string(joined) + " of " + std::to_string(o.world_size) +
-                                " ranks joined within " + std::to_string(o.timeout.count()) + " ms");
+                                " ranks joined within " + std::to_string(o.connect_timeout.count()) + " ms");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       joined = store->add(key, 0);
     }
-    store->setTimeout(o.timeout);  // for the backend's own rendezvous through it
+    store->setTimeout(o.connect_timeout);  // for the backend's own rendezvous through it
   } catch (const std::exception& e) {
     return FromException("rendezvous: waiting for the ranks", e);
   }

@@ -17,9 +17,9 @@
 // collective is the identity).
 //
 // Contracts: every rank calls the same collectives in the same order with
-// tensors of the same shapes and dtypes. Each call returns within about
-// `timeout` whatever the peers do: a peer that never arrives is
-// DeadlineExceeded, a peer that dies (even by SIGKILL) or stops answering
+// tensors of the same shapes and dtypes. Connect returns within about
+// `connect_timeout` and each collective within about `timeout`, whatever
+// the peers do: a peer that never arrives is DeadlineExceeded, a peer that dies (even by SIGKILL) or stops answering
 // is Unavailable or DeadlineExceeded, naming the collective. After a failed
 // collective the group is broken: every later call is FailedPrecondition
 // (make a new group). A bad option is InvalidArgument naming it. Not
@@ -45,11 +45,13 @@ struct DataParallelOptions {
   std::string host = "127.0.0.1";  // where rank 0 listens (every rank's view of it)
   int port = 0;                    // rank 0's rendezvous port, in [1, 65535] when world_size > 1
   c10::Device device = c10::kCPU;  // the gradients' device: CPU → gloo, CUDA → NCCL
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // rendezvous and each collective
+  // Until every rank joined (ranks start minutes apart when each loads a model).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // each collective
 };
 // InvalidArgument naming the option: rank outside [0, world_size),
 // world_size < 1, an empty host or a port outside [1, 65535] with
-// world_size > 1, a timeout <= 0.
+// world_size > 1, a timeout or connect_timeout <= 0.
 Status Validate(const DataParallelOptions& options);
 
 enum class HostReduce { kSum, kMax };

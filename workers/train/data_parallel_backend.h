@@ -27,7 +27,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptio
 StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptions& options);
 
 // Rank 0 serves a c10d TCPStore on options.port and waits (up to the
-// timeout) for all world_size ranks to join; the others connect to it.
+// connect_timeout) for all world_size ranks to join; the others connect to it.
 // DeadlineExceeded when the group is not complete in time.
 StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions& options);
 

@@ -178,7 +178,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptio
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, o.world_size, id, o.rank, &config);
-  const Clock::time_point deadline = Clock::now() + o.timeout;
+  const Clock::time_point deadline = Clock::now() + o.connect_timeout;
   while (r == ncclInProgress) {
     if (Clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -188,7 +188,8 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptio
     if (comm != nullptr) ncclCommAbort(comm);
     cudaStreamDestroy(stream);
     if (r == ncclInProgress)
-      return DeadlineExceeded("nccl: ncclCommInitRank not complete after " + std::to_string(o.timeout.count()) + " ms");
+      return DeadlineExceeded("nccl: ncclCommInitRank not complete after " + std::to_string(o.connect_timeout.count()) +
+                              " ms");
     return Unavailable("nccl: ncclCommInitRank: " + NcclError(r));
   }
   return std::unique_ptr<GradientAllReduce>(new NcclGroup(o, device, comm, stream));

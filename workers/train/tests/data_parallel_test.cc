@@ -93,11 +93,15 @@ class Worker {
   pid_t pid_ = -1;
 };
 
-DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout) {
+// Rank 0 of 2: `timeout` for each collective, `connect` for the rendezvous
+// (a worker under ASan takes seconds to start).
+DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
+                             std::chrono::milliseconds connect = std::chrono::seconds(60)) {
   DataParallelOptions o;
   o.world_size = 2;
   o.port = port;
   o.timeout = timeout;
+  o.connect_timeout = connect;
   return o;
 }
 
@@ -138,6 +142,8 @@ TEST(DataParallel, RefusesBadOptions) {
   refused(o, "port must be in [1, 65535]");
   o = Rank0Of2(29999, std::chrono::milliseconds(0));
   refused(o, "timeout must be > 0");
+  o = Rank0Of2(29999, std::chrono::seconds(1), std::chrono::seconds(0));
+  refused(o, "connect_timeout must be > 0");
   o = Rank0Of2(29999, std::chrono::seconds(1));
   o.world_size = 0;
   o.rank = 0;
@@ -293,7 +299,7 @@ TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
 
 TEST(DataParallel, APeerThatNeverArrivesTimesOut) {
   for (int rank : {0, 1}) {  // rank 0 waits for its peer; rank 1 finds nobody listening
-    DataParallelOptions o = Rank0Of2(FreePort(), std::chrono::milliseconds(1500));
+    DataParallelOptions o = Rank0Of2(FreePort(), std::chrono::seconds(60), std::chrono::milliseconds(1500));
     o.rank = rank;
     const Clock::time_point t0 = Clock::now();
     auto g = GradientAllReduce::Connect(o);

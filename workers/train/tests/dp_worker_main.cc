@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   o.world_size = std::stoi(argv[3]);
   o.port = std::stoi(argv[4]);
   o.timeout = std::chrono::seconds(30);
+  o.connect_timeout = std::chrono::seconds(60);
   auto dp = GradientAllReduce::Connect(o);
   if (!dp.ok()) {
     std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, dp.status().ToString().c_str());
