@@ -188,7 +188,7 @@ void ExpectSameModel(const dptest::RunConfig& config) {
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::make_unique<Worker>(std::vector<std::string>{
         "train", std::to_string(r), "2", port, (dir / ("rank" + std::to_string(r))).string(), config.algorithm,
-        std::to_string(config.micro_batch_tokens), std::to_string(config.steps), std::to_string(config.rank0_groups)}));
+        std::to_string(config.micro_batch_tokens), std::to_string(config.steps), std::to_string(config.rank0_groups), "-1"}));
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r]->Wait(std::chrono::seconds(90)), 0) << "rank " << r;
   std::printf("[dp] 2 processes, %d steps: %.2f s (start-up included)\n", config.steps, Seconds(t0));
 
@@ -252,6 +252,19 @@ TEST(DataParallel, TwoProcessesTrainTheModelOneDoes) {
   // DAPO (token-mean, dynamic sampling): rank 1's only group has equal
   // rewards, so it trains nothing and still takes part in every collective.
   ExpectSameModel({.algorithm = "dapo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 3});
+}
+
+TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
+  const int port = FreePort();
+  Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1"});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto r = dptest::Run({.algorithm = "dr_grpo", .steps = 1, .rank0_groups = 2, .bad_rank = 1}, **g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("another data-parallel replica failed this step"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(peer.Wait(std::chrono::seconds(60)), 1) << "rank 1 fails with its own error (groups not contiguous)";
 }
 
 TEST(DataParallel, APeerKilledMidAllReduceIsAnErrorNotAHang) {

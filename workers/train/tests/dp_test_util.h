@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -26,6 +27,7 @@ struct RunConfig {
   int64_t micro_batch_tokens = 0;
   int steps = 3;
   int rank0_groups = 2;  // rank 0 of 2 trains groups [0, rank0_groups), rank 1 the rest
+  int bad_rank = -1;     // this rank's share has its groups out of order (a caller's error)
 };
 
 inline StatusOr<std::unique_ptr<model::Transformer>> TinyModel(uint64_t seed) {
@@ -86,6 +88,7 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
   TANDEM_ASSIGN_OR_RETURN(auto ref, TinyModel(1));
   std::vector<Trajectory> ts = ShareOf(FourGroups(), dp.rank(), dp.world_size(), config.rank0_groups);
   FillOldLogprobs(*m, ts);
+  if (dp.rank() == config.bad_rank) std::swap(ts.front(), ts.back());
   GrpoTrainerOptions o;
   TANDEM_ASSIGN_OR_RETURN(o.algorithm, rl::AlgorithmRegistry::WithBuiltins().Resolve(config.algorithm));
   if (o.algorithm.config.overlong) {  // dapo: a cache that fits 8-token responses

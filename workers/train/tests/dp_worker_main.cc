@@ -1,6 +1,6 @@
 // train_dp_worker: one data-parallel replica for data_parallel_test.cc, a
 // real process.
-//   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS
+//   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS BAD_RANK
 //     joins the group on 127.0.0.1:PORT, trains (dp_test_util.h Run) and
 //     writes OUT and OUT.stats; exit 0, or 1 with the error on stderr.
 //   train_dp_worker hang RANK WORLD PORT
@@ -18,8 +18,8 @@
 int main(int argc, char** argv) {
   using namespace tandem::train;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "train" && argc == 10) || (mode == "hang" && argc == 5))) {
-    std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS\n"
+  if (!((mode == "train" && argc == 11) || (mode == "hang" && argc == 5))) {
+    std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK\n"
                          "       train_dp_worker hang RANK WORLD PORT\n");
     return 2;
   }
@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   config.micro_batch_tokens = std::stoll(argv[7]);
   config.steps = std::stoi(argv[8]);
   config.rank0_groups = std::stoi(argv[9]);
+  config.bad_rank = std::stoi(argv[10]);
   auto r = dptest::Run(config, **dp);
   tandem::Status s = r.ok() ? dptest::WriteResult(argv[5], *r) : r.status();
   if (!s.ok()) {
