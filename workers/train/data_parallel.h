@@ -19,8 +19,9 @@
 // Contracts: every rank calls the same collectives in the same order with
 // tensors of the same shapes and dtypes. Connect returns within about
 // `connect_timeout` and each collective within about `timeout`, whatever
-// the peers do: a peer that never arrives is DeadlineExceeded, a peer that dies (even by SIGKILL) or stops answering
-// is Unavailable or DeadlineExceeded, naming the collective. After a failed
+// the peers do: a peer that never arrives is DeadlineExceeded, a peer
+// that dies (even by SIGKILL) or stops answering is Unavailable or
+// DeadlineExceeded, naming the collective. After a failed
 // collective the group is broken: every later call is FailedPrecondition
 // (make a new group). A bad option is InvalidArgument naming it. Not
 // thread-safe: one thread uses a group.

@@ -34,9 +34,9 @@
 // the global batch's too (except `dropped`, this replica's reasons), so
 // rank 0 logs them. Every replica calls Step the same number of times, even
 // with nothing (valid) to train on: the collectives must match. A replica
-// whose input is bad makes every replica's Step fail (FailedPrecondition on
-// the others, naming the rank); a dead or stuck peer fails the step within
-// the group's timeout.
+// whose input is bad makes every replica's Step fail (its own error there,
+// FailedPrecondition "another data-parallel replica failed" on the others);
+// a dead or stuck peer fails the step within the group's timeout.
 #pragma once
 
 #include <cstdint>
