@@ -37,10 +37,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+[[maybe_unused]] double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 // A loopback port nobody listens on now.
-int FreePort() {
+[[maybe_unused]] int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -105,7 +105,7 @@ DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
   return o;
 }
 
-std::vector<float> ReadFloats(const std::string& path) {
+[[maybe_unused]] std::vector<float> ReadFloats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<float> out(bytes.size() / 4);
@@ -113,7 +113,7 @@ std::vector<float> ReadFloats(const std::string& path) {
   return out;
 }
 
-std::vector<std::vector<double>> ReadStats(const std::string& path) {
+[[maybe_unused]] std::vector<std::vector<double>> ReadStats(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::vector<double>> rows;
   for (std::string line; std::getline(in, line);) {
