@@ -20,6 +20,7 @@ test_pkgs=(clang libclang-rt-14-dev procps iproute2 curl python3
   python3-prometheus-client spin
   libtorch-dev  # LibTorch 1.13 (CPU) for the LibTorch ops and the native model (workers/ops/, workers/model/)
   libopenblas0-pthread  # LibTorch's CPU matmuls through OpenBLAS, not the reference libblas3 (~8x; sft, docs/model.md)
+  libgloo-dev  # gloo's headers, which c10d's ProcessGroupGloo.hpp includes: the CPU all-reduce of data-parallel actors (workers/train/data_parallel.h, docs/rl.md "Data parallel")
   chromium)  # headless, renders the timeline page (orchestrator/report/tests/)
 # The test services (scripts/services/): a single-node Slurm and a Redis, and
 # libslurm-dev (submit mode through libslurm instead of the Slurm CLI).

@@ -43,14 +43,26 @@ Status Validate(const PolicyLossOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+// The metrics by name, in ToHost's order.
+constexpr std::pair<const char*, at::Tensor PolicyLossMetrics::*> kMetricFields[] = {
+    {"pg_loss", &PolicyLossMetrics::pg_loss},           {"kl_loss", &PolicyLossMetrics::kl_loss},
+    {"ref_kl_mean", &PolicyLossMetrics::ref_kl_mean},   {"entropy_loss", &PolicyLossMetrics::entropy_loss},
+    {"entropy_mean", &PolicyLossMetrics::entropy_mean}, {"clip_frac_high", &PolicyLossMetrics::clip_frac_high},
+    {"clip_frac_low", &PolicyLossMetrics::clip_frac_low}, {"dual_clip_frac", &PolicyLossMetrics::dual_clip_frac},
+    {"approx_kl", &PolicyLossMetrics::approx_kl},       {"ratio_mean", &PolicyLossMetrics::ratio_mean},
+    {"ratio_max", &PolicyLossMetrics::ratio_max},       {"tokens", &PolicyLossMetrics::tokens}};
+}  // namespace
+
+std::vector<std::string> PolicyLossMetrics::Names() {
+  std::vector<std::string> out;
+  for (const auto& [name, field] : kMetricFields) out.emplace_back(name);
+  return out;
+}
+
 std::vector<std::pair<std::string, double>> PolicyLossMetrics::ToHost() const {
-  const std::pair<const char*, const at::Tensor*> all[] = {
-      {"pg_loss", &pg_loss},           {"kl_loss", &kl_loss},
-      {"ref_kl_mean", &ref_kl_mean},   {"entropy_loss", &entropy_loss},
-      {"entropy_mean", &entropy_mean}, {"clip_frac_high", &clip_frac_high},
-      {"clip_frac_low", &clip_frac_low}, {"dual_clip_frac", &dual_clip_frac},
-      {"approx_kl", &approx_kl},       {"ratio_mean", &ratio_mean},
-      {"ratio_max", &ratio_max},       {"tokens", &tokens}};
+  std::vector<std::pair<const char*, const at::Tensor*>> all;
+  for (const auto& [name, field] : kMetricFields) all.emplace_back(name, &(this->*field));
   std::vector<std::string> names;
   std::vector<at::Tensor> values;
   for (const auto& [name, t] : all) {

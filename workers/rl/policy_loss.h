@@ -84,6 +84,8 @@ struct PolicyLossMetrics {
 
   // ("pg_loss", value), ... for the defined metrics, copied to the host at once.
   std::vector<std::pair<std::string, double>> ToHost() const;
+  // Every name ToHost may return, in its order ("pg_loss", ..., "tokens").
+  static std::vector<std::string> Names();
 };
 
 struct PolicyLossOutput {

@@ -51,7 +51,42 @@ void Accumulate(const std::vector<std::pair<std::string, double>>& part, double 
   sum["tokens"] += tokens;
 }
 
+// FailedPrecondition unless every replica holds the same parameters (their
+// sum and sum of squares agree exactly; the padding is not compared).
+Status CheckSameStart(const model::Transformer& model, GradientAllReduce& dp) {
+  double sum = 0, sq = 0;
+  try {
+    for (const model::ParameterSet::Slot& s : model.parameters().slots()) {
+      const at::Tensor d = s.leaf.detach().to(at::kDouble);
+      sum += d.sum().item<double>();
+      sq += d.square().sum().item<double>();
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("checksum of the parameters: ") + e.what());
+  }
+  std::vector<double> v = {sum, -sum, sq, -sq};
+  TANDEM_RETURN_IF_ERROR(dp.AllReduce(v, HostReduce::kMax), "comparing the replicas' parameters");
+  if (!(v[0] == -v[1] && v[2] == -v[3]))
+    return FailedPrecondition("the data-parallel replicas start from different parameters (sums " +
+                              std::to_string(-v[1]) + " to " + std::to_string(v[0]) +
+                              "): give every rank the same init seed or checkpoint");
+  return Status::Ok();
+}
+
 }  // namespace
+
+// This replica's part of a step's batch: its valid trajectories, their
+// shaped rewards and advantages, the kept groups as planner items.
+struct GrpoTrainer::Share {
+  std::vector<const Trajectory*> valid;
+  at::Tensor rewards;     // [valid.size()] float, shaped; undefined when none is valid
+  at::Tensor advantages;  // [valid.size()]
+  std::vector<data::PlanItem> items;
+  std::vector<std::vector<int64_t>> item_samples;  // the item's k-th sequence -> index into `valid`
+  int64_t total_tokens = 0;                        // sequence tokens of the items
+  double tokens = 0, sequences = 0;                // response tokens and sequences of the items
+  int64_t groups_all_equal = 0;
+};
 
 GrpoTrainer::GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<AdamW> opt)
     : model_(model), options_(std::move(options)), opt_(std::move(opt)) {}
@@ -72,18 +107,18 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
         options.reference->parameters().numel() != model.parameters().numel())
       return InvalidArgument("grpo trainer: the reference model's shape differs from the trained model's");
   }
+  if (options.data_parallel != nullptr && options.data_parallel->world_size() > 1)
+    TANDEM_RETURN_IF_ERROR(CheckSameStart(model, *options.data_parallel), "grpo trainer");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> opt, AdamW::Create(model.parameters(), options.adamw), "grpo trainer");
   return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(model, options, std::move(opt)));
 }
 
-StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& trajectories, double progress) {
-  const std::string where = "grpo step " + std::to_string(steps());
+// Steps 1-2 of grpo_trainer.h on this replica's trajectories (no collective).
+Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const std::string& where, Share& share,
+                            GrpoStepStats& st) {
   const rl::AlgorithmConfig& config = options_.algorithm.config;
-  GrpoStepStats st;
-  st.lr = options_.schedule.At(steps(), progress);
-
   // 1. The trajectories that can be trained on, in contiguous groups.
-  std::vector<const Trajectory*> valid;
+  std::vector<const Trajectory*>& valid = share.valid;
   std::vector<int64_t> run_sizes;
   std::vector<int64_t> seen_groups;
   for (size_t i = 0; i < trajectories.size(); ++i) {
@@ -101,7 +136,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
     ++run_sizes.back();
     valid.push_back(&t);
   }
-  if (valid.empty()) return st;
+  if (valid.empty()) return Status::Ok();
 
   try {
     const int64_t n = static_cast<int64_t>(valid.size());
@@ -111,17 +146,17 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
       reward_values.push_back(static_cast<float>(t->reward));
       lengths.push_back(static_cast<int64_t>(t->response.size()));
     }
-    at::Tensor rewards = at::tensor(reward_values);
+    share.rewards = at::tensor(reward_values);
     if (config.overlong) {
-      TANDEM_ASSIGN_OR_RETURN(rewards, rl::ShapeOverlongRewards(rewards, at::tensor(lengths), *config.overlong), where);
+      TANDEM_ASSIGN_OR_RETURN(share.rewards, rl::ShapeOverlongRewards(share.rewards, at::tensor(lengths), *config.overlong),
+                              where);
     }
-    st.reward_mean = rewards.mean().item<double>();
-    st.reward_std = n > 1 ? rewards.std(/*unbiased=*/false).item<double>() : 0.0;
     TANDEM_ASSIGN_OR_RETURN(const rl::Groups groups, rl::Groups::FromRuns(run_sizes, n), where);
-    TANDEM_ASSIGN_OR_RETURN(const rl::GroupAdvantages adv, rl::ComputeGroupAdvantages(rewards, groups, config.advantage),
-                            where);
-    TANDEM_ASSIGN_OR_RETURN(const rl::KeptGroups varied, rl::GroupsWithVariedRewards(rewards, groups), where);
-    st.groups_all_equal = groups.num_groups() - static_cast<int64_t>(varied.groups.size());
+    TANDEM_ASSIGN_OR_RETURN(const rl::GroupAdvantages adv,
+                            rl::ComputeGroupAdvantages(share.rewards, groups, config.advantage), where);
+    share.advantages = adv.advantages;
+    TANDEM_ASSIGN_OR_RETURN(const rl::KeptGroups varied, rl::GroupsWithVariedRewards(share.rewards, groups), where);
+    share.groups_all_equal = groups.num_groups() - static_cast<int64_t>(varied.groups.size());
 
     // 2. The groups trained on, each as a planner item (its trie).
     std::vector<int64_t> group_start(static_cast<size_t>(groups.num_groups()) + 1, 0);
@@ -132,42 +167,44 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
     } else {
       for (int64_t g = 0; g < groups.num_groups(); ++g) kept_groups.push_back(g);
     }
-    std::vector<data::PlanItem> items;
-    std::vector<std::vector<int64_t>> item_samples;  // the item's k-th sequence -> index into `valid`
-    int64_t total_tokens = 0;
     for (const int64_t g : kept_groups) {
       std::vector<std::vector<int32_t>> seqs;
       for (int64_t i = group_start[g]; i < group_start[g + 1]; ++i) {
         std::vector<int32_t> s = valid[i]->prompt;
         s.insert(s.end(), valid[i]->response.begin(), valid[i]->response.end());
-        total_tokens += static_cast<int64_t>(s.size());
+        share.total_tokens += static_cast<int64_t>(s.size());
+        share.tokens += static_cast<double>(valid[i]->response.size());
+        share.sequences += 1;
         seqs.push_back(std::move(s));
       }
       TANDEM_ASSIGN_OR_RETURN(data::TrieItem trie, data::TrieItemFromTokens(seqs), where);
       std::vector<int64_t> samples;
       for (const int32_t k : trie.order) samples.push_back(group_start[g] + k);
-      items.push_back(std::move(trie.item));
-      item_samples.push_back(std::move(samples));
+      share.items.push_back(std::move(trie.item));
+      share.item_samples.push_back(std::move(samples));
     }
-    if (items.empty()) return st;
+  } catch (const std::exception& e) {
+    return Internal(where + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+// Step 3 on this replica's share: gradients accumulate in the model's
+// buffer, with the global batch's normalisers.
+Status GrpoTrainer::TrainMicroBatches(const Share& share, double batch_tokens, double batch_sequences,
+                                      const std::string& where, GrpoStepStats& st) {
+  const rl::AlgorithmConfig& config = options_.algorithm.config;
+  const std::vector<const Trajectory*>& valid = share.valid;
+  try {
     data::MicroBatchOptions plan_options;
-    plan_options.token_cap = options_.micro_batch_tokens > 0 ? options_.micro_batch_tokens : total_tokens;
+    plan_options.token_cap = options_.micro_batch_tokens > 0 ? options_.micro_batch_tokens : share.total_tokens;
     plan_options.cost.packing = options_.tree_packing;
-    TANDEM_ASSIGN_OR_RETURN(const data::MicroBatchPlan plan, data::PlanMicroBatches(items, plan_options), where);
-
-    double batch_tokens = 0, batch_sequences = 0;
-    for (const auto& samples : item_samples) {
-      batch_sequences += static_cast<double>(samples.size());
-      for (const int64_t i : samples) batch_tokens += static_cast<double>(valid[i]->response.size());
-    }
-
-    // 3. Forward and backward per micro-batch; gradients accumulate.
-    model_.parameters().ZeroGrad();
+    TANDEM_ASSIGN_OR_RETURN(const data::MicroBatchPlan plan, data::PlanMicroBatches(share.items, plan_options), where);
     const at::Device device = model_.device();
     for (const data::MicroBatch& mb : plan.ranks[0].micro_batches) {
       std::vector<int64_t> samples;
       for (const data::ItemPart& part : mb.parts)
-        for (int32_t k = part.begin; k < part.end; ++k) samples.push_back(item_samples[part.item][k]);
+        for (int32_t k = part.begin; k < part.end; ++k) samples.push_back(share.item_samples[part.item][k]);
       if (samples.empty()) continue;
       std::vector<std::vector<int32_t>> seqs;
       std::vector<int32_t> score_from;
@@ -213,7 +250,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
       in.entropy = grid(out.entropy);
       in.old_logprobs = at::tensor(old).view({b, width}).to(device);
       in.mask = at::tensor(mask).view({b, width}).to(at::kBool).to(device);
-      in.advantages = adv.advantages.index_select(0, at::tensor(adv_index)).to(device);
+      in.advantages = share.advantages.index_select(0, at::tensor(adv_index)).to(device);
       if (config.loss.kl_coef > 0) {
         at::NoGradGuard no_grad;
         in.ref_logprobs = grid(options_.reference->Forward(batch, {.temperature = options_.temperature}).logprob);
@@ -224,14 +261,98 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
       loss.loss.backward();
       Accumulate(loss.metrics.ToHost(), static_cast<double>(cells.size()), st.loss);
     }
-    for (auto& [k, v] : st.loss)
-      if (k != "tokens" && k != "ratio_max" && !IsLoss(k) && st.loss["tokens"] > 0)
-        v /= st.loss["tokens"];
-    st.trajectories = static_cast<int64_t>(batch_sequences);
-    st.groups = static_cast<int64_t>(items.size());
   } catch (const std::exception& e) {
     return Internal(where + ": " + e.what());
   }
+  return Status::Ok();
+}
+
+StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& trajectories, double progress) {
+  const std::string where = "grpo step " + std::to_string(steps());
+  GradientAllReduce* dp = options_.data_parallel;
+  auto reduce = [&](std::vector<double>& v, HostReduce op, const char* what) -> Status {
+    if (dp == nullptr) return Status::Ok();
+    return dp->AllReduce(v, op).WithContext(where + ": " + what);
+  };
+  const std::string failed_elsewhere = where + ": another data-parallel replica failed this step (its log says why)";
+  GrpoStepStats st;
+  st.lr = options_.schedule.At(steps(), progress);
+
+  // Steps 1-2 on this replica's share, then the global batch's counts (one
+  // collective, whatever happened here: every replica must take part).
+  Share share;
+  const Status prepared = Prepare(trajectories, where, share, st);
+  double reward_sum = 0;
+  if (prepared.ok() && share.rewards.defined()) reward_sum = share.rewards.to(at::kDouble).sum().item<double>();
+  std::vector<double> batch = {prepared.ok() ? 0.0 : 1.0,
+                               prepared.ok() ? static_cast<double>(share.valid.size()) : 0.0,
+                               reward_sum,
+                               share.tokens,
+                               share.sequences,
+                               static_cast<double>(share.items.size()),
+                               static_cast<double>(share.groups_all_equal),
+                               static_cast<double>(st.dropped.size())};
+  TANDEM_RETURN_IF_ERROR(reduce(batch, HostReduce::kSum, "summing the batch's counts"));
+  if (!prepared.ok()) return prepared;
+  if (batch[0] > 0) return FailedPrecondition(failed_elsewhere);
+  const double n = batch[1], batch_tokens = batch[3], batch_sequences = batch[4], items = batch[5];
+  st.dropped_total = static_cast<int64_t>(batch[7]);
+  if (n == 0) return st;
+  st.reward_mean = batch[2] / n;
+  st.groups_all_equal = static_cast<int64_t>(batch[6]);
+
+  // Step 3 on this replica's share, then the global stats.
+  model_.parameters().ZeroGrad();
+  const Status trained =
+      share.items.empty() ? Status::Ok() : TrainMicroBatches(share, batch_tokens, batch_sequences, where, st);
+  double reward_sq = 0;
+  if (trained.ok() && share.rewards.defined())
+    reward_sq = (share.rewards.to(at::kDouble) - st.reward_mean).square().sum().item<double>();
+  const std::vector<std::string> names = rl::PolicyLossMetrics::Names();
+  std::vector<double> sums = {trained.ok() ? 0.0 : 1.0,
+                              reward_sq,
+                              static_cast<double>(st.response_tokens),
+                              static_cast<double>(st.sequence_tokens),
+                              static_cast<double>(st.packed_tokens),
+                              static_cast<double>(st.micro_batches)};
+  const size_t first_metric = sums.size();
+  for (const std::string& k : names) {
+    const auto it = st.loss.find(k);
+    sums.push_back(it == st.loss.end() ? 0.0 : 1.0);
+    sums.push_back(it == st.loss.end() || k == "ratio_max" ? 0.0 : it->second);
+  }
+  for (const auto& [k, v] : st.loss)
+    if (std::find(names.begin(), names.end(), k) == names.end())
+      return Internal(where + ": the policy loss's metric \"" + k + "\" is not in PolicyLossMetrics::Names()");
+  std::vector<double> ratio_max = {st.loss.count("ratio_max") ? st.loss["ratio_max"]
+                                                              : -std::numeric_limits<double>::infinity()};
+  TANDEM_RETURN_IF_ERROR(reduce(sums, HostReduce::kSum, "summing the step's metrics"));
+  TANDEM_RETURN_IF_ERROR(reduce(ratio_max, HostReduce::kMax, "the step's ratio_max"));
+  if (!trained.ok()) return trained;
+  if (sums[0] > 0) return FailedPrecondition(failed_elsewhere);
+  st.reward_std = n > 1 ? std::sqrt(sums[1] / n) : 0.0;
+  st.response_tokens = static_cast<int64_t>(sums[2]);
+  st.sequence_tokens = static_cast<int64_t>(sums[3]);
+  st.packed_tokens = static_cast<int64_t>(sums[4]);
+  st.micro_batches = static_cast<int64_t>(sums[5]);
+  st.loss.clear();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (sums[first_metric + 2 * i] > 0) st.loss[names[i]] = sums[first_metric + 2 * i + 1];
+  if (st.loss.count("ratio_max")) st.loss["ratio_max"] = ratio_max[0];
+  for (auto& [k, v] : st.loss)
+    if (k != "tokens" && k != "ratio_max" && !IsLoss(k) && st.loss["tokens"] > 0) v /= st.loss["tokens"];
+  if (items == 0) {
+    st.loss.clear();
+    return st;  // nothing to train on anywhere: no update
+  }
+
+  // Step 4: the whole batch's gradient on every replica, one update.
+  if (dp != nullptr) {
+    std::vector<at::Tensor> grads = model_.parameters().grad_buffers();
+    TANDEM_RETURN_IF_ERROR(dp->AllReduceSum(grads), where + ": summing the gradients");
+  }
+  st.trajectories = static_cast<int64_t>(batch_sequences);
+  st.groups = static_cast<int64_t>(items);
   TANDEM_ASSIGN_OR_RETURN(st.grad_norm, opt_->Step(st.lr), where);
   st.updated = true;
   return st;

@@ -23,6 +23,20 @@
 //   4. One AdamW update (adamw.h) at the schedule's rate.
 // A batch with nothing left to train on (every group dropped) makes no
 // update and says so (stats.updated false). Errors: Status values.
+//
+// Data parallel (options.data_parallel, docs/rl.md "Data parallel"): each
+// replica steps on its own share of the groups (whole groups: advantages
+// are per group). The normalisers (response tokens N, sequences S) are the
+// GLOBAL batch's, summed over the replicas before any loss, so the sum of
+// the replicas' gradients (one all-reduce of the flat gradient buffer after
+// all micro-batches) is the whole batch's gradient; every replica then
+// clips by the same global norm and applies the same update. The stats are
+// the global batch's too (except `dropped`, this replica's reasons), so
+// rank 0 logs them. Every replica calls Step the same number of times, even
+// with nothing (valid) to train on: the collectives must match. A replica
+// whose input is bad makes every replica's Step fail (its own error there,
+// FailedPrecondition "another data-parallel replica failed" on the others);
+// a dead or stuck peer fails the step within the group's timeout.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +49,7 @@
 #include "workers/model/transformer.h"
 #include "workers/rl/algorithm_registry.h"
 #include "workers/train/adamw.h"
+#include "workers/train/data_parallel.h"
 #include "workers/train/lr_schedule.h"
 
 namespace tandem::train {
@@ -61,18 +76,25 @@ struct GrpoTrainerOptions {
   // verl's ref worker); required when algorithm.config.loss.kl_coef > 0,
   // same config as the trained model; must outlive the trainer.
   const model::Transformer* reference = nullptr;
+  // The replicas' group (data_parallel.h), or null: one process trains the
+  // whole batch. Not owned; must outlive the trainer. Create checks that
+  // every replica starts from the same parameters (same init seed, or the
+  // same checkpoint).
+  GradientAllReduce* data_parallel = nullptr;
 };
 
+// With data parallel, everything but `dropped` is the global batch's.
 struct GrpoStepStats {
   bool updated = false;
   int64_t trajectories = 0;         // trained on
   int64_t groups = 0;               // trained on
   int64_t groups_all_equal = 0;     // groups whose rewards were all equal
-  std::vector<std::string> dropped; // why each dropped trajectory was
+  std::vector<std::string> dropped; // why each dropped trajectory (of this replica's share) was
+  int64_t dropped_total = 0;        // dropped over all replicas
   int64_t response_tokens = 0;
   int64_t sequence_tokens = 0;      // prompts + responses, unpacked
   int64_t packed_tokens = 0;        // what the forests computed
-  int64_t micro_batches = 0;
+  int64_t micro_batches = 0;        // summed over the replicas
   double reward_mean = 0, reward_std = 0;  // over every valid trajectory, shaped
   double lr = 0, grad_norm = 0;
   std::map<std::string, double> loss;      // the policy loss's metrics (rl::PolicyLossMetrics::ToHost), token-weighted
@@ -90,7 +112,12 @@ class GrpoTrainer {
   const AdamW& optimizer() const { return *opt_; }
 
  private:
+  struct Share;  // this replica's part of a step's batch (grpo_trainer.cc)
   GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<AdamW> opt);
+  Status Prepare(const std::vector<Trajectory>& trajectories, const std::string& where, Share& share,
+                 GrpoStepStats& st);
+  Status TrainMicroBatches(const Share& share, double batch_tokens, double batch_sequences, const std::string& where,
+                           GrpoStepStats& st);
 
   model::Transformer& model_;
   GrpoTrainerOptions options_;

@@ -1,0 +1,228 @@
+// Options, the world-size-1 group, the rendezvous store and the backends'
+// shared helpers (data_parallel.h, data_parallel_backend.h).
+#include "workers/train/data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <string>
+#include <utility>
+
+#include "workers/train/data_parallel_backend.h"
+
+namespace tandem::train {
+namespace {
+
+// Whether something accepts TCP connections on host:port now (at most
+// `wait`): rank 1 probes before it builds its TCPStore client, whose failed
+// attempts LibTorch logs one line each.
+bool Accepts(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ok = poll(&p, 1, static_cast<int>(wait.count())) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+           err == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return ok;
+}
+
+// world_size 1: every collective is the identity; no store, no sockets.
+class LocalGroup final : public GradientAllReduce {
+ public:
+  LocalGroup() : GradientAllReduce(0, 1) {}
+  std::string backend() const override { return "local"; }
+  Status AllReduceSum(std::vector<at::Tensor>&) override { return Status::Ok(); }
+  Status AllReduce(std::vector<double>&, HostReduce) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+};
+
+}  // namespace
+
+Status Validate(const DataParallelOptions& o) {
+  if (o.world_size < 1) return InvalidArgument("data parallel: world_size must be >= 1, got " + std::to_string(o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size)
+    return InvalidArgument("data parallel: rank " + std::to_string(o.rank) + " outside [0, world_size = " +
+                           std::to_string(o.world_size) + ")");
+  if (o.timeout.count() <= 0) return InvalidArgument("data parallel: timeout must be > 0");
+  if (o.connect_timeout.count() <= 0) return InvalidArgument("data parallel: connect_timeout must be > 0");
+  if (o.world_size > 1) {
+    if (o.host.empty()) return InvalidArgument("data parallel: host (where rank 0 listens) is empty");
+    if (o.port < 1 || o.port > 65535)
+      return InvalidArgument("data parallel: port must be in [1, 65535] (rank 0's rendezvous port), got " +
+                             std::to_string(o.port));
+  }
+  if (!o.device.is_cpu() && !o.device.is_cuda())
+    return InvalidArgument("data parallel: device " + o.device.str() + " is neither CPU nor CUDA");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<GradientAllReduce>> GradientAllReduce::Connect(const DataParallelOptions& options) {
+  TANDEM_RETURN_IF_ERROR(Validate(options));
+  if (options.world_size == 1) return std::unique_ptr<GradientAllReduce>(new LocalGroup());
+  const std::string where = "data parallel rank " + std::to_string(options.rank) + "/" +
+                            std::to_string(options.world_size) + " via " + options.host + ":" +
+                            std::to_string(options.port);
+  if (options.device.is_cuda()) {
+    TANDEM_ASSIGN_OR_RETURN(auto group, internal::ConnectNccl(options), where);
+    return group;
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto group, internal::ConnectGloo(options), where);
+  return group;
+}
+
+namespace internal {
+
+#if !TANDEM_WITH_GLOO
+StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptions&) {
+  return FailedPrecondition(
+      "gloo (the CPU all-reduce) is not in this build: its headers were not found when it was configured "
+      "(Debian: apt-get install libgloo-dev, then re-run cmake)");
+}
+#endif
+#if !TANDEM_WITH_NCCL
+StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptions&) {
+  return FailedPrecondition(
+      "NCCL (the CUDA all-reduce) is not in this build: it needs a CUDA build (TANDEM_WITH_CUDA) that found "
+      "nccl.h and libnccl (TANDEM_NCCL_ROOT)");
+}
+#endif
+
+StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + o.connect_timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(o.port);
+  so.isServer = o.rank == 0;
+  so.numWorkers = static_cast<size_t>(o.world_size);
+  so.waitWorkers = false;  // counted below: LibTorch 1.13's wait gives up silently at the timeout
+  // A rank may start before rank 0 listens: connect again until the deadline.
+  c10::intrusive_ptr<c10d::Store> store;
+  for (;;) {
+    if (o.rank != 0 && !Accepts(o.host, o.port, std::chrono::milliseconds(250))) {
+      if (Clock::now() >= deadline)
+        return DeadlineExceeded("rendezvous: nothing accepted a connection on " + o.host + ":" +
+                                std::to_string(o.port) + " within " + std::to_string(o.connect_timeout.count()) +
+                                " ms (is rank 0 up?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    so.timeout = left();
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(o.host, so);
+      break;
+    } catch (const std::exception& e) {
+      if (o.rank == 0 || Clock::now() >= deadline) {
+        const Status s = FromException(o.rank == 0 ? "rendezvous: serving the store on port " + std::to_string(o.port)
+                                                   : "rendezvous: joining rank 0's store",
+                                       e);
+        return o.rank == 0 ? s
+                           : DeadlineExceeded(s.message() + " (retried for " + std::to_string(o.connect_timeout.count()) +
+                                              " ms)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  // Every rank counts itself in and waits for the others.
+  const std::string key = "tandem/joined";
+  try {
+    int64_t joined = store->add(key, 1);
+    while (joined < o.world_size) {
+      if (Clock::now() >= deadline)
+        return DeadlineExceeded("rendezvous: " + std::to_string(joined) + " of " + std::to_string(o.world_size) +
+                                " ranks joined within " + std::to_string(o.connect_timeout.count()) + " ms");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      joined = store->add(key, 0);
+    }
+    store->setTimeout(o.connect_timeout);  // for the backend's own rendezvous through it
+  } catch (const std::exception& e) {
+    return FromException("rendezvous: waiting for the ranks", e);
+  }
+  return store;
+}
+
+Status FromException(const std::string& what, const std::exception& e) {
+  std::string m = e.what();
+  // c10::Error appends a C++ backtrace after the message's first lines.
+  if (const size_t cut = m.find("\nException raised from"); cut != std::string::npos) m.resize(cut);
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  const bool timed_out = m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
+  return timed_out ? DeadlineExceeded(what + ": " + m) : Unavailable(what + ": " + m);
+}
+
+StatusOr<std::vector<Bucket>> MakeBuckets(const std::vector<at::Tensor>& tensors, c10::Device device) {
+  std::map<at::ScalarType, size_t> index;
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const std::string name = "tensor " + std::to_string(i);
+    if (!t.defined()) return InvalidArgument(name + " is undefined");
+    if (!at::isFloatingType(t.scalar_type())) return InvalidArgument(name + " is not floating point");
+    if (t.device() != device)
+      return InvalidArgument(name + " is on " + t.device().str() + ", the group's device is " + device.str());
+    auto [it, fresh] = index.emplace(t.scalar_type(), buckets.size());
+    if (fresh) buckets.emplace_back();
+    buckets[it->second].members.push_back(i);
+  }
+  for (Bucket& b : buckets) {
+    if (b.members.size() == 1 && tensors[b.members[0]].is_contiguous()) {
+      b.flat = tensors[b.members[0]].view({-1});
+      b.aliased = true;
+      continue;
+    }
+    std::vector<at::Tensor> parts;
+    for (const size_t i : b.members) parts.push_back(tensors[i].reshape({-1}));
+    b.flat = at::cat(parts);
+  }
+  return buckets;
+}
+
+void Unbucket(const Bucket& b, std::vector<at::Tensor>& tensors) {
+  if (b.aliased) return;
+  int64_t offset = 0;
+  for (const size_t i : b.members) {
+    at::Tensor& t = tensors[i];
+    t.copy_(b.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+Status BrokenGuard::Check() const {
+  if (first_.empty()) return Status::Ok();
+  return FailedPrecondition("the data-parallel group is broken by an earlier failure (" + first_ + ")");
+}
+
+Status BrokenGuard::Fail(Status s) {
+  if (first_.empty()) first_ = s.ToString();
+  return s;
+}
+
+}  // namespace internal
+}  // namespace tandem::train

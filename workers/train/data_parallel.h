@@ -1,0 +1,85 @@
+// Data-parallel actor replicas (docs/rl.md "Data parallel"; issue #16 item
+// 4): the collectives the GRPO trainer needs to make world_size replicas
+// train like one process on the whole batch — a sum of the gradient
+// buffers, sums and maxima of host scalars (the batch's normalisers and
+// metrics), a barrier.
+//
+// Connect(options) joins the group: rank 0 listens on `host:port` (in a
+// job, one of rank 0's leased ports, TANDEM_PORTS) with a c10d TCPStore,
+// every rank connects to it, and the backend rendezvouses through it:
+//   CPU tensors:  gloo (c10d::ProcessGroupGloo), when the build found gloo's
+//                 headers (Debian: libgloo-dev); else FailedPrecondition
+//                 naming the package;
+//   CUDA tensors: NCCL (raw ncclCommInitRank, the unique id passed through
+//                 the store), in CUDA builds that found nccl.h; else
+//                 FailedPrecondition.
+// world_size 1 needs no networking at all (no store, no backend; every
+// collective is the identity).
+//
+// Contracts: every rank calls the same collectives in the same order with
+// tensors of the same shapes and dtypes. Connect returns within about
+// `connect_timeout` and each collective within about `timeout`, whatever
+// the peers do: a peer that never arrives is DeadlineExceeded, a peer
+// that dies (even by SIGKILL) or stops answering is Unavailable or
+// DeadlineExceeded, naming the collective. After a failed
+// collective the group is broken: every later call is FailedPrecondition
+// (make a new group). A bad option is InvalidArgument naming it. Not
+// thread-safe: one thread uses a group.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <c10/core/Device.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::train {
+
+struct DataParallelOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string host = "127.0.0.1";  // where rank 0 listens (every rank's view of it)
+  int port = 0;                    // rank 0's rendezvous port, in [1, 65535] when world_size > 1
+  c10::Device device = c10::kCPU;  // the gradients' device: CPU → gloo, CUDA → NCCL
+  // Until every rank joined (ranks start minutes apart when each loads a model).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // each collective
+};
+// InvalidArgument naming the option: rank outside [0, world_size),
+// world_size < 1, an empty host or a port outside [1, 65535] with
+// world_size > 1, a timeout or connect_timeout <= 0.
+Status Validate(const DataParallelOptions& options);
+
+enum class HostReduce { kSum, kMax };
+
+class GradientAllReduce {
+ public:
+  static StatusOr<std::unique_ptr<GradientAllReduce>> Connect(const DataParallelOptions& options);
+  virtual ~GradientAllReduce() = default;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  virtual std::string backend() const = 0;  // "local", "gloo" or "nccl"
+
+  // Sums each tensor over the ranks, in place. Tensors on the group's
+  // device, contiguous, floating; tensors sharing a dtype travel as one
+  // flat bucket (the model's one gradient buffer: no copy).
+  virtual Status AllReduceSum(std::vector<at::Tensor>& tensors) = 0;
+  // Sums (or takes the maximum of) each value over the ranks, in place, in
+  // double: the batch's counts and metric sums.
+  virtual Status AllReduce(std::vector<double>& values, HostReduce op) = 0;
+  virtual Status Barrier() = 0;
+
+ protected:
+  GradientAllReduce(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
+
+ private:
+  int rank_, world_size_;
+};
+
+}  // namespace tandem::train

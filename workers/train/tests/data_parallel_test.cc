@@ -1,0 +1,340 @@
+// Data-parallel replicas (data_parallel.h, grpo_trainer.h) with real
+// processes: train_dp_worker is one replica, rendezvousing on a free
+// loopback port. 1 process on the whole batch and 2 on halves of the groups
+// end with the same parameters (up to reduction order) and log the same
+// global stats; a peer killed with SIGKILL mid all-reduce, one that stops
+// answering and one that never arrives are errors within the timeout; bad
+// options are InvalidArgument.
+#include "workers/train/data_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "workers/train/tests/dp_test_util.h"
+
+extern char** environ;
+
+namespace tandem::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+[[maybe_unused]] double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+// A loopback port nobody listens on now.
+[[maybe_unused]] int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A train_dp_worker process; killed (SIGKILL, by pid) and reaped if still running.
+class Worker {
+ public:
+  explicit Worker(std::vector<std::string> args) {
+    const std::string exe = (fs::read_symlink("/proc/self/exe").parent_path() / "train_dp_worker").string();
+    args.insert(args.begin(), exe);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv.data(), environ), 0) << exe;
+  }
+  ~Worker() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // Its exit code, or -1 when it did not exit within `limit` (then killed).
+  int Wait(std::chrono::seconds limit) {
+    const Clock::time_point deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  void Kill() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Rank 0 of 2: `timeout` for each collective, `connect` for the rendezvous
+// (a worker under ASan takes seconds to start).
+DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
+                             std::chrono::milliseconds connect = std::chrono::seconds(60)) {
+  DataParallelOptions o;
+  o.world_size = 2;
+  o.port = port;
+  o.timeout = timeout;
+  o.connect_timeout = connect;
+  return o;
+}
+
+[[maybe_unused]] std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+[[maybe_unused]] std::vector<std::vector<double>> ReadStats(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::vector<double>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream s(line);
+    rows.emplace_back();
+    for (double v; s >> v;) rows.back().push_back(v);
+  }
+  return rows;
+}
+
+TEST(DataParallel, RefusesBadOptions) {
+  auto refused = [](DataParallelOptions o, const std::string& needle) {
+    auto g = GradientAllReduce::Connect(o);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << g.status().ToString();
+    EXPECT_NE(g.status().message().find(needle), std::string::npos) << g.status().ToString();
+  };
+  DataParallelOptions o = Rank0Of2(29999, std::chrono::seconds(1));
+  o.rank = 2;
+  refused(o, "rank 2 outside [0, world_size = 2)");
+  o.rank = -1;
+  refused(o, "rank -1 outside");
+  o = Rank0Of2(0, std::chrono::seconds(1));
+  refused(o, "port must be in [1, 65535]");
+  o.port = 70000;
+  refused(o, "port must be in [1, 65535]");
+  o = Rank0Of2(29999, std::chrono::milliseconds(0));
+  refused(o, "timeout must be > 0");
+  o = Rank0Of2(29999, std::chrono::seconds(1), std::chrono::seconds(0));
+  refused(o, "connect_timeout must be > 0");
+  o = Rank0Of2(29999, std::chrono::seconds(1));
+  o.world_size = 0;
+  o.rank = 0;
+  refused(o, "world_size must be >= 1");
+  o = Rank0Of2(29999, std::chrono::seconds(1));
+  o.host = "";
+  refused(o, "host");
+}
+
+TEST(DataParallel, OneRankNeedsNoNetworking) {
+  DataParallelOptions o;  // world_size 1, port 0: nothing listens
+  auto g = GradientAllReduce::Connect(o);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ((*g)->backend(), "local");
+  std::vector<at::Tensor> t = {at::ones({3})};
+  ASSERT_TRUE((*g)->AllReduceSum(t).ok());
+  EXPECT_EQ(t[0].sum().item<float>(), 3.0f);
+  std::vector<double> v = {2.5};
+  ASSERT_TRUE((*g)->AllReduce(v, HostReduce::kMax).ok());
+  EXPECT_EQ(v[0], 2.5);
+  EXPECT_TRUE((*g)->Barrier().ok());
+}
+
+#if TANDEM_DP_GLOO_BUILT
+
+// The equivalence: `config` on 1 process (this one, the "local" group) and
+// on 2 train_dp_worker processes.
+void ExpectSameModel(const dptest::RunConfig& config) {
+  SCOPED_TRACE(config.algorithm + ", micro-batch cap " + std::to_string(config.micro_batch_tokens) + ", rank 0 has " +
+               std::to_string(config.rank0_groups) + " of 4 groups");
+  at::set_num_threads(1);
+  auto local = GradientAllReduce::Connect({});
+  ASSERT_TRUE(local.ok());
+  auto one = dptest::Run(config, **local);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+
+  const fs::path dir = fs::temp_directory_path() / ("tandem_dp_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string port = std::to_string(FreePort());
+  const Clock::time_point t0 = Clock::now();
+  std::vector<std::unique_ptr<Worker>> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(std::make_unique<Worker>(std::vector<std::string>{
+        "train", std::to_string(r), "2", port, (dir / ("rank" + std::to_string(r))).string(), config.algorithm,
+        std::to_string(config.micro_batch_tokens), std::to_string(config.steps), std::to_string(config.rank0_groups), "-1"}));
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r]->Wait(std::chrono::seconds(90)), 0) << "rank " << r;
+  std::printf("[dp] 2 processes, %d steps: %.2f s (start-up included)\n", config.steps, Seconds(t0));
+
+  const std::vector<float> p0 = ReadFloats(dir / "rank0"), p1 = ReadFloats(dir / "rank1");
+  ASSERT_EQ(p0.size(), one->params.size());
+  ASSERT_EQ(p1.size(), one->params.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < p0.size(); ++i) {
+    EXPECT_EQ(p0[i], p1[i]) << "the replicas differ at element " << i;
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(p0[i]) - one->params[i]));
+  }
+  // The first step's gradient: every rank holds the whole batch's.
+  const std::vector<float> g0 = ReadFloats(dir / "rank0.grad"), g1 = ReadFloats(dir / "rank1.grad");
+  ASSERT_EQ(g0.size(), one->first_grad.size());
+  ASSERT_EQ(g1.size(), one->first_grad.size());
+  double scale = 0, grad_diff = 0;
+  for (size_t i = 0; i < g0.size(); ++i) {
+    EXPECT_EQ(g0[i], g1[i]) << "the replicas' gradients differ at element " << i;
+    scale = std::max(scale, std::fabs(static_cast<double>(one->first_grad[i])));
+    grad_diff = std::max(grad_diff, std::fabs(static_cast<double>(g0[i]) - one->first_grad[i]));
+  }
+  ASSERT_GT(scale, 0);
+  std::printf("[dp] first step: max |grad(2 ranks) - grad(1 rank)| = %.3g of max |grad| %.3g; after %d steps: max "
+              "|params(2 ranks) - params(1 rank)| = %.3g\n",
+              grad_diff, scale, config.steps, max_diff);
+  EXPECT_LE(grad_diff, 1e-5 * scale);
+  // lr 1e-2: AdamW moves a parameter by lr * g / (|g| + eps), up to ~1e-2
+  // a step, which is not smooth in g where |g| is small: gradients equal to
+  // 1e-6 of their scale end 3 steps ~3e-5 apart (grpo, measured); 1% of one step.
+  EXPECT_LT(max_diff, 1e-4);
+
+  const auto stats = ReadStats(dir / "rank0.stats");
+  ASSERT_EQ(stats.size(), one->steps.size());
+  for (size_t s = 0; s < stats.size(); ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const GrpoStepStats& want = one->steps[s];
+    ASSERT_EQ(stats[s].size(), 10u);
+    EXPECT_EQ(stats[s][0], want.updated ? 1 : 0);
+    EXPECT_NEAR(stats[s][1], want.grad_norm, 1e-5 * want.grad_norm);
+    EXPECT_NEAR(stats[s][2], want.reward_mean, 1e-12);
+    EXPECT_NEAR(stats[s][3], want.reward_std, 1e-12);
+    EXPECT_NEAR(stats[s][4], want.loss.count("pg_loss") ? want.loss.at("pg_loss") : 0.0, 1e-6);
+    EXPECT_EQ(stats[s][5], want.trajectories);
+    EXPECT_EQ(stats[s][6], want.groups);
+    EXPECT_EQ(stats[s][7], want.response_tokens);
+    EXPECT_GE(stats[s][8], want.micro_batches);
+  }
+  double t1 = 0, t2 = 0;
+  for (size_t s = 1; s < stats.size(); ++s) t1 += one->seconds[s], t2 += stats[s][9];  // past the first step
+  std::printf("[dp] step time after the first: 1 rank %.1f ms, 2 ranks %.1f ms\n", 1e3 * t1 / (stats.size() - 1),
+              1e3 * t2 / (stats.size() - 1));
+  fs::remove_all(dir);
+}
+
+TEST(DataParallel, TwoProcessesTrainTheModelOneDoes) {
+  // Dr. GRPO (sequence-sum normaliser) with a micro-batch cap: the ranks
+  // run different numbers of micro-batches.
+  ExpectSameModel({.algorithm = "dr_grpo", .micro_batch_tokens = 12, .steps = 3, .rank0_groups = 2});
+  // GRPO with its KL term to a reference (seq-mean-token-mean).
+  ExpectSameModel({.algorithm = "grpo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 2});
+  // DAPO (token-mean, dynamic sampling): rank 1's only group has equal
+  // rewards, so it trains nothing and still takes part in every collective.
+  ExpectSameModel({.algorithm = "dapo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 3});
+}
+
+TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
+  const int port = FreePort();
+  Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1"});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto r = dptest::Run({.algorithm = "dr_grpo", .steps = 1, .rank0_groups = 2, .bad_rank = 1}, **g);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("another data-parallel replica failed this step"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(peer.Wait(std::chrono::seconds(60)), 1) << "rank 1 fails with its own error (groups not contiguous)";
+}
+
+TEST(DataParallel, APeerKilledMidAllReduceIsAnErrorNotAHang) {
+  const int port = FreePort();
+  Worker peer({"hang", "1", "2", std::to_string(port)});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ((*g)->backend(), "gloo");
+  ASSERT_TRUE((*g)->Barrier().ok());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    peer.Kill();
+  });
+  const Clock::time_point t0 = Clock::now();
+  std::vector<at::Tensor> grads = {at::ones({1 << 16})};
+  const Status s = (*g)->AllReduceSum(grads);
+  const double took = Seconds(t0);
+  killer.join();
+  ASSERT_FALSE(s.ok());
+  std::printf("[dp] killed peer: %s after %.2f s\n", s.ToString().c_str(), took);
+  EXPECT_TRUE(s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("gloo all-reduce of 65536 elements"), std::string::npos) << s.ToString();
+  EXPECT_LT(took, 10.0) << "the death is seen when the socket closes, not at the 20 s timeout";
+  const Status after = (*g)->Barrier();
+  EXPECT_EQ(after.code(), StatusCode::kFailedPrecondition) << after.ToString();
+  EXPECT_NE(after.message().find("broken"), std::string::npos) << after.ToString();
+}
+
+TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
+  const int port = FreePort();
+  Worker peer({"hang", "1", "2", std::to_string(port)});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::milliseconds(1500)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE((*g)->Barrier().ok());
+  const Clock::time_point t0 = Clock::now();
+  std::vector<double> v = {1.0, 2.0};
+  const Status s = (*g)->AllReduce(v, HostReduce::kSum);
+  const double took = Seconds(t0);
+  ASSERT_FALSE(s.ok());
+  std::printf("[dp] silent peer: %s after %.2f s\n", s.ToString().c_str(), took);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_GE(took, 1.4);
+  EXPECT_LT(took, 6.0);
+}
+
+TEST(DataParallel, APeerThatNeverArrivesTimesOut) {
+  for (int rank : {0, 1}) {  // rank 0 waits for its peer; rank 1 finds nobody listening
+    DataParallelOptions o = Rank0Of2(FreePort(), std::chrono::seconds(60), std::chrono::milliseconds(1500));
+    o.rank = rank;
+    const Clock::time_point t0 = Clock::now();
+    auto g = GradientAllReduce::Connect(o);
+    const double took = Seconds(t0);
+    ASSERT_FALSE(g.ok()) << "rank " << rank;
+    std::printf("[dp] rank %d alone: %s after %.2f s\n", rank, g.status().ToString().c_str(), took);
+    EXPECT_EQ(g.status().code(), StatusCode::kDeadlineExceeded) << g.status().ToString();
+    EXPECT_NE(g.status().message().find("rendezvous"), std::string::npos) << g.status().ToString();
+    EXPECT_LT(took, 6.0);
+  }
+}
+
+#else
+
+TEST(DataParallel, WithoutGlooConnectSaysWhatIsMissing) {
+  auto g = GradientAllReduce::Connect(Rank0Of2(29999, std::chrono::seconds(1)));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kFailedPrecondition) << g.status().ToString();
+  EXPECT_NE(g.status().message().find("libgloo-dev"), std::string::npos) << g.status().ToString();
+}
+
+#endif
+
+}  // namespace
+}  // namespace tandem::train

@@ -1,0 +1,59 @@
+// train_dp_worker: one data-parallel replica for data_parallel_test.cc, a
+// real process.
+//   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS BAD_RANK
+//     joins the group on 127.0.0.1:PORT, trains (dp_test_util.h Run) and
+//     writes OUT and OUT.stats; exit 0, or 1 with the error on stderr.
+//   train_dp_worker hang RANK WORLD PORT
+//     joins, passes one barrier, then sleeps 60 s without another
+//     collective (its peer's next all-reduce waits on it; the test kills it).
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "workers/train/tests/dp_test_util.h"
+
+int main(int argc, char** argv) {
+  using namespace tandem::train;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!((mode == "train" && argc == 11) || (mode == "hang" && argc == 5))) {
+    std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK\n"
+                         "       train_dp_worker hang RANK WORLD PORT\n");
+    return 2;
+  }
+  at::set_num_threads(1);
+  DataParallelOptions o;
+  o.rank = std::stoi(argv[2]);
+  o.world_size = std::stoi(argv[3]);
+  o.port = std::stoi(argv[4]);
+  o.timeout = std::chrono::seconds(30);
+  o.connect_timeout = std::chrono::seconds(60);
+  auto dp = GradientAllReduce::Connect(o);
+  if (!dp.ok()) {
+    std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, dp.status().ToString().c_str());
+    return 1;
+  }
+  if (mode == "hang") {
+    if (tandem::Status s = (*dp)->Barrier(); !s.ok()) {
+      std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  dptest::RunConfig config;
+  config.algorithm = argv[6];
+  config.micro_batch_tokens = std::stoll(argv[7]);
+  config.steps = std::stoi(argv[8]);
+  config.rank0_groups = std::stoi(argv[9]);
+  config.bad_rank = std::stoi(argv[10]);
+  auto r = dptest::Run(config, **dp);
+  tandem::Status s = r.ok() ? dptest::WriteResult(argv[5], *r) : r.status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
