@@ -17,28 +17,12 @@
 #     not take) and cancelled after step 1, the job leaves no shm segment
 #     (the daemon removes what the SIGTERMed actor could not).
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
-set -euo pipefail
-BIN=${TANDEM_BIN_DIR:?}
-SRC=${TANDEM_SOURCE_DIR:?}
-work=$(mktemp -d "${TMPDIR:-/tmp}/actor-job-XXXXXX")
-state=$(mktemp -d "${TMPDIR:-/tmp}/tandem-actor-XXXXXX")
+NAME=actor-job
+. "$(dirname "$0")/actor_job_lib.sh"
+LOGS="$work/runs/grpo.err"
 run_pid=
-cleanup() {
-  if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi
-  rm -rf "$work" "$state"
-}
-trap cleanup EXIT
-fail() {
-  echo "[actor-job] FAIL: $*" >&2
-  for f in "$work"/runs/grpo.err "$work"/runs/grpo/tasks/*.err; do
-    [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-  done
-  exit 1
-}
-cd "$work"
-mkdir -p runs
-"$BIN/tandem-worker" sft --preset tiny --max-steps 2 --eval-problems 2 --eval-max-new-tokens 4 --threads 1 \
-  --out runs/grpo-model --log runs/grpo-model.log >/dev/null || fail "sft (the base model)"
+on_exit 'if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi'
+make_base
 
 "$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/grpo.out 2>runs/grpo.err &
 run_pid=$!

@@ -17,28 +17,12 @@
 #   4. run again over the same run dir (a new job), the actor resumes from
 #      the last checkpoint (step 6), trains nothing more and ends.
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
-set -euo pipefail
-BIN=${TANDEM_BIN_DIR:?}
-SRC=${TANDEM_SOURCE_DIR:?}
-work=$(mktemp -d "${TMPDIR:-/tmp}/actor-restart-XXXXXX")
-state=$(mktemp -d "${TMPDIR:-/tmp}/tandem-restart-XXXXXX")
+NAME=actor-restart
+. "$(dirname "$0")/actor_job_lib.sh"
+LOGS="$work/runs/restart.err $work/runs/again.err"
 run_pid=
-cleanup() {
-  if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi
-  rm -rf "$work" "$state"
-}
-trap cleanup EXIT
-fail() {
-  echo "[actor-restart] FAIL: $*" >&2
-  for f in "$work"/runs/restart.err "$work"/runs/grpo/tasks/*.err; do
-    [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-  done
-  exit 1
-}
-cd "$work"
-mkdir -p runs
-"$BIN/tandem-worker" sft --preset tiny --max-steps 2 --eval-problems 2 --eval-max-new-tokens 4 --threads 1 \
-  --out runs/grpo-model --log runs/grpo-model.log >/dev/null || fail "sft (the base model)"
+on_exit 'if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi'
+make_base
 jq '.roles.actor.args |= (map(if . == "4" then "6" else . end) + ["--checkpoint-dir", "checkpoints", "--checkpoint-every", "2",
       "--phase-timeout", "120"])
     | .roles.actor.args |= (. as $a | [range(length)] | map(select($a[.] != "--eval-every" and (. == 0 or $a[. - 1] != "--eval-every"))) | map($a[.]))

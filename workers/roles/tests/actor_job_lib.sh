@@ -1,0 +1,38 @@
+# shellcheck shell=bash
+# Sourced by the actor's job tests (actor_job_test.sh, actor_restart_test.sh,
+# actor_daemon_restart_test.sh) after they set NAME (the log prefix) and,
+# optionally, LOGS (files whose tails a failure prints; default the task
+# logs). Sets BIN, SRC, work (the scratch dir, the working directory) and
+# state (a daemon state dir), and defines:
+#   fail MESSAGE   prints it and the logs' tails, exits 1;
+#   on_exit CMD    runs CMD (a string) at exit, before the scratch dirs go;
+#   make_base      trains the base model (two sft steps: noise, the checks are
+#                  on mechanics) into runs/grpo-model, where examples/grpo.json
+#                  looks for it.
+set -euo pipefail
+BIN=${TANDEM_BIN_DIR:?}
+SRC=${TANDEM_SOURCE_DIR:?}
+work=$(mktemp -d "${TMPDIR:-/tmp}/$NAME-XXXXXX")
+state=$(mktemp -d "${TMPDIR:-/tmp}/tandem-$NAME-XXXXXX")
+_on_exit=()
+on_exit() { _on_exit+=("$1"); }
+_cleanup() {
+  local c
+  for c in "${_on_exit[@]}"; do eval "$c" || true; done
+  rm -rf "$work" "$state"
+}
+trap _cleanup EXIT
+fail() {
+  echo "[$NAME] FAIL: $*" >&2
+  local f
+  for f in ${LOGS:-} "$work"/runs/grpo/tasks/*.err; do
+    [[ -f $f ]] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
+  done
+  exit 1
+}
+make_base() {
+  mkdir -p "$work/runs"
+  "$BIN/tandem-worker" sft --preset tiny --max-steps 2 --eval-problems 2 --eval-max-new-tokens 4 --threads 1 \
+    --out "$work/runs/grpo-model" --log "$work/runs/grpo-model.log" >/dev/null || fail "sft (the base model)"
+}
+cd "$work"
