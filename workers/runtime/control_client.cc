@@ -192,7 +192,9 @@ Status ControlClient::SendLine(const std::string& line) {
         return DeadlineExceeded("control: daemon did not read for " + std::to_string(options_.write_timeout.count()) + "ms");
       continue;
     }
-    return Unavailable(ErrnoStatus("control: send").message());
+    const Status st = Unavailable(ErrnoStatus("control: send").message());
+    Close();  // the daemon went away: the worker connects again (Connect)
+    return st;
   }
   return Status::Ok();
 }
