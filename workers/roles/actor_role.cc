@@ -4,12 +4,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <future>
 #include <thread>
 
 #include "common/log.h"
