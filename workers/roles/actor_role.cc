@@ -248,8 +248,6 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     return static_cast<double>(correct) / static_cast<double>(samples.size());
   };
 
-  ActorResult result;
-  result.resumed_from = resumed ? progress.step : -1;
   // The rollouts must sample from this model. The group's newest version
   // (the welcome's published_version) is this model's when nothing was
   // published since (a first start; an actor restarted right after a
@@ -273,10 +271,6 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", progress.accuracy_before,
               held.problems.size());
   }
-  result.accuracy_before = progress.accuracy_before;
-  result.reward_first = progress.reward_first;
-  result.reward_last = progress.reward_last;
-  result.steps = progress.step;
 
   int64_t last_checkpoint = resumed ? progress.step : -1;
   auto save_checkpoint = [&]() -> Status {
@@ -374,9 +368,6 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     if (step == 1) progress.reward_first = st.reward_mean;
     progress.reward_last = st.reward_mean;
     progress.step = step;
-    result.steps = step;
-    result.reward_first = progress.reward_first;
-    result.reward_last = progress.reward_last;
     metrics.Write(m);
     (void)client.SendMetrics(m, step);
     log::Info("actor", "step {} reward={:.3f} accuracy={:.3f} grad_norm={:.3f} rollout={:.1f}s train={:.1f}s sync={:.2f}s",
@@ -387,6 +378,11 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
 
   // Before the final eval, whose line a run resumed from it writes again.
   TANDEM_RETURN_IF_ERROR(save_checkpoint(), "actor: the last checkpoint");
+  ActorResult result;
+  result.steps = progress.step;
+  result.accuracy_before = progress.accuracy_before;
+  result.reward_first = progress.reward_first;
+  result.reward_last = progress.reward_last;
   TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor final eval");
   TANDEM_ASSIGN_OR_RETURN(result.accuracy_after, evaluate());
   metrics.Write({{"step", result.steps},

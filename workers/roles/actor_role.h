@@ -42,7 +42,6 @@ namespace tandem::roles {
 
 struct ActorResult {
   int64_t steps = 0;
-  int64_t resumed_from = -1;                       // the checkpoint's step, or -1
   double accuracy_before = 0, accuracy_after = 0;  // held-out
   double reward_first = 0, reward_last = 0;        // the first and last step's reward mean
 };
