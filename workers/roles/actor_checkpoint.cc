@@ -135,6 +135,7 @@ StatusOr<std::optional<RestoredActorCheckpoint>> RestoreActorCheckpoint(const st
   out.skipped = restored->skipped;
   // The metrics of the steps it holds (its digest was verified); the
   // lines of later steps, which are trained again, go.
+  if (metrics_path.empty()) return std::optional<RestoredActorCheckpoint>(std::move(out));
   TANDEM_ASSIGN_OR_RETURN(const std::string metrics, ReadSmallFile((fs::path(out.path) / kMetricsFile).string()),
                           "actor resume");
   TANDEM_RETURN_IF_ERROR(ReplaceFile(metrics_path, metrics), "actor resume: metrics");

@@ -78,8 +78,9 @@ struct RestoredActorCheckpoint {
 
 // Restores the newest valid checkpoint under `root` (training_checkpoint.h:
 // the checks, and nothing half-restored) into `model`, `optimizer` and the
-// generators of `device`, then replaces `metrics_path` with the
-// checkpoint's metrics.jsonl (at most 256 MiB). nullopt when `root` holds
+// generators of `device`, then replaces `metrics_path` (unless empty: a
+// data-parallel replica other than rank 0) with the checkpoint's
+// metrics.jsonl (at most 256 MiB). nullopt when `root` holds
 // no checkpoint (a first start).
 StatusOr<std::optional<RestoredActorCheckpoint>> RestoreActorCheckpoint(const std::string& root,
                                                                         const nlohmann::json& fingerprint,

@@ -40,6 +40,10 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--rollout-host", o_.rollout_host, "the rollouts' host")->capture_default_str();
   s->add_option("--request-timeout", o_.request_timeout_s, "seconds for one /generate")->capture_default_str();
   s->add_option("--phase-timeout", o_.phase_timeout_s, "seconds for a phase, or for the rollouts' port files")->capture_default_str();
+  s->add_option("--dp-port-file", o_.dp_port_file, "data parallel: where rank 0 writes its rendezvous port")
+      ->capture_default_str();
+  s->add_option("--dp-host", o_.dp_host, "data parallel: rank 0's address as the other replicas reach it")
+      ->capture_default_str();
   s->add_option("--control", o_.control, "tandemd's control endpoint (default: $TANDEM_CONTROL)");
   s->add_option("--metrics", o_.metrics_path, "JSON lines per step (default: $TANDEM_RUN_DIR/metrics.jsonl)");
   s->add_option("--out", o_.out_dir, "write the trained model here at the end (HF directory)");

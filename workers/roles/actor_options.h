@@ -41,6 +41,12 @@ struct ActorOptions {
   double request_timeout_s = 600;
   double phase_timeout_s = 600;
 
+  // Data parallel (actor_replicas.h): with replicas > 1, rank 0 writes its
+  // rendezvous port to dp_port_file (relative to the working directory);
+  // the others join it at dp_host.
+  std::string dp_port_file = "actor.dp.port";
+  std::string dp_host = "127.0.0.1";
+
   std::string control;               // default $TANDEM_CONTROL (required: the daemon drives the weights)
   std::string metrics_path;          // default $TANDEM_RUN_DIR/metrics.jsonl, else ./metrics.jsonl
   std::string out_dir;               // optional: the final model as an HF directory

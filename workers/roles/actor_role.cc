@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "workers/model/checkpoint.h"
 #include "workers/rl/algorithm_registry.h"
 #include "workers/roles/actor_checkpoint.h"
+#include "workers/roles/actor_replicas.h"
 #include "workers/roles/actor_rollouts.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
@@ -65,20 +67,153 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
+// What every replica builds: the model, the KL term's reference, the trainer.
+struct ActorModel {
+  at::Device device = at::kCPU;
+  std::unique_ptr<model::Transformer> net, reference;
+  std::unique_ptr<train::GrpoTrainer> trainer;
+};
+
+StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllReduce* dp) {
+  ActorModel m;
+  const bool cuda = o.device == "cuda";
+  m.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  const at::ScalarType dtype = cuda ? at::kBFloat16 : at::kFloat;
+  TANDEM_ASSIGN_OR_RETURN(m.net, model::LoadPretrained(o.model_dir, m.device, dtype), "actor: --model");
+  const rl::AlgorithmRegistry registry = rl::AlgorithmRegistry::WithBuiltins();
+  TANDEM_ASSIGN_OR_RETURN(rl::Algorithm algorithm, registry.Resolve(o.algorithm), "actor: --algorithm");
+  TANDEM_ASSIGN_OR_RETURN(algorithm.config, rl::WithJobLimits(algorithm.config, o.max_new_tokens), "actor: --algorithm");
+  if (algorithm.config.loss.kl_coef > 0) {  // the starting model
+    TANDEM_ASSIGN_OR_RETURN(m.reference, model::LoadPretrained(o.model_dir, m.device, dtype), "actor: the reference model");
+  }
+  train::GrpoTrainerOptions topts;
+  topts.algorithm = algorithm;
+  topts.reference = m.reference.get();
+  topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
+  topts.adamw.weight_decay = o.weight_decay;
+  topts.adamw.max_grad_norm = o.max_grad_norm;
+  topts.micro_batch_tokens = o.micro_batch_tokens;
+  topts.tree_packing = o.tree_packing;
+  topts.temperature = o.temperature > 0 ? o.temperature : 1.0;
+  topts.data_parallel = dp;
+  TANDEM_ASSIGN_OR_RETURN(m.trainer, train::GrpoTrainer::Create(*m.net, topts), "actor");
+  return m;
+}
+
+// The handoff's commands that every replica answers alike (the actor's
+// memory is not tagged yet: actor_role.h); publish_weights is rank 0's.
+void OnHandoffCommands(control::ControlClient& client) {
+  auto ack = [](const control::Command&) -> StatusOr<json> { return json::object(); };
+  client.On("pause", ack);
+  client.On("continue", ack);
+  for (const char* type : {"release", "resume"}) {
+    client.On(type, [](const control::Command& c) -> StatusOr<json> {
+      TANDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tags, c.Tags());
+      if (!tags.empty()) return NotFound("the actor holds no tagged memory yet (tag " + tags.front() + ")");
+      return json::object();
+    });
+  }
+  client.On("load_weights", [](const control::Command&) -> StatusOr<json> {
+    return FailedPrecondition("the actor publishes weights; it does not load them");
+  });
+}
+
+// A replica other than rank 0 (actor_replicas.h): tandemd is served on a
+// thread of its own, the main thread trains what rank 0 deals it.
+class ReplicaControl {
+ public:
+  ReplicaControl(const control::Endpoint& endpoint, const control::Hello& hello) {
+    control::ControlClient::Options co;
+    co.endpoint = endpoint;
+    co.hello = hello;
+    client_ = std::make_unique<control::ControlClient>(co);
+    OnHandoffCommands(*client_);
+    client_->On("publish_weights", [](const control::Command& c) -> StatusOr<json> {
+      TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
+      return json{{"version", version}, {"replica", true}};  // no source: rank 0's segment is loaded
+    });
+  }
+  ~ReplicaControl() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  Status Start() {
+    TANDEM_RETURN_IF_ERROR(client_->Connect(), "actor: tandemd");
+    thread_ = std::thread([this] { Serve(); });
+    return Status::Ok();
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      if (!client_->connected()) {
+        if (client_->Connect(std::chrono::seconds(1)).ok()) log::Info("actor", "connected to tandemd again");
+        continue;
+      }
+      StatusOr<bool> r = client_->ServeOnce(std::chrono::milliseconds(200));
+      if (r.ok() && *r) log::Info("actor", "tandemd asked this replica to shut down; it ends with rank 0");
+    }
+  }
+  std::unique_ptr<control::ControlClient> client_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint& endpoint, const control::Hello& hello) {
+  // tandemd first: a replica restarted by on_fault must say hello before
+  // the group's recovery lets rank 0 on (and into the step that fails it).
+  ReplicaControl control(endpoint, hello);
+  TANDEM_RETURN_IF_ERROR(control.Start());
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> group, JoinActorReplicas(o, hello));
+  train::GradientAllReduce& dp = *group;
+  TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, &dp));
+  const std::string who = "actor replica " + std::to_string(dp.rank());
+  auto next = [&]() -> StatusOr<ReplicaMessage> {
+    std::string bytes;
+    TANDEM_RETURN_IF_ERROR(dp.Broadcast(bytes, ReplicaWait(o)), who + ": waiting for rank 0");
+    TANDEM_ASSIGN_OR_RETURN(ReplicaMessage msg, DecodeReplicaMessage(bytes, dp.world_size()), who);
+    if (msg.kind == ReplicaMessage::Kind::kAbort) return FailedPrecondition(who + ": rank 0 failed: " + msg.error);
+    return msg;
+  };
+  TANDEM_ASSIGN_OR_RETURN(const ReplicaMessage start, next());
+  if (start.kind != ReplicaMessage::Kind::kStart) return Internal(who + ": rank 0's first message is not start");
+  ActorResult result;
+  if (!o.checkpoint_dir.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const std::optional<RestoredActorCheckpoint> restored,
+                            RestoreActorCheckpoint(o.checkpoint_dir, ActorRunFingerprint(o), *m.net,
+                                                   m.trainer->optimizer(), m.device, /*metrics_path=*/""));
+    const std::string mine = restored ? restored->path : "";
+    if (mine != start.checkpoint)
+      return FailedPrecondition(who + ": restored " + (mine.empty() ? "no checkpoint" : mine) + ", rank 0 " +
+                                (start.checkpoint.empty() ? "none" : start.checkpoint));
+    if (restored) result.steps = restored->progress.step;
+  } else if (!start.checkpoint.empty()) {
+    return FailedPrecondition(who + ": rank 0 resumed from " + start.checkpoint + ", this replica has no --checkpoint-dir");
+  }
+  for (;;) {
+    TANDEM_ASSIGN_OR_RETURN(const ReplicaMessage msg, next());
+    if (msg.kind == ReplicaMessage::Kind::kEnd) break;
+    if (msg.kind != ReplicaMessage::Kind::kStep) return Internal(who + ": an unexpected message from rank 0");
+    const std::vector<train::Trajectory>& share = msg.shares[static_cast<size_t>(dp.rank())];
+    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, m.trainer->Step(share, msg.progress),
+                            who + " step " + std::to_string(msg.step));
+    for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", msg.step, why);
+    if (msg.check) TANDEM_RETURN_IF_ERROR(m.trainer->CheckReplicasAgree(), who + " step " + std::to_string(msg.step));
+    log::Info("actor", "replica {} step {}: {} trajectories of {}", dp.rank(), msg.step, share.size(), st.trajectories);
+    result.steps = msg.step;
+  }
+  log::Info("actor", "replica {} done after step {}", dp.rank(), result.steps);
+  return result;
+}
+
 }  // namespace
 
-StatusOr<ActorResult> RunActor(const ActorOptions& o) {
-  TANDEM_RETURN_IF_ERROR(CheckOptions(o));
-  if (o.threads > 0) at::set_num_threads(o.threads);
-  at::manual_seed(o.seed);
-  std::string control_text = o.control.empty() ? Env("TANDEM_CONTROL") : o.control;
-  if (control_text.empty())
-    return InvalidArgument("actor: needs tandemd, which runs the handoff and tells the rollouts to load each version "
-                           "(--control or $TANDEM_CONTROL; run the job with `tandem run`)");
-  TANDEM_ASSIGN_OR_RETURN(const control::Endpoint endpoint, control::ParseEndpoint(control_text), "actor: --control");
+namespace {
 
+// Rank 0: the controller (actor_role.h).
+StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoint& endpoint,
+                                    const control::Hello& hello, train::GradientAllReduce& dp) {
   // Tokenizer, chat format, data.
-  TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "actor"));
   TANDEM_ASSIGN_OR_RETURN(const data::Tokenizer tok, data::Tokenizer::FromDirectory(o.model_dir), "actor: --model tokenizer");
   TANDEM_ASSIGN_OR_RETURN(const data::ChatFormat format, data::ChatFormatFor(tok), "actor: chat format");
   std::optional<data::TokenId> end = tok.special_tokens().eos;
@@ -102,30 +237,10 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   };
 
   // Model, algorithm, trainer, publishers.
-  const bool cuda = o.device == "cuda";
-  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  const at::ScalarType dtype = cuda ? at::kBFloat16 : at::kFloat;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<model::Transformer> net, model::LoadPretrained(o.model_dir, device, dtype),
-                          "actor: --model");
-  const rl::AlgorithmRegistry registry = rl::AlgorithmRegistry::WithBuiltins();
-  TANDEM_ASSIGN_OR_RETURN(rl::Algorithm algorithm, registry.Resolve(o.algorithm), "actor: --algorithm");
-  TANDEM_ASSIGN_OR_RETURN(algorithm.config, rl::WithJobLimits(algorithm.config, o.max_new_tokens), "actor: --algorithm");
-  std::unique_ptr<model::Transformer> reference;  // the starting model, for the KL term
-  if (algorithm.config.loss.kl_coef > 0) {
-    TANDEM_ASSIGN_OR_RETURN(reference, model::LoadPretrained(o.model_dir, device, dtype), "actor: the reference model");
-  }
-  train::GrpoTrainerOptions topts;
-  topts.algorithm = algorithm;
-  topts.reference = reference.get();
-  topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
-  topts.adamw.weight_decay = o.weight_decay;
-  topts.adamw.max_grad_norm = o.max_grad_norm;
-  topts.micro_batch_tokens = o.micro_batch_tokens;
-  topts.tree_packing = o.tree_packing;
-  topts.temperature = o.temperature > 0 ? o.temperature : 1.0;
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GrpoTrainer> trainer, train::GrpoTrainer::Create(*net, topts), "actor");
-  control::Hello hello = control::HelloFromEnvironment();
-  if (hello.role.empty()) hello.role = "actor";
+  TANDEM_ASSIGN_OR_RETURN(ActorModel built, BuildActorModel(o, &dp));
+  const at::Device device = built.device;
+  std::unique_ptr<model::Transformer>& net = built.net;
+  std::unique_ptr<train::GrpoTrainer>& trainer = built.trainer;
   weights::ShmPublisher shm({hello.job_id.empty() ? "local" : hello.job_id,
                              hello.task_id.empty() ? "actor" : hello.task_id, static_cast<uint32_t>(o.rollouts)});
 
@@ -139,12 +254,14 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   ActorProgress progress;
   std::optional<checkpoint::CheckpointWriter> writer;
   bool resumed = false;
+  std::string resumed_from;
   if (!o.checkpoint_dir.empty()) {
     TANDEM_ASSIGN_OR_RETURN(const std::optional<RestoredActorCheckpoint> restored,
                             RestoreActorCheckpoint(o.checkpoint_dir, fingerprint, *net, trainer->optimizer(), device,
                                                    metrics_path));
     if (restored) {
       resumed = true;
+      resumed_from = restored->path;
       progress = restored->progress;
       TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(prefix ? *prefix : *train, o.seed, limit, progress.cursor),
                               "actor resume: sampler cursor");
@@ -159,25 +276,24 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     writer.emplace(std::move(w));
   }
   TANDEM_ASSIGN_OR_RETURN(const JsonLog metrics, JsonLog::Open(metrics_path), "actor: metrics");
+  auto tell_replicas = [&dp](const ReplicaMessage& m) -> Status {
+    if (dp.world_size() == 1) return Status::Ok();
+    std::string bytes = EncodeReplicaMessage(m);
+    return dp.Broadcast(bytes, std::chrono::milliseconds(1)).WithContext("actor: telling the replicas");
+  };
+  {
+    ReplicaMessage start;
+    start.kind = ReplicaMessage::Kind::kStart;
+    start.checkpoint = resumed_from;
+    TANDEM_RETURN_IF_ERROR(tell_replicas(start));
+  }
 
   // The control channel: publish_weights is ours to answer.
   control::ControlClient::Options co;
   co.endpoint = endpoint;
   co.hello = hello;
   control::ControlClient client(co);
-  auto ack = [](const control::Command&) -> StatusOr<json> { return json::object(); };
-  client.On("pause", ack);
-  client.On("continue", ack);
-  for (const char* type : {"release", "resume"}) {
-    client.On(type, [](const control::Command& c) -> StatusOr<json> {
-      TANDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tags, c.Tags());
-      if (!tags.empty()) return NotFound("the actor holds no tagged memory yet (tag " + tags.front() + ")");
-      return json::object();
-    });
-  }
-  client.On("load_weights", [](const control::Command&) -> StatusOr<json> {
-    return FailedPrecondition("the actor publishes weights; it does not load them");
-  });
+  OnHandoffCommands(client);
   client.On("publish_weights", [&](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
     const Clock::time_point t0 = Clock::now();
@@ -330,8 +446,22 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
     t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("train", std::nullopt), "actor step " + std::to_string(step));
     const double done = o.steps > 0 ? static_cast<double>(step - 1) / static_cast<double>(o.steps) : 0.0;
-    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, trainer->Step(trajectories, done), "actor");
+    ReplicaMessage deal;
+    deal.kind = ReplicaMessage::Kind::kStep;
+    deal.step = step;
+    deal.progress = done;
+    deal.shares = DealGroups(trajectories, dp.world_size());
+    deal.check = step == o.steps || (o.checkpoint_every > 0 && step % o.checkpoint_every == 0);
+    if (dp.world_size() > 1) TANDEM_RETURN_IF_ERROR(tell_replicas(deal));
+    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, trainer->Step(deal.shares[0], done), "actor");
     for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", step, why);
+    if (st.dropped_total > static_cast<int64_t>(st.dropped.size()))
+      log::Warn("actor", "step {}: the other replicas dropped {} trajectories (their logs say why)", step,
+                st.dropped_total - static_cast<int64_t>(st.dropped.size()));
+    if (dp.world_size() > 1 && deal.check) {
+      TANDEM_RETURN_IF_ERROR(trainer->CheckReplicasAgree(), "actor step " + std::to_string(step));
+      log::Info("actor", "step {}: the {} replicas hold the same parameters", step, dp.world_size());
+    }
     const double train_s = Seconds(t0);
     // SYNC(v).
     t0 = Clock::now();
@@ -348,7 +478,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
               {"lr", st.lr},
               {"updated", st.updated},
               {"groups/all_equal", st.groups_all_equal},
-              {"dropped", st.dropped.size()},
+              {"dropped", st.dropped_total},
               {"tokens/packed", st.packed_tokens},
               {"tokens/sequence", st.sequence_tokens},
               {"tokens_per_s", train_s > 0 ? static_cast<double>(st.sequence_tokens) / train_s : 0.0},
@@ -397,6 +527,34 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   }
   shm.ReleaseAll();
   return result;
+}
+
+}  // namespace
+
+StatusOr<ActorResult> RunActor(const ActorOptions& o) {
+  TANDEM_RETURN_IF_ERROR(CheckOptions(o));
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  at::manual_seed(o.seed);
+  std::string control_text = o.control.empty() ? Env("TANDEM_CONTROL") : o.control;
+  if (control_text.empty())
+    return InvalidArgument("actor: needs tandemd, which runs the handoff and tells the rollouts to load each version "
+                           "(--control or $TANDEM_CONTROL; run the job with `tandem run`)");
+  TANDEM_ASSIGN_OR_RETURN(const control::Endpoint endpoint, control::ParseEndpoint(control_text), "actor: --control");
+  control::Hello hello = control::HelloFromEnvironment();
+  if (hello.role.empty()) hello.role = "actor";
+  TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "actor"));
+  if (hello.rank > 0) return RunReplica(o, endpoint, hello);
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> dp, JoinActorReplicas(o, hello));
+  StatusOr<ActorResult> r = RunController(o, endpoint, hello, *dp);
+  if (dp->world_size() > 1) {  // the replicas end with rank 0 (actor_replicas.h)
+    ReplicaMessage last;
+    last.kind = r.ok() ? ReplicaMessage::Kind::kEnd : ReplicaMessage::Kind::kAbort;
+    if (!r.ok()) last.error = r.status().ToString();
+    std::string bytes = EncodeReplicaMessage(last);
+    if (Status s = dp->Broadcast(bytes, std::chrono::milliseconds(1)); !s.ok())
+      log::Warn("actor", "telling the replicas the run ended: {}", s.message());
+  }
+  return r;
 }
 
 }  // namespace tandem::roles

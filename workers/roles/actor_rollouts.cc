@@ -2,11 +2,11 @@
 #include "workers/roles/actor_rollouts.h"
 
 #include <algorithm>
-#include <fstream>
 #include <future>
 #include <thread>
 
 #include "common/log.h"
+#include "workers/roles/port_file.h"
 
 namespace tandem::roles {
 namespace {
@@ -55,20 +55,6 @@ std::string RolloutPortFile(const ActorOptions& o, int64_t rank) {
   for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
     path.replace(at, 6, std::to_string(rank));
   return path;
-}
-
-StatusOr<std::optional<int>> ReadPortFile(const std::string& path, const std::string& job, std::string* seen_job) {
-  std::ifstream f(path);
-  long port = 0;
-  if (!(f >> port)) return std::optional<int>();
-  if (port < 1 || port > 65535) return InvalidArgument("actor: " + path + " holds no port");
-  std::string named;
-  f >> named;
-  if (!job.empty() && named != job) {
-    *seen_job = named;
-    return std::optional<int>();
-  }
-  return std::optional<int>(static_cast<int>(port));
 }
 
 StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o, const std::string& job) {

@@ -31,10 +31,6 @@ namespace tandem::roles {
 // rollout_port_file for replica `rank`.
 std::string RolloutPortFile(const ActorOptions& o, int64_t rank);
 
-// The port in `path`, or nullopt while there is none of `job` (empty: any).
-// `seen_job`: the job a file named, when it named another.
-StatusOr<std::optional<int>> ReadPortFile(const std::string& path, const std::string& job, std::string* seen_job);
-
 // Waits up to --phase-timeout for every rollout's port file.
 StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o, const std::string& job);
 

@@ -4,14 +4,12 @@
 #include <ATen/Parallel.h>
 #include <c10/core/Device.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include "common/log.h"
 #include "workers/inference/tagged_model.h"
 #include "workers/roles/model_wait.h"
+#include "workers/roles/port_file.h"
 
 namespace tandem::roles {
 
@@ -20,16 +18,7 @@ namespace {
 // o.port, else the first of $TANDEM_PORTS, else 0 (any free port).
 StatusOr<int> ListenPort(const ServeOptions& o) {
   if (o.port != 0) return o.port;
-  const char* env = std::getenv("TANDEM_PORTS");
-  if (env == nullptr || *env == '\0') return 0;
-  std::string first(env);
-  first = first.substr(0, first.find(','));
-  char* end = nullptr;
-  errno = 0;
-  const long port = std::strtol(first.c_str(), &end, 10);
-  if (errno != 0 || end == first.c_str() || *end != '\0' || port <= 0 || port > 65535)
-    return InvalidArgument("TANDEM_PORTS: '" + std::string(env) + "' does not start with a port");
-  return static_cast<int>(port);
+  return FirstLeasedPort();
 }
 
 sigset_t BlockStopSignals() {
@@ -105,13 +94,8 @@ std::string ExpandRank(std::string path) {
 
 void WritePortFile(const ServeOptions& o, int port) {
   if (o.port_file.empty()) return;
-  const std::string path = ExpandRank(o.port_file);
-  const std::string tmp = path + ".tmp";
-  // The second line names the job: a reused run dir keeps an earlier job's
-  // file, which a reader of this job must not take (the actor checks it).
-  const char* job = std::getenv("TANDEM_JOB_ID");
-  std::ofstream(tmp) << port << "\n" << (job != nullptr ? job : "") << "\n";
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) log::Warn("serving", "--port-file {}: rename failed", path);
+  if (Status s = roles::WritePortFile(ExpandRank(o.port_file), port); !s.ok())
+    log::Warn("serving", "--port-file: {}", s.message());
 }
 
 Status WaitForStop(const sigset_t& stop_signals, control::RoleHost* host, const std::string& component) {

@@ -43,8 +43,7 @@ StatusOr<std::unique_ptr<control::RoleHost>> JoinDaemon(const ServeOptions& o, c
 // o.port_file with every "{rank}" replaced by $TANDEM_RANK (0 when unset):
 // each replica of a role writes its own file.
 std::string ExpandRank(std::string path);
-// Writes the bound port to ExpandRank(o.port_file) (when set), atomically:
-// "PORT\nJOB\n", JOB being $TANDEM_JOB_ID (empty outside a job).
+// Writes the bound port to ExpandRank(o.port_file) (when set): port_file.h.
 void WritePortFile(const ServeOptions& o, int port);
 
 // Until a stop signal (Ok) or the end of the control loop (the daemon's

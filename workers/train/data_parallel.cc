@@ -80,6 +80,35 @@ Status Validate(const DataParallelOptions& o) {
   return Status::Ok();
 }
 
+GradientAllReduce::GradientAllReduce(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store)
+    : rank_(rank), world_size_(world_size), store_(std::move(store)) {}
+
+GradientAllReduce::~GradientAllReduce() = default;
+
+// Message n is the store's key tandem/broadcast/<n>; the last rank to read
+// it deletes it (the store holds one step's message at a time).
+Status GradientAllReduce::Broadcast(std::string& bytes, std::chrono::milliseconds timeout) {
+  if (world_size_ == 1) return Status::Ok();
+  if (!store_) return FailedPrecondition("broadcast: this group has no store");
+  const std::string key = "tandem/broadcast/" + std::to_string(broadcasts_++);
+  try {
+    if (rank_ == 0) {
+      store_->set(key, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+      return Status::Ok();
+    }
+    store_->wait({key}, timeout);
+    const std::vector<uint8_t> got = store_->get(key);
+    bytes.assign(got.begin(), got.end());
+    if (store_->add(key + "/read", 1) == world_size_ - 1) {
+      store_->deleteKey(key);
+      store_->deleteKey(key + "/read");
+    }
+  } catch (const std::exception& e) {
+    return internal::FromException("broadcast " + std::to_string(broadcasts_ - 1) + " from rank 0", e);
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<GradientAllReduce>> GradientAllReduce::Connect(const DataParallelOptions& options) {
   TANDEM_RETURN_IF_ERROR(Validate(options));
   if (options.world_size == 1) return std::unique_ptr<GradientAllReduce>(new LocalGroup());

@@ -16,6 +16,9 @@
 // world_size 1 needs no networking at all (no store, no backend; every
 // collective is the identity).
 //
+// Broadcast carries rank 0's messages (the actor's step: which trajectories
+// each replica trains on) through the same store: bytes, not tensors.
+//
 // Contracts: every rank calls the same collectives in the same order with
 // tensors of the same shapes and dtypes. Connect returns within about
 // `connect_timeout` and each collective within about `timeout`, whatever
@@ -30,6 +33,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
 #include <memory>
@@ -37,6 +41,10 @@
 #include <vector>
 
 #include "common/status.h"
+
+namespace c10d {
+class Store;
+}
 
 namespace tandem::train {
 
@@ -60,7 +68,7 @@ enum class HostReduce { kSum, kMax };
 class GradientAllReduce {
  public:
   static StatusOr<std::unique_ptr<GradientAllReduce>> Connect(const DataParallelOptions& options);
-  virtual ~GradientAllReduce() = default;
+  virtual ~GradientAllReduce();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -75,11 +83,20 @@ class GradientAllReduce {
   virtual Status AllReduce(std::vector<double>& values, HostReduce op) = 0;
   virtual Status Barrier() = 0;
 
+  // Rank 0's `bytes` to every rank (the others' are replaced). Rank 0 does
+  // not wait for the others; they wait up to `timeout` for it (rank 0 may be
+  // busy for minutes between two messages: the actor's rollouts). Every
+  // rank calls it the same number of times. Unavailable when rank 0 is
+  // gone, DeadlineExceeded at the timeout.
+  Status Broadcast(std::string& bytes, std::chrono::milliseconds timeout);
+
  protected:
-  GradientAllReduce(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
+  GradientAllReduce(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store = {});
 
  private:
   int rank_, world_size_;
+  c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous store; null for world_size 1
+  int64_t broadcasts_ = 0;
 };
 
 }  // namespace tandem::train

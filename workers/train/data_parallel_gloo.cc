@@ -22,8 +22,9 @@ bool IsLoopback(const std::string& host) { return host == "localhost" || host.rf
 
 class GlooGroup final : public GradientAllReduce {
  public:
-  GlooGroup(const DataParallelOptions& o, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
-      : GradientAllReduce(o.rank, o.world_size), pg_(std::move(pg)) {}
+  GlooGroup(const DataParallelOptions& o, c10::intrusive_ptr<c10d::Store> store,
+            c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
+      : GradientAllReduce(o.rank, o.world_size, std::move(store)), pg_(std::move(pg)) {}
   ~GlooGroup() override = default;
 
   std::string backend() const override { return "gloo"; }
@@ -89,7 +90,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptio
     options->threads = 1;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tandem/gloo", store);
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, o.rank, o.world_size, options);
-    return std::unique_ptr<GradientAllReduce>(new GlooGroup(o, std::move(pg)));
+    return std::unique_ptr<GradientAllReduce>(new GlooGroup(o, store, std::move(pg)));
   } catch (const std::exception& e) {
     return FromException("gloo: connecting the pairs", e);
   }

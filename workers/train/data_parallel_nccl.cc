@@ -47,8 +47,9 @@ StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
 
 class NcclGroup final : public GradientAllReduce {
  public:
-  NcclGroup(const DataParallelOptions& o, int device, ncclComm_t comm, cudaStream_t stream)
-      : GradientAllReduce(o.rank, o.world_size), timeout_(o.timeout), device_(device), comm_(comm), stream_(stream) {}
+  NcclGroup(const DataParallelOptions& o, c10::intrusive_ptr<c10d::Store> store, int device, ncclComm_t comm,
+            cudaStream_t stream)
+      : GradientAllReduce(o.rank, o.world_size, std::move(store)), timeout_(o.timeout), device_(device), comm_(comm), stream_(stream) {}
 
   ~NcclGroup() override {
     cudaSetDevice(device_);
@@ -192,7 +193,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptio
                               " ms");
     return Unavailable("nccl: ncclCommInitRank: " + NcclError(r));
   }
-  return std::unique_ptr<GradientAllReduce>(new NcclGroup(o, device, comm, stream));
+  return std::unique_ptr<GradientAllReduce>(new NcclGroup(o, std::move(store), device, comm, stream));
 }
 
 }  // namespace tandem::train::internal

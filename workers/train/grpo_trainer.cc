@@ -53,7 +53,7 @@ void Accumulate(const std::vector<std::pair<std::string, double>>& part, double 
 
 // FailedPrecondition unless every replica holds the same parameters (their
 // sum and sum of squares agree exactly; the padding is not compared).
-Status CheckSameStart(const model::Transformer& model, GradientAllReduce& dp) {
+Status CheckSameParameters(const model::Transformer& model, GradientAllReduce& dp, const std::string& advice) {
   double sum = 0, sq = 0;
   try {
     for (const model::ParameterSet::Slot& s : model.parameters().slots()) {
@@ -67,9 +67,8 @@ Status CheckSameStart(const model::Transformer& model, GradientAllReduce& dp) {
   std::vector<double> v = {sum, -sum, sq, -sq};
   TANDEM_RETURN_IF_ERROR(dp.AllReduce(v, HostReduce::kMax), "comparing the replicas' parameters");
   if (!(v[0] == -v[1] && v[2] == -v[3]))
-    return FailedPrecondition("the data-parallel replicas start from different parameters (sums " +
-                              std::to_string(-v[1]) + " to " + std::to_string(v[0]) +
-                              "): give every rank the same init seed or checkpoint");
+    return FailedPrecondition("the data-parallel replicas hold different parameters (sums " +
+                              std::to_string(-v[1]) + " to " + std::to_string(v[0]) + "): " + advice);
   return Status::Ok();
 }
 
@@ -108,7 +107,7 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
       return InvalidArgument("grpo trainer: the reference model's shape differs from the trained model's");
   }
   if (options.data_parallel != nullptr && options.data_parallel->world_size() > 1)
-    TANDEM_RETURN_IF_ERROR(CheckSameStart(model, *options.data_parallel), "grpo trainer");
+    TANDEM_RETURN_IF_ERROR(CheckSameParameters(model, *options.data_parallel, "give every rank the same init seed or checkpoint"), "grpo trainer");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> opt, AdamW::Create(model.parameters(), options.adamw), "grpo trainer");
   return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(model, options, std::move(opt)));
 }
@@ -265,6 +264,11 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, double batch_tokens, d
     return Internal(where + ": " + e.what());
   }
   return Status::Ok();
+}
+
+Status GrpoTrainer::CheckReplicasAgree() {
+  if (options_.data_parallel == nullptr || options_.data_parallel->world_size() == 1) return Status::Ok();
+  return CheckSameParameters(model_, *options_.data_parallel, "they diverged");
 }
 
 StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& trajectories, double progress) {

@@ -107,6 +107,10 @@ class GrpoTrainer {
   ~GrpoTrainer();
 
   StatusOr<GrpoStepStats> Step(const std::vector<Trajectory>& trajectories, double progress);
+  // With data parallel, a collective: FailedPrecondition unless every
+  // replica holds the same parameters now (exact sums; Create checks the
+  // start the same way).
+  Status CheckReplicasAgree();
   int64_t steps() const { return opt_->steps(); }
   AdamW& optimizer() { return *opt_; }
   const AdamW& optimizer() const { return *opt_; }

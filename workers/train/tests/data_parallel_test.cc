@@ -293,6 +293,54 @@ TEST(DataParallel, APeerKilledMidAllReduceIsAnErrorNotAHang) {
   EXPECT_NE(after.message().find("broken"), std::string::npos) << after.ToString();
 }
 
+TEST(DataParallel, BroadcastCarriesRank0sBytesToEveryRank) {
+  const int port = FreePort();
+  std::string big(5 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::vector<std::string> messages = {big, "", std::string("a\0b\n", 4)};
+  Worker peer({"echo", "1", "2", std::to_string(port), std::to_string(messages.size())});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(30)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (std::string m : messages) {
+    double sum = 0;
+    for (const char c : m) sum += static_cast<unsigned char>(c);
+    ASSERT_TRUE((*g)->Broadcast(m, std::chrono::seconds(1)).ok());
+    std::vector<double> digest = {0, 0};  // the peer's {size, byte sum} of what it received
+    ASSERT_TRUE((*g)->AllReduce(digest, HostReduce::kSum).ok());
+    EXPECT_EQ(digest[0], static_cast<double>(m.size()));
+    EXPECT_EQ(digest[1], sum);
+  }
+  EXPECT_EQ(peer.Wait(std::chrono::seconds(30)), 0);
+}
+
+TEST(DataParallel, ABroadcastRank0NeverSendsIsAnErrorNotAHang) {
+  for (const bool kill_rank0 : {true, false}) {
+    const int port = FreePort();
+    Worker rank0({"hang", "0", "2", std::to_string(port)});
+    DataParallelOptions o = Rank0Of2(port, std::chrono::seconds(20));
+    o.rank = 1;
+    auto g = GradientAllReduce::Connect(o);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_TRUE((*g)->Barrier().ok());
+    std::thread killer([&] {
+      if (!kill_rank0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      rank0.Kill();
+    });
+    const Clock::time_point t0 = Clock::now();
+    std::string m = "untouched";
+    const Status s = (*g)->Broadcast(m, kill_rank0 ? std::chrono::seconds(20) : std::chrono::milliseconds(1500));
+    const double took = Seconds(t0);
+    killer.join();
+    ASSERT_FALSE(s.ok());
+    std::printf("[dp] broadcast, rank 0 %s: %s after %.2f s\n", kill_rank0 ? "killed" : "silent", s.ToString().c_str(),
+                took);
+    EXPECT_EQ(s.code(), kill_rank0 ? StatusCode::kUnavailable : StatusCode::kDeadlineExceeded) << s.ToString();
+    EXPECT_NE(s.message().find("broadcast 0 from rank 0"), std::string::npos) << s.ToString();
+    EXPECT_LT(took, kill_rank0 ? 10.0 : 6.0);
+  }
+}
+
 TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
   const int port = FreePort();
   Worker peer({"hang", "1", "2", std::to_string(port)});

@@ -6,6 +6,9 @@
 //   train_dp_worker hang RANK WORLD PORT
 //     joins, passes one barrier, then sleeps 60 s without another
 //     collective (its peer's next all-reduce waits on it; the test kills it).
+//   train_dp_worker echo RANK WORLD PORT COUNT
+//     receives COUNT broadcasts from rank 0 and answers each with an
+//     all-reduce (sum) of {its size, the sum of its bytes}.
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -18,9 +21,10 @@
 int main(int argc, char** argv) {
   using namespace tandem::train;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "train" && argc == 11) || (mode == "hang" && argc == 5))) {
+  if (!((mode == "train" && argc == 11) || (mode == "hang" && argc == 5) || (mode == "echo" && argc == 6))) {
     std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK\n"
-                         "       train_dp_worker hang RANK WORLD PORT\n");
+                         "       train_dp_worker hang RANK WORLD PORT\n"
+                         "       train_dp_worker echo RANK WORLD PORT COUNT\n");
     return 2;
   }
   at::set_num_threads(1);
@@ -41,6 +45,21 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  if (mode == "echo") {
+    for (int i = 0, n = std::stoi(argv[5]); i < n; ++i) {
+      std::string message;
+      tandem::Status s = (*dp)->Broadcast(message, std::chrono::seconds(30));
+      double sum = 0;
+      for (const char c : message) sum += static_cast<unsigned char>(c);
+      std::vector<double> digest = {static_cast<double>(message.size()), sum};
+      if (s.ok()) s = (*dp)->AllReduce(digest, HostReduce::kSum);
+      if (!s.ok()) {
+        std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
+        return 1;
+      }
+    }
     return 0;
   }
   dptest::RunConfig config;
