@@ -294,6 +294,9 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   co.hello = hello;
   control::ControlClient client(co);
   OnHandoffCommands(client);
+  // The durable copies are written behind the ack (the rollouts load the
+  // shm segment; a restarted one waits for the copy it is sent to).
+  std::unique_ptr<weights::BackgroundFilePublisher> durable_copies;
   client.On("publish_weights", [&](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
     const Clock::time_point t0 = Clock::now();
@@ -305,10 +308,12 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       const fs::path dir = fs::path(durable.substr(5));
       if (dir.filename() != "v" + std::to_string(version))
         return InvalidArgument("publish_weights.durable: expected a directory named v" + std::to_string(version));
-      weights::FilePublisher file({dir.parent_path().string(), net->config()});
-      TANDEM_ASSIGN_OR_RETURN(const std::string durable_source, file.Publish(version, net->parameters()),
+      if (!durable_copies || durable_copies->dir() != dir.parent_path().string())
+        durable_copies = std::make_unique<weights::BackgroundFilePublisher>(
+            weights::FileOptions{dir.parent_path().string(), net->config()});
+      TANDEM_ASSIGN_OR_RETURN(const std::string durable_source, durable_copies->Publish(version, net->parameters()),
                               "publish_weights durable");
-      detail["durable"] = durable_source;
+      detail["durable"] = durable_source;  // being written (file_transport.h)
     }
     detail["seconds"] = Seconds(t0);
     return detail;
@@ -525,6 +530,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     TANDEM_RETURN_IF_ERROR(model::SavePretrained(*net, o.out_dir), "actor: --out");
     TANDEM_RETURN_IF_ERROR(CopyTokenizer(o.model_dir, o.out_dir), "actor: --out");
   }
+  if (durable_copies) TANDEM_RETURN_IF_ERROR(durable_copies->Wait(), "actor: the last durable copy");
   shm.ReleaseAll();
   return result;
 }

@@ -183,6 +183,11 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions
   const std::string key = "tandem/joined";
   try {
     int64_t joined = store->add(key, 1);
+    // More than world_size: the group behind this port formed without us
+    // (a rank restarted while the other ranks' earlier group still lives).
+    if (joined > o.world_size)
+      return Unavailable("rendezvous: the group on " + o.host + ":" + std::to_string(o.port) +
+                         " has formed already (its ranks are of an earlier start); wait for a new rank 0");
     while (joined < o.world_size) {
       if (Clock::now() >= deadline)
         return DeadlineExceeded("rendezvous: " + std::to_string(joined) + " of " + std::to_string(o.world_size) +

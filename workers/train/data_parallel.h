@@ -24,7 +24,9 @@
 // `connect_timeout` and each collective within about `timeout`, whatever
 // the peers do: a peer that never arrives is DeadlineExceeded, a peer
 // that dies (even by SIGKILL) or stops answering is Unavailable or
-// DeadlineExceeded, naming the collective. After a failed
+// DeadlineExceeded, naming the collective. A rank that reaches a group
+// which formed already (its world_size ranks joined: the others' group of
+// before this rank restarted) is Unavailable at once. After a failed
 // collective the group is broken: every later call is FailedPrecondition
 // (make a new group). A bad option is InvalidArgument naming it. Not
 // thread-safe: one thread uses a group.

@@ -57,10 +57,27 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// While DIR/v<N> is missing and DIR/.v<N>.tmp is there, waits (up to 120 s)
+// for the publisher to rename one into the other.
+void WaitWhileBeingWritten(const std::string& dir) {
+  const size_t slash = dir.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
+  const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
+  if (VersionOfEntry(name) < 0) return;
+  const std::string tmp = parent + "/." + name + ".tmp";
+  for (int i = 0; i < 1200 && !Exists(dir) && Exists(tmp); ++i) ::usleep(100'000);
+}
+
 class FileSource final : public WeightSource {
  public:
   explicit FileSource(std::string dir) : dir_(std::move(dir)) {}
   Status LoadParameters(const model::ParameterSet& params) override {
+    WaitWhileBeingWritten(dir_);
     TANDEM_ASSIGN_OR_RETURN(model::SafetensorsCheckpoint ckpt, model::SafetensorsCheckpoint::Open(dir_),
                             "load_weights from " + Describe());
     return model::LoadWeights(params, ckpt).WithContext("load_weights from " + Describe());
@@ -110,6 +127,46 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
     for (const std::string& p : stale) (void)RemoveTree(p);
   }
   return "file:" + final_dir;
+}
+
+BackgroundFilePublisher::BackgroundFilePublisher(FileOptions options)
+    : dir_(options.dir), config_(options.config), file_(std::move(options)) {}
+
+BackgroundFilePublisher::~BackgroundFilePublisher() { (void)Wait(); }
+
+Status BackgroundFilePublisher::Wait() {
+  if (writer_.joinable()) writer_.join();
+  return result_;
+}
+
+StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const model::ParameterSet& params) {
+  TANDEM_RETURN_IF_ERROR(Wait(), "publish_weights: the previous version's durable copy");
+  try {
+    if (!host_) {
+      const at::ScalarType dtype = params.buffers().at(0).scalar_type();
+      at::TensorOptions to = at::TensorOptions().dtype(dtype).device(at::kCPU);
+      if (params.buffers()[0].is_cuda()) to = to.pinned_memory(true);  // copies from the device at full speed
+      const at::Tensor buffer = at::empty({model::ParameterSet::BufferNumel(config_, dtype)}, to);
+      host_ = std::make_unique<model::ParameterSet>(model::ParameterSet::Create(config_, at::kCPU, dtype, buffer));
+    }
+    if (host_->buffers().size() != params.buffers().size())
+      return InvalidArgument("publish_weights: the parameters are not laid out like the model's config");
+    for (size_t i = 0; i < params.buffers().size(); ++i) {
+      const at::Tensor& from = params.buffers()[i];
+      const at::Tensor& to = host_->buffers()[i];
+      if (from.numel() != to.numel() || from.scalar_type() != to.scalar_type())
+        return InvalidArgument("publish_weights: buffer " + std::to_string(i) + " is not laid out like the model's config");
+      to.copy_(from);  // synchronous: the caller may change `params` once Publish returns
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("publish_weights: the host snapshot: ") + e.what());
+  }
+  result_ = Status::Ok();
+  writer_ = std::thread([this, version] {
+    StatusOr<std::string> r = file_.Publish(version, *host_);
+    result_ = r.ok() ? Status::Ok() : r.status();
+  });
+  return "file:" + dir_ + "/v" + std::to_string(version);
 }
 
 }  // namespace tandem::weights

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/status.h"
 #include "workers/model/config.h"
@@ -45,7 +47,38 @@ class FilePublisher final : public WeightPublisher {
   int64_t last_version_ = -1;
 };
 
+// The same versions written behind the caller (docs/weights.md "Written
+// behind the ack"): Publish copies the parameters into a host snapshot (one
+// copy per buffer, from the device when they are there; the caller may
+// change them once it returns), starts writing DIR/v<version> from the
+// snapshot on a thread of its own (FilePublisher's steps: a reader sees the
+// whole version or none) and returns its file: URI at once. One write at a
+// time: Publish first waits for the previous one and returns its error, as
+// does Wait; the destructor waits too. Not thread-safe.
+class BackgroundFilePublisher {
+ public:
+  explicit BackgroundFilePublisher(FileOptions options);
+  ~BackgroundFilePublisher();
+  BackgroundFilePublisher(const BackgroundFilePublisher&) = delete;
+  BackgroundFilePublisher& operator=(const BackgroundFilePublisher&) = delete;
+
+  StatusOr<std::string> Publish(int64_t version, const model::ParameterSet& params);
+  Status Wait();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  model::ModelConfig config_;
+  FilePublisher file_;
+  std::unique_ptr<model::ParameterSet> host_;  // the snapshot, made at the first Publish
+  std::thread writer_;
+  Status result_;  // the last write's
+};
+
 // The file: reader of directory `dir` (opened at each LoadParameters).
+// When `dir` is DIR/v<N> and is not there yet while DIR/.v<N>.tmp is (a
+// publisher is writing it: a reader restarted right after a SYNC), loading
+// waits for it, up to 120 s.
 StatusOr<std::unique_ptr<WeightSource>> OpenFileSource(std::string dir);
 
 }  // namespace tandem::weights

@@ -341,6 +341,24 @@ TEST(DataParallel, ABroadcastRank0NeverSendsIsAnErrorNotAHang) {
   }
 }
 
+TEST(DataParallel, ARankArrivingAtAGroupThatFormedIsRefused) {
+  const int port = FreePort();
+  Worker peer({"hang", "1", "2", std::to_string(port)});
+  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_TRUE((*g)->Barrier().ok());
+  // A restarted rank 1 while the old group lives: refused, not joined.
+  DataParallelOptions late = Rank0Of2(port, std::chrono::seconds(20), std::chrono::seconds(10));
+  late.rank = 1;
+  const Clock::time_point t0 = Clock::now();
+  auto refused = GradientAllReduce::Connect(late);
+  ASSERT_FALSE(refused.ok());
+  std::printf("[dp] late rank: %s after %.2f s\n", refused.status().ToString().c_str(), Seconds(t0));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("has formed already"), std::string::npos) << refused.status().ToString();
+  EXPECT_LT(Seconds(t0), 5.0);
+}
+
 TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
   const int port = FreePort();
   Worker peer({"hang", "1", "2", std::to_string(port)});

@@ -1,13 +1,17 @@
 // The file transport (file_transport.h) runs the shared suite, plus what
 // only it promises: each version is a Hugging Face directory, renamed into
-// place, and a dead publisher's temporary is cleaned up.
+// place, and a dead publisher's temporary is cleaned up; the background
+// publisher snapshots before it returns and reports its write's error; a
+// reader waits for a version being written.
 #include "workers/weights/file_transport.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "workers/model/checkpoint.h"
 #include "workers/weights/tests/transport_suite.h"
@@ -89,6 +93,56 @@ TEST(FileTransportTest, DeadPublishersTemporaryAndOlderVersionsAreRemoved) {
   EXPECT_FALSE(Exists(root + "/.v2.tmp"));
   EXPECT_FALSE(Exists(root + "/v1"));
   EXPECT_TRUE(Exists(root + "/v3/config.json"));
+  model::testing::RemoveTree(root);
+}
+
+TEST(FileTransportTest, BackgroundPublisherWritesTheParametersAsTheyWereWhenItReturned) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  model::ParameterSet p = RandomParameters(c, 1);
+  BackgroundFilePublisher pub({root + "/weights", c});
+  auto source = pub.Publish(1, p);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(*source, "file:" + root + "/weights/v1");
+  for (const at::Tensor& b : p.buffers()) b.zero_();  // the next train step, while v1 is written
+  ASSERT_TRUE(pub.Wait().ok());
+  const model::ParameterSet loaded = PoisonedParameters(c, at::kFloat);
+  const Status read = OpenAndLoad(*source, loaded);
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(FirstDifference(RandomParameters(c, 1), loaded), "");
+  // v2 replaces v1; a version that does not grow is the next call's error.
+  ASSERT_TRUE(pub.Publish(2, p).ok());
+  ASSERT_TRUE(pub.Publish(2, p).ok()) << "the check runs on the writer thread";
+  const Status late = pub.Wait();
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("versions must grow"), std::string::npos) << late.ToString();
+  EXPECT_TRUE(Exists(root + "/weights/v2/config.json"));
+  EXPECT_FALSE(Exists(root + "/weights/v1"));
+  model::testing::RemoveTree(root);
+}
+
+TEST(FileTransportTest, AReaderWaitsForAVersionBeingWrittenNotForOneThatIsNot) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  const model::ParameterSet p = RandomParameters(c, 3);
+  ASSERT_EQ(::mkdir((root + "/.v5.tmp").c_str(), 0755), 0);  // the publisher started v5
+  std::thread publisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    FilePublisher pub({root, c});
+    EXPECT_TRUE(pub.Publish(5, p).ok());
+  });
+  const model::ParameterSet loaded = PoisonedParameters(c, at::kFloat);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = OpenAndLoad("file:" + root + "/v5", loaded);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  publisher.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GE(waited, 0.5);
+  EXPECT_EQ(FirstDifference(p, loaded), "");
+  // v6: nobody is writing it. An error at once.
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(OpenAndLoad("file:" + root + "/v6", loaded).ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 5.0);
   model::testing::RemoveTree(root);
 }
 
