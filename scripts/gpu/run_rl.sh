@@ -84,6 +84,7 @@ PY
   local rc=$?
   echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
   cp "$WORK/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  cp "$WORK/runs/$name/handoff.jsonl" "$OUT/$name.handoff.jsonl" 2>/dev/null
   tail -n 40 "$WORK/runs/$name/tasks/actor.0.err" >"$OUT/$name.actor.log" 2>/dev/null
   tail -n 20 "$WORK/runs/$name/tasks/rollout.0.err" >"$OUT/$name.rollout.log" 2>/dev/null
   grep -E '^\[run\] actor/0 step|learning|time per step|tree packing|residency peak' "$OUT/$name.err" | tail -12

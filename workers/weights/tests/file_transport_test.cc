@@ -121,6 +121,23 @@ TEST(FileTransportTest, BackgroundPublisherWritesTheParametersAsTheyWereWhenItRe
   model::testing::RemoveTree(root);
 }
 
+TEST(FileTransportTest, BackgroundPublisherReportsAWriteThatFailed) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  const model::ParameterSet p = RandomParameters(c, 1);
+  std::ofstream(root + "/file") << "not a directory";
+  BackgroundFilePublisher pub({root + "/file/weights", c});  // mkdir fails (ENOTDIR), as on a full disk
+  ASSERT_TRUE(pub.Publish(1, p).ok()) << "the write fails later, on its thread";
+  const Status failed = pub.Wait();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("mkdir " + root + "/file/weights"), std::string::npos) << failed.ToString();
+  const auto next = pub.Publish(2, p);
+  ASSERT_FALSE(next.ok()) << "the next SYNC fails with it";
+  EXPECT_NE(next.status().message().find("the previous version's durable copy"), std::string::npos)
+      << next.status().ToString();
+  model::testing::RemoveTree(root);
+}
+
 TEST(FileTransportTest, AReaderWaitsForAVersionBeingWrittenNotForOneThatIsNot) {
   const std::string root = MakeTempDir();
   const model::ModelConfig c = SuiteConfig();
