@@ -43,10 +43,31 @@ AdamW::AdamW(model::ParameterSet& params, AdamWOptions options, std::unique_ptr<
     : params_(params), options_(options), impl_(std::move(impl)) {}
 AdamW::~AdamW() = default;
 
-StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, const AdamWOptions& options) {
+Status Validate(const AdamWOptions& options) {
   if (!(options.weight_decay >= 0) || !(options.max_grad_norm >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
       !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0))
     return InvalidArgument("adamw: weight decay and clip must be >= 0, betas in [0, 1), eps > 0");
+  return Status::Ok();
+}
+
+StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
+  try {
+    double sq = 0;
+    for (const at::Tensor& g : params.grad_buffers()) sq += g.to(at::kDouble).square().sum().item<double>();
+    const double norm = std::sqrt(sq);
+    if (!std::isfinite(norm)) return Internal("non-finite gradient");
+    if (max_grad_norm > 0 && norm > max_grad_norm) {
+      const double scale = max_grad_norm / (norm + 1e-6);
+      for (const at::Tensor& g : params.grad_buffers()) g.mul_(scale);
+    }
+    return norm;
+  } catch (const std::exception& e) {
+    return Internal(std::string("clipping the gradients: ") + e.what());
+  }
+}
+
+StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, const AdamWOptions& options) {
+  TANDEM_RETURN_IF_ERROR(Validate(options));
   try {
     params.EnableGrad();
     std::vector<at::Tensor> decay, no_decay;
@@ -66,15 +87,8 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
 }
 
 StatusOr<double> AdamW::Step(double lr) {
+  TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, options_.max_grad_norm), "adamw step");
   try {
-    double sq = 0;
-    for (const at::Tensor& g : params_.grad_buffers()) sq += g.to(at::kDouble).square().sum().item<double>();
-    const double norm = std::sqrt(sq);
-    if (!std::isfinite(norm)) return Internal("non-finite gradient");
-    if (options_.max_grad_norm > 0 && norm > options_.max_grad_norm) {
-      const double scale = options_.max_grad_norm / (norm + 1e-6);
-      for (const at::Tensor& g : params_.grad_buffers()) g.mul_(scale);
-    }
     for (torch::optim::OptimizerParamGroup& group : impl_->adamw.param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     impl_->adamw.step();

@@ -31,6 +31,14 @@ struct AdamWOptions {
   double max_grad_norm = 1.0;  // 0: no clipping
 };
 
+// InvalidArgument unless weight decay and clip >= 0, betas in [0, 1), eps > 0.
+Status Validate(const AdamWOptions& options);
+
+// The gradients' global L2 norm (in double) before clipping; when over
+// max_grad_norm > 0, every gradient is scaled by max_grad_norm / (norm +
+// 1e-6). Internal when the norm is not finite (nothing scaled).
+StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm);
+
 struct OptimizerState {
   int64_t steps = 0;  // updates applied: AdamW's bias-correction step
   std::map<std::string, at::Tensor> tensors;
