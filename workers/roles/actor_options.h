@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "workers/roles/optimizer_flags.h"
+
 namespace tandem::roles {
 
 struct ActorOptions {
@@ -30,6 +32,7 @@ struct ActorOptions {
   double final_lr_ratio = 1.0;
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
+  OptimizerFlags optimizer;          // AdamW's residency (optimizer_flags.h)
   int64_t micro_batch_tokens = 0;    // 0: one micro-batch per step
   bool tree_packing = true;
 

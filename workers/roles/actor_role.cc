@@ -92,6 +92,8 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
   topts.adamw.weight_decay = o.weight_decay;
   topts.adamw.max_grad_norm = o.max_grad_norm;
+  TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
+                          train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "actor");
   topts.micro_batch_tokens = o.micro_batch_tokens;
   topts.tree_packing = o.tree_packing;
   topts.temperature = o.temperature > 0 ? o.temperature : 1.0;
@@ -205,10 +207,6 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
   log::Info("actor", "replica {} done after step {}", dp.rank(), result.steps);
   return result;
 }
-
-}  // namespace
-
-namespace {
 
 // Rank 0: the controller (actor_role.h).
 StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoint& endpoint,

@@ -26,7 +26,9 @@
 // "seconds/rollout", "seconds/train", "seconds/sync", "seconds/step",
 // "groups/all_equal", "dropped", "weight_version/min" (the oldest version
 // a sample was generated under), and "eval/accuracy" on eval steps), also
-// sent to the daemon as a metrics line. The actor's own memory (LibTorch's:
+// sent to the daemon as a metrics line. With replicas > 1 (data parallel:
+// actor_replicas.h) this is rank 0, and every replica trains its share of
+// each step's groups. The actor's own memory (LibTorch's:
 // parameters, gradients, AdamW state) is not tagged yet: it declares no
 // tags, so the handoff moves only the rollouts' memory (issue #17 brings
 // the optimizer tag).

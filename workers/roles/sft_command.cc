@@ -36,6 +36,7 @@ void SftCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--warmup-steps", o_.warmup_steps, "linear warmup steps")->capture_default_str();
   s->add_option("--final-lr-ratio", o_.final_lr_ratio, "lr at the end, as a fraction of the peak")->capture_default_str();
   s->add_option("--weight-decay", o_.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  AddOptimizerFlags(s, o_.optimizer);
   s->add_option("--max-grad-norm", o_.max_grad_norm, "clip the gradient's global norm (0: off)")->capture_default_str();
   s->add_option("--eval-every", o_.eval_every, "steps between evals (0: before and after only)")->capture_default_str();
   s->add_option("--eval-max-new-tokens", o_.eval_max_new_tokens, "greedy tokens per eval answer")->capture_default_str();

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "workers/roles/optimizer_flags.h"
+
 namespace tandem::roles {
 
 struct SftOptions {
@@ -43,6 +45,7 @@ struct SftOptions {
   double final_lr_ratio = 0.1;
   double weight_decay = 0.1;
   double max_grad_norm = 1.0;
+  OptimizerFlags optimizer;         // AdamW's residency (optimizer_flags.h)
 
   int64_t eval_every = 0;            // steps between evals; 0: before and after only
   int64_t eval_max_new_tokens = 64;

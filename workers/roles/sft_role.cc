@@ -236,6 +236,8 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
   topts.adamw.weight_decay = o.weight_decay;
   topts.adamw.max_grad_norm = o.max_grad_norm;
+  TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
+                          train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "sft");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
 
   SftResult result;

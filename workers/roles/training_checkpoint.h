@@ -5,7 +5,7 @@
 //
 //   step-<N>/model/                config.json, model.safetensors, tokenizer.json,
 //                                  tokenizer_config.json: an HF directory transformers loads
-//   step-<N>/trainer.safetensors   AdamW's moments by parameter slot
+//   step-<N>/trainer.safetensors   AdamW's moments (and fp32 masters of bf16 parameters) by parameter slot
 //                                  (train::OptimizerState) and the generators'
 //                                  states (rng/cpu, rng/cuda:0; train/rng_state.h);
 //                                  __metadata__ {"steps": "<N>"}

@@ -1,53 +1,44 @@
-// AdamW with clipping over a parameter set (adamw.h).
+// AdamW with native or staged state (adamw.h).
 #include "workers/train/adamw.h"
 
 #include <ATen/ATen.h>
-#include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
-#include <type_traits>
-#include <vector>
+#include <utility>
 
 namespace tandem::train {
-
-struct AdamW::Impl {
-  explicit Impl(std::vector<torch::optim::OptimizerParamGroup> groups, const torch::optim::AdamWOptions& o)
-      : adamw(std::move(groups), o) {}
-  torch::optim::AdamW adamw;
-};
-
 namespace {
 
-// The key LibTorch's optimizers file a parameter's state under: the
-// TensorImpl's address, as a string in LibTorch 1.x, as a pointer in later ones.
-template <class Map>
-typename Map::key_type StateKey(const Map&, const at::Tensor& p) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << static_cast<const void*>(p.unsafeGetTensorImpl());
-    return s.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
-std::string ExpAvgName(const std::string& slot) { return "exp_avg/" + slot; }
-std::string ExpAvgSqName(const std::string& slot) { return "exp_avg_sq/" + slot; }
+int64_t Kinds(bool master) { return master ? 3 : 2; }
 
 }  // namespace
-
-AdamW::AdamW(model::ParameterSet& params, AdamWOptions options, std::unique_ptr<Impl> impl)
-    : params_(params), options_(options), impl_(std::move(impl)) {}
-AdamW::~AdamW() = default;
 
 Status Validate(const AdamWOptions& options) {
   if (!(options.weight_decay >= 0) || !(options.max_grad_norm >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) ||
       !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps > 0))
     return InvalidArgument("adamw: weight decay and clip must be >= 0, betas in [0, 1), eps > 0");
+  if (options.staging.slots < 1)
+    return InvalidArgument("adamw staging: slots must be >= 1, got " + std::to_string(options.staging.slots));
+  if (options.staging.slot_bytes < 1024)
+    return InvalidArgument("adamw staging: slot_bytes must be >= 1024, got " + std::to_string(options.staging.slot_bytes));
   return Status::Ok();
+}
+
+StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots, int64_t slot_mib) {
+  StagingOptions s;
+  if (residency == "staged") {
+    s.residency = Residency::kStaged;
+  } else if (residency != "native") {
+    return InvalidArgument("--optimizer-residency: expected native or staged, got \"" + residency + "\"");
+  }
+  if (slots < 1 || slots > 1024) return InvalidArgument("--optimizer-slots: expected 1 to 1024, got " + std::to_string(slots));
+  if (slot_mib < 1 || slot_mib > 65536)
+    return InvalidArgument("--optimizer-slot-mib: expected 1 to 65536, got " + std::to_string(slot_mib));
+  s.slots = static_cast<int>(slots);
+  s.slot_bytes = slot_mib << 20;
+  return s;
 }
 
 StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
@@ -66,49 +57,135 @@ StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad
   }
 }
 
+AdamW::AdamW(model::ParameterSet& params, AdamWOptions options) : params_(params), adamw_(std::move(options)) {}
+AdamW::~AdamW() = default;
+
 StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, const AdamWOptions& options) {
   TANDEM_RETURN_IF_ERROR(Validate(options));
+  if (params.slots().empty()) return InvalidArgument("adamw: no parameters");
+  std::unique_ptr<AdamW> o(new AdamW(params, options));
+  const StagingOptions& staging = options.staging;
   try {
     params.EnableGrad();
-    std::vector<at::Tensor> decay, no_decay;
-    for (const model::ParameterSet::Slot& s : params.slots()) (s.leaf.dim() >= 2 ? decay : no_decay).push_back(s.leaf);
-    torch::optim::AdamWOptions o(1e-3);
-    o.betas({options.beta1, options.beta2}).eps(options.eps).weight_decay(options.weight_decay);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(o));
-    auto nd = std::make_unique<torch::optim::AdamWOptions>(o);
-    nd->weight_decay(0.0);
-    if (!no_decay.empty()) groups.emplace_back(no_decay, std::move(nd));
-    auto impl = std::make_unique<Impl>(std::move(groups), o);
-    return std::unique_ptr<AdamW>(new AdamW(params, options, std::move(impl)));
+    const at::Tensor& first = params.slots().front().leaf;
+    const at::ScalarType dtype = first.scalar_type();
+    if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
+      return InvalidArgument(std::string("adamw: parameters of dtype ") + c10::toString(dtype) +
+                             " (fp32, bf16 or fp16 only)");
+    o->master_ = dtype != at::kFloat;
+    for (const model::ParameterSet::Slot& s : params.slots()) {
+      o->slot_state_.push_back(o->total_);
+      o->total_ += s.leaf.numel();
+    }
+    const bool staged = staging.residency == Residency::kStaged;
+    at::TensorOptions where = at::TensorOptions().dtype(at::kFloat).device(staged ? at::Device(at::kCPU) : first.device());
+    if (staged && first.is_cuda()) where = where.pinned_memory(true);
+    auto slab = [&] { return at::zeros({o->total_}, where); };
+    o->exp_avg_ = slab();
+    o->exp_avg_sq_ = slab();
+    if (o->master_) {
+      o->master_w_ = slab();
+      for (size_t i = 0; i < params.slots().size(); ++i) {
+        const at::Tensor& leaf = params.slots()[i].leaf;
+        o->master_w_.narrow(0, o->slot_state_[i], leaf.numel()).copy_(leaf.detach().reshape({-1}));
+      }
+    }
+    if (staged) {
+      // Buckets of at most `capacity` elements of each kind; a slot larger
+      // than that is cut into pieces. Consecutive pieces: a bucket's state
+      // is one contiguous range of the slabs.
+      const int64_t capacity = staging.slot_bytes / (4 * Kinds(o->master_));
+      for (size_t i = 0; i < params.slots().size(); ++i) {
+        const int64_t n = params.slots()[i].leaf.numel();
+        for (int64_t begin = 0; begin < n;) {
+          if (o->buckets_.empty() || o->buckets_.back().elements == capacity) o->buckets_.emplace_back();
+          Bucket& b = o->buckets_.back();
+          const int64_t length = std::min(n - begin, capacity - b.elements);
+          b.pieces.push_back({i, begin, length, o->slot_state_[i] + begin});
+          b.elements += length;
+          begin += length;
+        }
+      }
+    }
   } catch (const std::exception& e) {
-    return Internal(std::string("adamw: ") + e.what());
+    return Internal(std::string("adamw: allocating its state: ") + e.what());
   }
+  return o;
+}
+
+void AdamW::Update(const Piece& piece, const at::Tensor& m, const at::Tensor& v, const at::Tensor& master,
+                         double lr) {
+  // LibTorch's AdamW::step, op for op (torch/csrc/api/src/optim/adamw.cpp).
+  const model::ParameterSet::Slot& s = params_.slots()[piece.slot];
+  const at::Tensor p = s.leaf.detach().view({-1}).narrow(0, piece.begin, piece.length);
+  at::Tensor g = s.leaf.grad().view({-1}).narrow(0, piece.begin, piece.length);
+  if (master_) g = g.to(at::kFloat);
+  const at::Tensor& w = master_ ? master : p;
+  const double t = static_cast<double>(steps_ + 1);
+  const double weight_decay = s.leaf.dim() >= 2 ? adamw_.weight_decay : 0.0;
+  if (weight_decay != 0) w.mul_(1 - lr * weight_decay);
+  const double bias_correction1 = 1 - std::pow(adamw_.beta1, t);
+  const double bias_correction2 = 1 - std::pow(adamw_.beta2, t);
+  m.mul_(adamw_.beta1).add_(g, 1 - adamw_.beta1);
+  v.mul_(adamw_.beta2).addcmul_(g, g, 1 - adamw_.beta2);
+  const at::Tensor denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(adamw_.eps);
+  w.addcdiv_(m, denom, -lr / bias_correction1);
+  if (master_) p.copy_(w);
 }
 
 StatusOr<double> AdamW::Step(double lr) {
-  TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, options_.max_grad_norm), "adamw step");
+  TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, adamw_.max_grad_norm));
   try {
-    for (torch::optim::OptimizerParamGroup& group : impl_->adamw.param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    impl_->adamw.step();
-    ++steps_;
-    return norm;
+    at::NoGradGuard no_grad;
+    if (adamw_.staging.residency == Residency::kNative) {
+      for (size_t i = 0; i < params_.slots().size(); ++i) {
+        const int64_t n = params_.slots()[i].leaf.numel();
+        const int64_t at = slot_state_[i];
+        Update({i, 0, n, at}, exp_avg_.narrow(0, at, n), exp_avg_sq_.narrow(0, at, n),
+               master_ ? master_w_.narrow(0, at, n) : at::Tensor(), lr);
+      }
+    } else {
+      const at::Device device = params_.slots().front().leaf.device();
+      const bool async = device.is_cuda();
+      const int64_t capacity = adamw_.staging.slot_bytes / (4 * Kinds(master_));
+      if (buffers_.empty()) {
+        for (int i = 0; i < adamw_.staging.slots && i < static_cast<int>(buckets_.size()); ++i)
+          buffers_.push_back(at::empty({capacity * Kinds(master_)}, at::TensorOptions().dtype(at::kFloat).device(device)));
+      }
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        const at::Tensor& buffer = buffers_[b % buffers_.size()];
+        const int64_t first = bucket.pieces.front().state, n = bucket.elements;
+        std::vector<std::pair<at::Tensor, at::Tensor>> kinds = {{exp_avg_.narrow(0, first, n), buffer.narrow(0, 0, n)},
+                                                                {exp_avg_sq_.narrow(0, first, n), buffer.narrow(0, capacity, n)}};
+        if (master_) kinds.emplace_back(master_w_.narrow(0, first, n), buffer.narrow(0, 2 * capacity, n));
+        for (auto& [host, staged] : kinds) staged.copy_(host, async);  // in stream order after the buffer's last copy back
+        for (const Piece& piece : bucket.pieces) {
+          const int64_t at = piece.state - first;
+          Update(piece, kinds[0].second.narrow(0, at, piece.length), kinds[1].second.narrow(0, at, piece.length),
+                 master_ ? kinds[2].second.narrow(0, at, piece.length) : at::Tensor(), lr);
+        }
+        const bool last = b + 1 == buckets_.size();
+        for (auto& [host, staged] : kinds) host.copy_(staged, async && !last);  // the last blocks: the step's state is home
+      }
+    }
   } catch (const std::exception& e) {
     return Internal(std::string("adamw step: ") + e.what());
   }
+  ++steps_;
+  return norm;
 }
 
 OptimizerState AdamW::State() const {
   OptimizerState out;
   out.steps = steps_;
-  const auto& state = impl_->adamw.state();
-  for (const model::ParameterSet::Slot& s : params_.slots()) {
-    const auto it = state.find(StateKey(state, s.leaf));
-    if (it == state.end()) continue;
-    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    out.tensors[ExpAvgName(s.name)] = st.exp_avg();
-    out.tensors[ExpAvgSqName(s.name)] = st.exp_avg_sq();
+  if (steps_ == 0) return out;
+  for (size_t i = 0; i < params_.slots().size(); ++i) {
+    const model::ParameterSet::Slot& s = params_.slots()[i];
+    auto view = [&](const at::Tensor& slab) { return slab.narrow(0, slot_state_[i], s.leaf.numel()).view(s.leaf.sizes()); };
+    out.tensors["exp_avg/" + s.name] = view(exp_avg_);
+    out.tensors["exp_avg_sq/" + s.name] = view(exp_avg_sq_);
+    if (master_) out.tensors["master/" + s.name] = view(master_w_);
   }
   return out;
 }
@@ -119,37 +196,62 @@ Status AdamW::Restore(const OptimizerState& in) {
   if (in.tensors.empty() != (in.steps == 0))
     return InvalidArgument("optimizer state: " + std::to_string(in.steps) + " steps but " +
                            std::to_string(in.tensors.size()) + " optimizer tensors");
-  if (!in.tensors.empty() && in.tensors.size() != 2 * slots.size())
-    return InvalidArgument("optimizer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, the model has " +
-                           std::to_string(slots.size()) + " parameters (two moments each)");
-  const std::vector<model::ParameterSet::Slot> none;
-  const std::vector<model::ParameterSet::Slot>& stateful = in.tensors.empty() ? none : slots;
-  for (const model::ParameterSet::Slot& s : stateful) {
-    for (const std::string& name : {ExpAvgName(s.name), ExpAvgSqName(s.name)}) {
-      const auto it = in.tensors.find(name);
-      if (it == in.tensors.end()) return InvalidArgument("optimizer state: no tensor \"" + name + "\"");
-      if (!it->second.defined() || it->second.sizes() != s.leaf.sizes())
-        return InvalidArgument("optimizer state: \"" + name + "\" has the wrong shape");
+  bool with_master = false;
+  if (!in.tensors.empty()) {
+    with_master = in.tensors.size() == 3 * slots.size();
+    if (in.tensors.size() != 2 * slots.size() && !(master_ && with_master))
+      return InvalidArgument("optimizer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, the model has " +
+                             std::to_string(slots.size()) + " parameters (two moments each" +
+                             (master_ ? ", and their fp32 masters" : "") + ")");
+    for (const model::ParameterSet::Slot& s : slots) {
+      std::vector<std::string> names = {"exp_avg/" + s.name, "exp_avg_sq/" + s.name};
+      if (with_master) names.push_back("master/" + s.name);
+      for (const std::string& name : names) {
+        const auto it = in.tensors.find(name);
+        if (it == in.tensors.end()) return InvalidArgument("optimizer state: no tensor \"" + name + "\"");
+        if (!it->second.defined() || it->second.sizes() != s.leaf.sizes() || !at::isFloatingType(it->second.scalar_type()))
+          return InvalidArgument("optimizer state: \"" + name + "\" has the wrong shape or dtype");
+      }
     }
   }
   try {
     at::NoGradGuard no_grad;
-    auto& state = impl_->adamw.state();
-    std::remove_reference_t<decltype(state)> fresh;
-    for (const model::ParameterSet::Slot& s : stateful) {
-      const auto like = at::TensorOptions().dtype(s.leaf.scalar_type()).device(s.leaf.device());
-      auto st = std::make_unique<torch::optim::AdamWParamState>();
-      st->step(in.steps);
-      st->exp_avg(in.tensors.at(ExpAvgName(s.name)).to(like, /*non_blocking=*/false, /*copy=*/true).contiguous());
-      st->exp_avg_sq(in.tensors.at(ExpAvgSqName(s.name)).to(like, false, true).contiguous());
-      fresh[StateKey(fresh, s.leaf)] = std::move(st);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const model::ParameterSet::Slot& s = slots[i];
+      const int64_t n = s.leaf.numel(), at = slot_state_[i];
+      auto put = [&](const at::Tensor& slab, const std::string& name) {
+        const auto it = in.tensors.find(name);
+        if (it == in.tensors.end()) {
+          slab.narrow(0, at, n).zero_();
+        } else {
+          slab.narrow(0, at, n).copy_(it->second.reshape({-1}));
+        }
+      };
+      put(exp_avg_, "exp_avg/" + s.name);
+      put(exp_avg_sq_, "exp_avg_sq/" + s.name);
+      if (master_) {
+        if (with_master) {
+          put(master_w_, "master/" + s.name);
+        } else {
+          master_w_.narrow(0, at, n).copy_(s.leaf.detach().reshape({-1}));
+        }
+      }
     }
-    state = std::move(fresh);
   } catch (const std::exception& e) {
     return Internal(std::string("optimizer state: ") + e.what());
   }
   steps_ = in.steps;
   return Status::Ok();
+}
+
+void AdamW::Release() { buffers_.clear(); }
+
+int64_t AdamW::device_bytes() const {
+  if (adamw_.staging.residency == Residency::kNative)
+    return static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes() + (master_ ? master_w_.nbytes() : 0));
+  int64_t bytes = 0;
+  for (const at::Tensor& b : buffers_) bytes += static_cast<int64_t>(b.nbytes());
+  return bytes;
 }
 
 }  // namespace tandem::train

@@ -31,22 +31,13 @@ spec() {  # NAME REPLICAS [jq filter]: examples/grpo.json as NAME.json
   jq -e '.roles.actor.args | index("--algorithm") as $i | .[$i + 1] | fromjson | .options.entropy_coef == 0.05' \
     "$1.json" >/dev/null || fail "$1.json: $(jq -c .roles.actor.args "$1.json")"
 }
-run_job() {  # NAME: tandem run NAME.json, up to 240 s
-  "$BIN/tandem" run "$1.json" --state-dir "$state" --gpus 0,1 >"runs/$1.out" 2>"runs/$1.err" &
-  run_pid=$!
-  timeout 240 tail --pid="$run_pid" -f /dev/null || fail "$1: the job did not end in 240 s"
-  local rc=0
-  wait "$run_pid" || rc=$?
-  run_pid=
-  ((rc == 0)) || fail "$1: tandem run exited $rc"
-}
 step_line() { jq -c --argjson s "$2" 'select(.step == $s and .["reward/mean"] != null)' "runs/$1/metrics.jsonl"; }
 
 # 1. One actor, then two replicas.
 spec one 1
 spec two 2
-run_job one
-run_job two
+run_job one.json one
+run_job two.json two
 for t in actor.0 actor.1 rollout.0 rollout.1; do
   jq -e '.exit_code == 0 and .signal == 0' "runs/two/tasks/$t.exit" >/dev/null || fail "two: $t: $(cat "runs/two/tasks/$t.exit")"
 done

@@ -8,7 +8,10 @@
 #   on_exit CMD    runs CMD (a string) at exit, before the scratch dirs go;
 #   make_base      trains the base model (two sft steps: noise, the checks are
 #                  on mechanics) into runs/grpo-model, where examples/grpo.json
-#                  looks for it.
+#                  looks for it;
+#   run_job SPEC NAME [SECONDS]  `tandem run SPEC` into runs/NAME.{out,err},
+#                  up to SECONDS (240); fails unless it exits 0. The caller
+#                  sets run_pid= and stops a run left running at exit.
 set -euo pipefail
 BIN=${TANDEM_BIN_DIR:?}
 SRC=${TANDEM_SOURCE_DIR:?}
@@ -34,5 +37,14 @@ make_base() {
   mkdir -p "$work/runs"
   "$BIN/tandem-worker" sft --preset tiny --max-steps 2 --eval-problems 2 --eval-max-new-tokens 4 --threads 1 \
     --out "$work/runs/grpo-model" --log "$work/runs/grpo-model.log" >/dev/null || fail "sft (the base model)"
+}
+run_job() {
+  "$BIN/tandem" run "$1" --state-dir "$state" --gpus 0,1 >"runs/$2.out" 2>"runs/$2.err" &
+  run_pid=$!
+  timeout "${3:-240}" tail --pid="$run_pid" -f /dev/null || fail "$2: the job did not end in ${3:-240} s"
+  local rc=0
+  wait "$run_pid" || rc=$?
+  run_pid=
+  ((rc == 0)) || fail "$2: tandem run exited $rc"
 }
 cd "$work"

@@ -24,13 +24,7 @@ run_pid=
 on_exit 'if [[ -n $run_pid ]] && kill -0 "$run_pid" 2>/dev/null; then kill -INT "$run_pid"; wait "$run_pid" || true; fi'
 make_base
 
-"$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/grpo.out 2>runs/grpo.err &
-run_pid=$!
-rc=0
-timeout 240 tail --pid="$run_pid" -f /dev/null || fail "the job did not end in 240 s"
-wait "$run_pid" || rc=$?
-run_pid=
-((rc == 0)) || fail "tandem run exited $rc"
+run_job "$SRC/examples/grpo.json" grpo
 run=runs/grpo
 for t in actor.0 rollout.0 rollout.1; do
   jq -e '.exit_code == 0 and .signal == 0' "$run/tasks/$t.exit" >/dev/null || fail "$t: $(cat "$run/tasks/$t.exit")"

@@ -1,19 +1,23 @@
-// StagedAdamW (staged_adamw.h) against LibTorch's AdamW (adamw.h) on a
-// tiny MoE model's parameter set, random gradients, 50 steps at a warmup +
+// AdamW (adamw.h) against LibTorch's (torch::optim::AdamW, the trainers'
+// optimizer before it, the reference) on a tiny MoE model's parameter set, random gradients, 50 steps at a warmup +
 // cosine rate with clipping: native is bit for bit LibTorch's; staged (host
 // slabs streamed through small buffers, slots cut into pieces) equals
 // native within a bound written below; a restore at step 20 continues to
 // the same step 50, across residencies and from LibTorch's state; bf16
 // parameters update an fp32 master exactly as fp32 parameters would; bad
 // options and bad state are errors naming them.
-#include "workers/train/staged_adamw.h"
+#include "workers/train/adamw.h"
 
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
 
 #include <cmath>
 #include <functional>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
 
 #include "workers/model/tests/model_test_util.h"
 #include "workers/train/lr_schedule.h"
@@ -66,38 +70,98 @@ double MaxDiff(const model::ParameterSet& a, const model::ParameterSet& b) {
   return d;
 }
 
-StagingOptions Staged(int slots, int64_t slot_bytes) {
-  StagingOptions s;
-  s.residency = Residency::kStaged;
-  s.slots = slots;
-  s.slot_bytes = slot_bytes;
-  return s;
+AdamWOptions Staged(int slots, int64_t slot_bytes) {
+  AdamWOptions o = Adam();
+  o.staging.residency = Residency::kStaged;
+  o.staging.slots = slots;
+  o.staging.slot_bytes = slot_bytes;
+  return o;
 }
 
-TEST(StagedAdamW, NativeIsLibTorchsAdamWBitForBit) {
+// The key LibTorch's optimizers file a parameter's state under: the
+// TensorImpl's address, a string in LibTorch 1.x, a pointer in later ones.
+template <class Map>
+typename Map::key_type Key(const Map&, const at::Tensor& t) {
+  using K = typename Map::key_type;
+  if constexpr (std::is_same_v<K, std::string>) {
+    std::ostringstream s;
+    s << static_cast<const void*>(t.unsafeGetTensorImpl());
+    return s.str();
+  } else {
+    return static_cast<K>(t.unsafeGetTensorImpl());
+  }
+}
+
+// The reference: LibTorch's AdamW, weight decay on matrices only, after
+// ClipGradNorm; State() as the checkpoints saved it.
+class TorchAdamW {
+ public:
+  TorchAdamW(model::ParameterSet& p, const AdamWOptions& o) : p_(p), o_(o), adamw_(Groups(p, o)) {}
+  StatusOr<double> Step(double lr) {
+    TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(p_, o_.max_grad_norm));
+    for (torch::optim::OptimizerParamGroup& g : adamw_.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    adamw_.step();
+    ++steps_;
+    return norm;
+  }
+  OptimizerState State() const {
+    OptimizerState out;
+    out.steps = steps_;
+    for (const model::ParameterSet::Slot& s : p_.slots()) {
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*adamw_.state().at(Key(adamw_.state(), s.leaf)));
+      out.tensors["exp_avg/" + s.name] = st.exp_avg();
+      out.tensors["exp_avg_sq/" + s.name] = st.exp_avg_sq();
+    }
+    return out;
+  }
+
+ private:
+  static std::vector<torch::optim::OptimizerParamGroup> Groups(model::ParameterSet& p, const AdamWOptions& o) {
+    p.EnableGrad();
+    std::vector<at::Tensor> decay, no_decay;
+    for (const model::ParameterSet::Slot& s : p.slots()) (s.leaf.dim() >= 2 ? decay : no_decay).push_back(s.leaf);
+    torch::optim::AdamWOptions base(1e-3);
+    base.betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay);
+    auto none = std::make_unique<torch::optim::AdamWOptions>(base);
+    none->weight_decay(0.0);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(base));
+    groups.emplace_back(no_decay, std::move(none));
+    return groups;
+  }
+  model::ParameterSet& p_;
+  AdamWOptions o_;
+  torch::optim::AdamW adamw_;
+  int64_t steps_ = 0;
+};
+
+TEST(AdamW, NativeIsLibTorchsAdamWBitForBit) {
   model::ParameterSet ref = Params(), ours = Params();
-  auto torch_adamw = AdamW::Create(ref, Adam());
-  auto native = StagedAdamW::Create(ours, Adam(), {});
-  ASSERT_TRUE(torch_adamw.ok() && native.ok());
+  TorchAdamW torch_adamw(ref, Adam());
+  auto native = AdamW::Create(ours, Adam());
+  ASSERT_TRUE(native.ok());
   std::vector<double> ref_norms, our_norms;
-  RunSteps(ref, 0, 50, [&](double lr) { return (*torch_adamw)->Step(lr); }, &ref_norms);
+  RunSteps(ref, 0, 50, [&](double lr) { return torch_adamw.Step(lr); }, &ref_norms);
   RunSteps(ours, 0, 50, [&](double lr) { return (*native)->Step(lr); }, &our_norms);
   EXPECT_EQ(ref_norms, our_norms);
   EXPECT_EQ(MaxDiff(ref, ours), 0.0);
-  const OptimizerState a = (*torch_adamw)->State(), b = (*native)->State();
+  const OptimizerState a = torch_adamw.State(), b = (*native)->State();
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (const auto& [name, t] : a.tensors) EXPECT_TRUE(at::equal(t, b.tensors.at(name))) << name;
   EXPECT_GT(MaxDiff(ours, Params()), 1e-3) << "the parameters moved";
 }
 
-TEST(StagedAdamW, StagedEqualsNativeWithSlotsCutIntoPieces) {
+TEST(AdamW, StagedEqualsNativeWithSlotsCutIntoPieces) {
   model::ParameterSet native_p = Params(), staged_p = Params();
-  auto native = StagedAdamW::Create(native_p, Adam(), {});
+  auto native = AdamW::Create(native_p, Adam());
   // 4 KiB buffers: 512 elements of each moment; the tiny model's matrices
   // (up to 19200 elements) are cut into dozens of pieces.
-  auto staged = StagedAdamW::Create(staged_p, Adam(), Staged(2, 4096));
+  auto staged = AdamW::Create(staged_p, Staged(2, 4096));
   ASSERT_TRUE(native.ok() && staged.ok());
   EXPECT_GT((*staged)->bucket_count(), 50);
+  std::printf("[adamw] %zu slots in %lld buckets of 4 KiB\n", staged_p.slots().size(),
+              static_cast<long long>((*staged)->bucket_count()));
   RunSteps(native_p, 0, 50, [&](double lr) { return (*native)->Step(lr); });
   RunSteps(staged_p, 0, 50, [&](double lr) { return (*staged)->Step(lr); });
   // Elementwise ops on pieces: equal up to vectorised tails, which may round
@@ -112,9 +176,9 @@ TEST(StagedAdamW, StagedEqualsNativeWithSlotsCutIntoPieces) {
   EXPECT_EQ((*native)->device_bytes(), 2 * 4 * Params().numel() + 0) << "fp32: two moments, no master";
 }
 
-TEST(StagedAdamW, RestoreAtStep20GivesStep50AcrossResidenciesAndFromLibTorch) {
+TEST(AdamW, RestoreAtStep20GivesStep50AcrossResidenciesAndFromLibTorch) {
   model::ParameterSet straight = Params();
-  auto whole = StagedAdamW::Create(straight, Adam(), Staged(3, 8192));
+  auto whole = AdamW::Create(straight, Staged(3, 8192));
   ASSERT_TRUE(whole.ok());
   RunSteps(straight, 0, 50, [&](double lr) { return (*whole)->Step(lr); });
 
@@ -128,19 +192,19 @@ TEST(StagedAdamW, RestoreAtStep20GivesStep50AcrossResidenciesAndFromLibTorch) {
   };
   const std::vector<Case> cases = {
       {"staged -> staged", [&](model::ParameterSet& p) -> StatusOr<OptimizerState> {
-         TANDEM_ASSIGN_OR_RETURN(auto o, StagedAdamW::Create(p, Adam(), Staged(3, 8192)));
+         TANDEM_ASSIGN_OR_RETURN(auto o, AdamW::Create(p, Staged(3, 8192)));
          RunSteps(p, 0, 20, [&](double lr) { return o->Step(lr); });
          return copy(o->State());
        }},
       {"native -> staged", [&](model::ParameterSet& p) -> StatusOr<OptimizerState> {
-         TANDEM_ASSIGN_OR_RETURN(auto o, StagedAdamW::Create(p, Adam(), {}));
+         TANDEM_ASSIGN_OR_RETURN(auto o, AdamW::Create(p, Adam()));
          RunSteps(p, 0, 20, [&](double lr) { return o->Step(lr); });
          return copy(o->State());
        }},
       {"LibTorch -> staged", [&](model::ParameterSet& p) -> StatusOr<OptimizerState> {
-         TANDEM_ASSIGN_OR_RETURN(auto o, AdamW::Create(p, Adam()));
-         RunSteps(p, 0, 20, [&](double lr) { return o->Step(lr); });
-         return copy(o->State());
+         TorchAdamW o(p, Adam());
+         RunSteps(p, 0, 20, [&](double lr) { return o.Step(lr); });
+         return copy(o.State());
        }},
   };
   for (const Case& c : cases) {
@@ -148,7 +212,7 @@ TEST(StagedAdamW, RestoreAtStep20GivesStep50AcrossResidenciesAndFromLibTorch) {
     auto state = c.first20(p);
     ASSERT_TRUE(state.ok()) << c.name << ": " << state.status().ToString();
     EXPECT_EQ(state->steps, 20);
-    auto resumed = StagedAdamW::Create(p, Adam(), Staged(3, 8192));
+    auto resumed = AdamW::Create(p, Staged(3, 8192));
     ASSERT_TRUE(resumed.ok());
     ASSERT_TRUE((*resumed)->Restore(*state).ok()) << c.name;
     RunSteps(p, 20, 50, [&](double lr) { return (*resumed)->Step(lr); });
@@ -158,7 +222,7 @@ TEST(StagedAdamW, RestoreAtStep20GivesStep50AcrossResidenciesAndFromLibTorch) {
   }
 }
 
-TEST(StagedAdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
+TEST(AdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
   // The fp32 run starts from the bf16 values, upcast, and sees the bf16
   // gradients, upcast: the master follows it exactly.
   // No clipping: it scales the gradients in their own dtype.
@@ -167,8 +231,10 @@ TEST(StagedAdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
   for (size_t i = 0; i < fp.slots().size(); ++i) fp.slots()[i].leaf.detach().copy_(bf.slots()[i].leaf.detach());
   AdamWOptions unclipped = Adam();
   unclipped.max_grad_norm = 0;
-  auto master = StagedAdamW::Create(bf, unclipped, Staged(2, 16384));
-  auto plain = StagedAdamW::Create(fp, unclipped, {});
+  AdamWOptions staged = Staged(2, 16384);
+  staged.max_grad_norm = 0;
+  auto master = AdamW::Create(bf, staged);
+  auto plain = AdamW::Create(fp, unclipped);
   ASSERT_TRUE(master.ok() && plain.ok());
   const WarmupCosine schedule{1e-2, 5, 0.1};
   for (int i = 0; i < 20; ++i) {
@@ -191,17 +257,34 @@ TEST(StagedAdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
     EXPECT_TRUE(at::equal(slot.leaf.detach(), s.tensors.at("master/" + slot.name).to(at::kBFloat16))) << slot.name;
 }
 
-TEST(StagedAdamW, BadOptionsAndBadStateAreErrorsNamingThem) {
+TEST(AdamW, TheRolesFlagsMakeStagingOrSayWhatIsWrong) {
+  auto staged = MakeStaging("staged", 3, 64);
+  ASSERT_TRUE(staged.ok());
+  EXPECT_EQ(staged->residency, Residency::kStaged);
+  EXPECT_EQ(staged->slots, 3);
+  EXPECT_EQ(staged->slot_bytes, int64_t{64} << 20);
+  EXPECT_EQ(MakeStaging("native", 2, 128)->residency, Residency::kNative);
+  for (const auto& [residency, slots, mib, flag] : std::vector<std::tuple<std::string, int64_t, int64_t, std::string>>{
+           {"gpu", 2, 128, "--optimizer-residency"}, {"staged", 0, 128, "--optimizer-slots"},
+           {"staged", 2, 0, "--optimizer-slot-mib"}, {"staged", 2, int64_t{1} << 40, "--optimizer-slot-mib"}}) {
+    auto r = MakeStaging(residency, slots, mib);
+    ASSERT_FALSE(r.ok()) << flag;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(flag), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST(AdamW, BadOptionsAndBadStateAreErrorsNamingThem) {
   model::ParameterSet p = Params();
-  EXPECT_EQ(StagedAdamW::Create(p, Adam(), Staged(0, 4096)).status().code(), StatusCode::kInvalidArgument);
-  auto tiny = StagedAdamW::Create(p, Adam(), Staged(2, 100));
+  EXPECT_EQ(AdamW::Create(p, Staged(0, 4096)).status().code(), StatusCode::kInvalidArgument);
+  auto tiny = AdamW::Create(p, Staged(2, 100));
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("slot_bytes"), std::string::npos) << tiny.status().ToString();
   AdamWOptions bad = Adam();
   bad.beta2 = 1.0;
-  EXPECT_EQ(StagedAdamW::Create(p, bad, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(AdamW::Create(p, bad).status().code(), StatusCode::kInvalidArgument);
 
-  auto o = StagedAdamW::Create(p, Adam(), Staged(2, 4096));
+  auto o = AdamW::Create(p, Staged(2, 4096));
   ASSERT_TRUE(o.ok());
   RunSteps(p, 0, 2, [&](double lr) { return (*o)->Step(lr); });
   OptimizerState s = (*o)->State();
