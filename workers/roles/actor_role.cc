@@ -94,6 +94,7 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   topts.adamw.max_grad_norm = o.max_grad_norm;
   TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
                           train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "actor");
+  log::Info("actor", "AdamW state: {}", train::Describe(topts.adamw.staging));
   topts.micro_batch_tokens = o.micro_batch_tokens;
   topts.tree_packing = o.tree_packing;
   topts.temperature = o.temperature > 0 ? o.temperature : 1.0;

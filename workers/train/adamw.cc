@@ -41,6 +41,11 @@ StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots
   return s;
 }
 
+std::string Describe(const StagingOptions& s) {
+  if (s.residency == Residency::kNative) return "native";
+  return "staged through " + std::to_string(s.slots) + " x " + std::to_string(s.slot_bytes >> 20) + " MiB buffers";
+}
+
 StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
   try {
     double sq = 0;

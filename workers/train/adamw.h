@@ -75,6 +75,9 @@ Status Validate(const AdamWOptions& options);
 // flag otherwise.
 StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots, int64_t slot_mib);
 
+// "native", or "staged through 2 x 128 MiB buffers": for the roles' logs.
+std::string Describe(const StagingOptions& staging);
+
 // The gradients' global L2 norm (in double) before clipping; when over
 // max_grad_norm > 0, every gradient is scaled by max_grad_norm / (norm +
 // 1e-6). Internal when the norm is not finite (nothing scaled).
