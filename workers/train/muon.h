@@ -1,0 +1,72 @@
+// Muon's update (issue #17 item 3; docs/optimizers.md "Muon"): momentum
+// (Nesterov by default), then the update orthogonalised by the quintic
+// Newton–Schulz iteration with the published coefficients (a, b, c) =
+// (3.4445, -4.7750, 2.0315), five steps, then scaled by the matrix's shape
+// (max(1, rows/cols)^0.5, the reference's) or to match AdamW's update RMS
+// (0.2 * sqrt(max(rows, cols)), Moonlight's), with decoupled weight decay:
+//
+//   m  = m + (1 - beta) * (g - m)                   (m.lerp_(g, 1 - beta))
+//   u  = nesterov ? g + beta * (m - g) : m          (g.lerp(m, beta))
+//   X  = u / (||u||_F + 1e-7), transposed when rows > cols
+//   5x: A = X X^T; B = b A + c A A; X = a X + B X
+//   w  = w * (1 - lr * weight_decay) - lr * scale * X
+//
+// rows and cols are the matrix's in Hugging Face's [out, in] orientation
+// (the scale depends on it). A tensor of more than two dimensions is a
+// stack of matrices over its last two, each normalised and orthogonalised
+// on its own; MuonMatrices gives a slot's matrices as the reference sees
+// them (one nn.Linear weight each). Only hidden matrices take Muon:
+// embeddings, the LM head, norms and biases go through AdamW (MuonTakes).
+// The iteration runs in `ns_dtype` (bf16 as the reference does; fp32 for
+// exactness tests).
+//
+// Not yet (#17): the optimizer over a model (Muon's matrices, AdamW for the
+// rest, one state, staged like adamw.h), its data-parallel ownership.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::train {
+
+struct MuonOptions {
+  double beta = 0.95;
+  bool nesterov = true;
+  int ns_steps = 5;
+  double weight_decay = 0.1;
+  bool match_adamw_rms = false;  // scale 0.2 * sqrt(max(rows, cols)) instead of max(1, rows/cols)^0.5
+  at::ScalarType ns_dtype = at::kBFloat16;
+};
+// InvalidArgument naming the option: beta in [0, 1), ns_steps in [1, 100],
+// weight_decay >= 0, ns_dtype floating.
+Status Validate(const MuonOptions& options);
+
+// Whether the parameter slot `name` of `shape` is Muon's: at least two
+// dimensions, not the embedding or the LM head.
+bool MuonTakes(const std::string& name, at::IntArrayRef shape);
+
+// The matrices of parameter slot `name` (its tensor, or any tensor laid
+// out like it: gradient, momentum), as views of `t` in [out, in]
+// orientation: the slot itself (a dense slot is one HF tensor), or for a
+// MoE layer's experts (model.layers.{i}.mlp.experts.w_gate_up [E, H, 2I],
+// w_down [E, I, H]) the stacks of the experts' gate_proj and up_proj
+// ([E, I, H] each, transposed halves) and down_proj ([E, H, I]).
+std::vector<at::Tensor> MuonMatrices(const std::string& name, const at::Tensor& t);
+
+// X, orthogonalised: each matrix of `g` ([..., rows, cols]) through
+// `steps` quintic Newton–Schulz steps in `dtype`; returned in g's dtype.
+at::Tensor NewtonSchulz5(const at::Tensor& g, int steps, at::ScalarType dtype);
+
+// The shape factor of a [..., rows, cols] update.
+double MuonScale(int64_t rows, int64_t cols, bool match_adamw_rms);
+
+// One update of `w` in place (`momentum` too; `grad` is not changed), all
+// of one shape, fp32 `w` and `momentum`.
+void MuonUpdate(const at::Tensor& w, const at::Tensor& grad, const at::Tensor& momentum, double lr,
+                const MuonOptions& options);
+
+}  // namespace tandem::train
