@@ -15,7 +15,9 @@
 #      "restart": once step 3's line is written, replica 1 is killed with
 #      SIGKILL; rank 0's next collective fails, the daemon restarts both,
 #      they meet again and resume from step 2's checkpoint; the job ends
-#      succeeded, steps 1..6 in metrics.jsonl once each.
+#      succeeded, steps 1..6 in metrics.jsonl once each;
+#   3. a rank 0 of two without a leased port exits 2 naming what the role
+#      lacks ("ports": 1).
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=actor-dp
 . "$(dirname "$0")/actor_job_lib.sh"
@@ -87,4 +89,12 @@ grep -q "resumed from .*step-0*2" runs/fault/tasks/actor.0.err || fail "fault: r
 grep -q "step 6: the 2 replicas hold the same parameters" runs/fault/tasks/actor.0.err ||
   fail "fault: the replicas differ after the resume"
 grep -E '^\[run\]|^[0-9:.]+ +actor\.[01] +(restarting|exited|failed)' runs/fault.err | grep -E 'actor\.[01]' | head -6 || true
-echo "[actor-dp] PASS: two replicas train like one; a replica killed mid-run, both came back from the checkpoint"
+
+# 3. No leased port for the rendezvous.
+rc=0
+out=$(env -u TANDEM_PORTS TANDEM_RANK=0 TANDEM_WORLD_SIZE=2 TANDEM_CONTROL="unix:$work/nobody.sock" \
+  "$BIN/tandem-worker" actor --model runs/grpo-model 2>&1) || rc=$?
+((rc == 2)) || fail "rank 0 without a port exited $rc: $out"
+grep -q 'give the actor role "ports": 1' <<<"$out" || fail "rank 0 without a port: $out"
+echo "[actor-dp] PASS: two replicas train like one; a replica killed mid-run, both came back from the checkpoint;" \
+  "a rank 0 without a port says so"
