@@ -118,8 +118,7 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
   return o;
 }
 
-void AdamW::Update(const Piece& piece, const at::Tensor& m, const at::Tensor& v, const at::Tensor& master,
-                         double lr) {
+void AdamW::Update(const Piece& piece, const at::Tensor& m, const at::Tensor& v, const at::Tensor& master, double lr) {
   // LibTorch's AdamW::step, op for op (torch/csrc/api/src/optim/adamw.cpp).
   const model::ParameterSet::Slot& s = params_.slots()[piece.slot];
   const at::Tensor p = s.leaf.detach().view({-1}).narrow(0, piece.begin, piece.length);

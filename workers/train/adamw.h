@@ -3,10 +3,9 @@
 // LibTorch's (decoupled weight decay, bias correction, eps outside the
 // square root), over a ParameterSet's slots, weight decay on matrices
 // (dim >= 2) only, after clipping the gradients' global norm
-// (ClipGradNorm). The state is fp32
-// whatever the parameters' dtype: exp_avg, exp_avg_sq and, for bf16 or
-// fp16 parameters, an fp32 master copy the update is applied to (the
-// parameter is then its rounding).
+// (ClipGradNorm). The state is fp32 whatever the parameters' dtype:
+// exp_avg, exp_avg_sq and, for bf16 or fp16 parameters, an fp32 master
+// copy the update is applied to (the parameter is then its rounding).
 //
 // Residency, a setting of the same optimizer:
 //   native  the state on the parameters' device, one tensor per slot's
@@ -24,7 +23,8 @@
 //           state is on the host already). On a CPU the buffers are host
 //           memory: the same code, which CI runs.
 // Not yet: the copies on their own streams overlapping the update (the
-// GPU path runs them in the caller's stream), Muon.
+// GPU path runs them in the caller's stream); Muon as an optimizer (its
+// update: muon.h).
 //
 // Equality: with fp32 parameters, native is bit for bit LibTorch's AdamW
 // (the same ops on the same tensors); staged computes the same ops on
