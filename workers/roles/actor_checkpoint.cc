@@ -65,7 +65,7 @@ StatusOr<ActorProgress> ActorProgressFromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json ActorRunFingerprint(const ActorOptions& o) {
-  return {{"model", o.model_dir},
+  nlohmann::json f = {{"model", o.model_dir},
           {"dataset", o.dataset},
           {"dataset_options", o.dataset_options},
           {"eval_options", o.eval_options},
@@ -85,6 +85,8 @@ nlohmann::json ActorRunFingerprint(const ActorOptions& o) {
           {"rollouts", o.rollouts},
           {"device", o.device},
           {"seed", o.seed}};
+  if (o.optimizer.name != "adamw") f["optimizer"] = {{"name", o.optimizer.name}, {"muon_lr_scale", o.optimizer.muon_lr_scale}};
+  return f;
 }
 
 Status CopyTokenizer(const std::string& from, const std::string& to) {
@@ -114,7 +116,7 @@ StatusOr<checkpoint::CommittedCheckpoint> SaveActorCheckpoint(checkpoint::Checkp
 
 StatusOr<std::optional<RestoredActorCheckpoint>> RestoreActorCheckpoint(const std::string& root,
                                                                         const nlohmann::json& fingerprint,
-                                                                        model::Transformer& model, train::AdamW& optimizer,
+                                                                        model::Transformer& model, train::Optimizer& optimizer,
                                                                         at::Device device,
                                                                         const std::string& metrics_path) {
   RestoredActorCheckpoint out;

@@ -29,7 +29,7 @@
 #include "workers/model/transformer.h"
 #include "workers/roles/actor_options.h"
 #include "workers/roles/training_checkpoint.h"
-#include "workers/train/adamw.h"
+#include "workers/train/optimizer.h"
 
 namespace tandem::roles {
 
@@ -59,7 +59,7 @@ Status CopyTokenizer(const std::string& from, const std::string& to);
 
 struct ActorCheckpointInput {
   const model::Transformer* model = nullptr;
-  const train::AdamW* optimizer = nullptr;
+  const train::Optimizer* optimizer = nullptr;
   ActorProgress progress;
   nlohmann::json fingerprint;
   std::string model_dir;     // whose tokenizer goes into the checkpoint's model/
@@ -84,7 +84,7 @@ struct RestoredActorCheckpoint {
 // no checkpoint (a first start).
 StatusOr<std::optional<RestoredActorCheckpoint>> RestoreActorCheckpoint(const std::string& root,
                                                                         const nlohmann::json& fingerprint,
-                                                                        model::Transformer& model, train::AdamW& optimizer,
+                                                                        model::Transformer& model, train::Optimizer& optimizer,
                                                                         at::Device device,
                                                                         const std::string& metrics_path);
 

@@ -94,7 +94,10 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   topts.adamw.max_grad_norm = o.max_grad_norm;
   TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
                           train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "actor");
-  log::Info("actor", "AdamW state: {}", train::Describe(topts.adamw.staging));
+  topts.optimizer = o.optimizer.name;
+  topts.muon.lr_scale = o.optimizer.muon_lr_scale;
+  topts.muon.match_adamw_rms = true;  // one --lr for both (optimizer_flags.h)
+  log::Info("actor", "optimizer: {}, AdamW state {}", o.optimizer.name, train::Describe(topts.adamw.staging));
   topts.micro_batch_tokens = o.micro_batch_tokens;
   topts.tree_packing = o.tree_packing;
   topts.temperature = o.temperature > 0 ? o.temperature : 1.0;

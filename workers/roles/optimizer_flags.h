@@ -1,6 +1,11 @@
-// The optimizer's residency flags of the training roles (sft, the actor;
-// docs/optimizers.md). Torch- and CLI11-free (the options structs carry
-// it); train::MakeStaging checks the values.
+// The optimizer flags of the training roles (sft, the actor;
+// docs/optimizers.md): which optimizer, and where AdamW's state lives. Torch- and CLI11-free (the options structs carry
+// it); train::MakeStaging and train::MakeOptimizer check the values. Muon
+// in the roles scales its update to AdamW's RMS (Moonlight's recipe), so
+// one --lr schedule serves both.
+//
+// A run's fingerprint names the optimizer when it is not adamw (a resume
+// refuses another); the residency is not in it (the same updates).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,8 @@
 namespace tandem::roles {
 
 struct OptimizerFlags {
+  std::string name = "adamw";        // adamw | muon
+  double muon_lr_scale = 1.0;        // muon: its matrices' rate over the step's lr
   std::string residency = "native";  // native | staged
   int64_t slots = 2;                 // staged: device buffers
   int64_t slot_mib = 128;            // staged: MiB each
@@ -17,6 +24,10 @@ struct OptimizerFlags {
 // `App`: CLI::App (a template: this header needs no CLI11).
 template <class App>
 void AddOptimizerFlags(App* s, OptimizerFlags& f) {
+  s->add_option("--optimizer", f.name, "adamw, or muon (Muon on the hidden matrices, AdamW on the rest)")
+      ->capture_default_str();
+  s->add_option("--muon-lr-scale", f.muon_lr_scale, "muon: its matrices' rate as a multiple of --lr")
+      ->capture_default_str();
   s->add_option("--optimizer-residency", f.residency,
                 "AdamW's state: native (on the parameters' device) or staged (host, streamed through buffers)")
       ->capture_default_str();

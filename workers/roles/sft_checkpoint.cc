@@ -46,7 +46,7 @@ StatusOr<SftProgress> SftProgressFromJson(const nlohmann::json& j) {
 
 nlohmann::json SftRunFingerprint(const SftOptions& o) {
   auto opt = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
-  return {{"dataset", o.dataset},
+  nlohmann::json f = {{"dataset", o.dataset},
           {"dataset_options", o.dataset_options},
           {"eval_options", o.eval_options},
           {"eval_problems", o.eval_problems},
@@ -69,6 +69,8 @@ nlohmann::json SftRunFingerprint(const SftOptions& o) {
           {"max_sequence_tokens", o.max_sequence_tokens},
           {"seed", o.seed},
           {"device", o.device}};
+  if (o.optimizer.name != "adamw") f["optimizer"] = {{"name", o.optimizer.name}, {"muon_lr_scale", o.optimizer.muon_lr_scale}};
+  return f;
 }
 
 StatusOr<checkpoint::CommittedCheckpoint> SaveSftCheckpoint(checkpoint::CheckpointWriter& writer,

@@ -238,7 +238,10 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   topts.adamw.max_grad_norm = o.max_grad_norm;
   TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
                           train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "sft");
-  tandem::log::Info("sft", "AdamW state: {}", train::Describe(topts.adamw.staging));
+  topts.optimizer = o.optimizer.name;
+  topts.muon.lr_scale = o.optimizer.muon_lr_scale;
+  topts.muon.match_adamw_rms = true;  // one --lr for both (optimizer_flags.h)
+  tandem::log::Info("sft", "optimizer: {}, AdamW state {}", o.optimizer.name, train::Describe(topts.adamw.staging));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
 
   SftResult result;

@@ -72,7 +72,8 @@ StatusOr<TrainerTensors> ReadTrainerTensors(const std::string& path) {
     if (v.nbytes > 0) std::memcpy(t.data_ptr(), v.data, v.nbytes);
     if (name.rfind("rng/", 0) == 0) {
       out.rng[name] = std::move(t);
-    } else if (name.rfind("exp_avg/", 0) == 0 || name.rfind("exp_avg_sq/", 0) == 0 || name.rfind("master/", 0) == 0) {
+    } else if (name.rfind("exp_avg/", 0) == 0 || name.rfind("exp_avg_sq/", 0) == 0 || name.rfind("master/", 0) == 0 ||
+               name.rfind("momentum/", 0) == 0) {
       out.trainer.tensors[name] = std::move(t);
     } else {
       return InvalidArgument(path + ": unexpected tensor \"" + name + "\"");

@@ -37,7 +37,7 @@
 #include "workers/checkpoint/checkpoint_reader.h"
 #include "workers/checkpoint/checkpoint_writer.h"
 #include "workers/model/transformer.h"
-#include "workers/train/adamw.h"
+#include "workers/train/optimizer.h"
 
 namespace tandem::roles {
 
@@ -52,7 +52,7 @@ StatusOr<nlohmann::json> ReadJsonObjectFile(const std::string& path);
 struct TrainingCheckpointInput {
   std::string kind;  // "sft", "actor": the manifest's kind, and the errors' prefix
   const model::Transformer* model = nullptr;
-  const train::AdamW* optimizer = nullptr;
+  const train::Optimizer* optimizer = nullptr;
   // The role's counters: an object with "step", the checkpoint's step, and
   // "optimizer_steps" when the optimizer's count may differ from it.
   nlohmann::json progress;
@@ -79,7 +79,7 @@ struct TrainingCheckpointTarget {
   // fingerprint matched and before anything is written into the run.
   std::function<Status(const nlohmann::json& progress)> read_progress;
   model::Transformer* model = nullptr;
-  train::AdamW* optimizer = nullptr;
+  train::Optimizer* optimizer = nullptr;
   at::Device device = at::Device(at::kCPU);  // whose generators are restored
 };
 

@@ -78,10 +78,15 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
       return InvalidArgument(std::string("adamw: parameters of dtype ") + c10::toString(dtype) +
                              " (fp32, bf16 or fp16 only)");
     o->master_ = dtype != at::kFloat;
-    for (const model::ParameterSet::Slot& s : params.slots()) {
-      o->slot_state_.push_back(o->total_);
+    o->slot_state_.assign(params.slots().size(), -1);
+    for (size_t i = 0; i < params.slots().size(); ++i) {
+      const model::ParameterSet::Slot& s = params.slots()[i];
+      if (options.takes && !options.takes(s)) continue;
+      o->owned_.push_back(i);
+      o->slot_state_[i] = o->total_;
       o->total_ += s.leaf.numel();
     }
+    if (o->owned_.empty()) return InvalidArgument("adamw: it takes none of the parameters");
     const bool staged = staging.residency == Residency::kStaged;
     at::TensorOptions where = at::TensorOptions().dtype(at::kFloat).device(staged ? at::Device(at::kCPU) : first.device());
     if (staged && first.is_cuda()) where = where.pinned_memory(true);
@@ -90,7 +95,7 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
     o->exp_avg_sq_ = slab();
     if (o->master_) {
       o->master_w_ = slab();
-      for (size_t i = 0; i < params.slots().size(); ++i) {
+      for (const size_t i : o->owned_) {
         const at::Tensor& leaf = params.slots()[i].leaf;
         o->master_w_.narrow(0, o->slot_state_[i], leaf.numel()).copy_(leaf.detach().reshape({-1}));
       }
@@ -100,7 +105,7 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
       // than that is cut into pieces. Consecutive pieces: a bucket's state
       // is one contiguous range of the slabs.
       const int64_t capacity = staging.slot_bytes / (4 * Kinds(o->master_));
-      for (size_t i = 0; i < params.slots().size(); ++i) {
+      for (const size_t i : o->owned_) {
         const int64_t n = params.slots()[i].leaf.numel();
         for (int64_t begin = 0; begin < n;) {
           if (o->buckets_.empty() || o->buckets_.back().elements == capacity) o->buckets_.emplace_back();
@@ -142,7 +147,7 @@ StatusOr<double> AdamW::Step(double lr) {
   try {
     at::NoGradGuard no_grad;
     if (adamw_.staging.residency == Residency::kNative) {
-      for (size_t i = 0; i < params_.slots().size(); ++i) {
+      for (const size_t i : owned_) {
         const int64_t n = params_.slots()[i].leaf.numel();
         const int64_t at = slot_state_[i];
         Update({i, 0, n, at}, exp_avg_.narrow(0, at, n), exp_avg_sq_.narrow(0, at, n),
@@ -184,7 +189,7 @@ OptimizerState AdamW::State() const {
   OptimizerState out;
   out.steps = steps_;
   if (steps_ == 0) return out;
-  for (size_t i = 0; i < params_.slots().size(); ++i) {
+  for (const size_t i : owned_) {
     const model::ParameterSet::Slot& s = params_.slots()[i];
     auto view = [&](const at::Tensor& slab) { return slab.narrow(0, slot_state_[i], s.leaf.numel()).view(s.leaf.sizes()); };
     out.tensors["exp_avg/" + s.name] = view(exp_avg_);
@@ -196,18 +201,20 @@ OptimizerState AdamW::State() const {
 
 Status AdamW::Restore(const OptimizerState& in) {
   const std::vector<model::ParameterSet::Slot>& slots = params_.slots();
+  const size_t owned = owned_.size();
   if (in.steps < 0) return InvalidArgument("optimizer state: negative step count");
   if (in.tensors.empty() != (in.steps == 0))
     return InvalidArgument("optimizer state: " + std::to_string(in.steps) + " steps but " +
                            std::to_string(in.tensors.size()) + " optimizer tensors");
   bool with_master = false;
   if (!in.tensors.empty()) {
-    with_master = in.tensors.size() == 3 * slots.size();
-    if (in.tensors.size() != 2 * slots.size() && !(master_ && with_master))
-      return InvalidArgument("optimizer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, the model has " +
-                             std::to_string(slots.size()) + " parameters (two moments each" +
+    with_master = in.tensors.size() == 3 * owned;
+    if (in.tensors.size() != 2 * owned && !(master_ && with_master))
+      return InvalidArgument("optimizer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, AdamW has " +
+                             std::to_string(owned) + " parameters (two moments each" +
                              (master_ ? ", and their fp32 masters" : "") + ")");
-    for (const model::ParameterSet::Slot& s : slots) {
+    for (const size_t i : owned_) {
+      const model::ParameterSet::Slot& s = slots[i];
       std::vector<std::string> names = {"exp_avg/" + s.name, "exp_avg_sq/" + s.name};
       if (with_master) names.push_back("master/" + s.name);
       for (const std::string& name : names) {
@@ -220,7 +227,7 @@ Status AdamW::Restore(const OptimizerState& in) {
   }
   try {
     at::NoGradGuard no_grad;
-    for (size_t i = 0; i < slots.size(); ++i) {
+    for (const size_t i : owned_) {
       const model::ParameterSet::Slot& s = slots[i];
       const int64_t n = s.leaf.numel(), at = slot_state_[i];
       auto put = [&](const at::Tensor& slab, const std::string& name) {

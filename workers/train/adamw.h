@@ -42,6 +42,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,7 @@
 
 #include "common/status.h"
 #include "workers/model/parameter_set.h"
+#include "workers/train/optimizer.h"
 
 namespace tandem::train {
 
@@ -65,6 +67,9 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double max_grad_norm = 1.0;  // 0: no clipping
   StagingOptions staging;
+  // The slots it updates (empty: every slot); the others are another
+  // optimizer's (Muon's matrices: muon.h) and have no state here.
+  std::function<bool(const model::ParameterSet::Slot&)> takes;
 };
 // InvalidArgument naming the option: weight decay and clip >= 0, betas in
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
@@ -83,25 +88,21 @@ std::string Describe(const StagingOptions& staging);
 // 1e-6). Internal when the norm is not finite (nothing scaled).
 StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm);
 
-struct OptimizerState {
-  int64_t steps = 0;  // updates applied: AdamW's bias-correction step
-  std::map<std::string, at::Tensor> tensors;
-};
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // `params` must outlive the optimizer; its gradients are enabled here.
   // InvalidArgument naming a bad option.
   static StatusOr<std::unique_ptr<AdamW>> Create(model::ParameterSet& params, const AdamWOptions& options);
-  ~AdamW();
+  ~AdamW() override;
 
   // The gradients' global norm before clipping; Internal when it is not
   // finite (nothing updated).
-  StatusOr<double> Step(double lr);
-  int64_t steps() const { return steps_; }
+  StatusOr<double> Step(double lr) override;
+  int64_t steps() const override { return steps_; }
 
-  OptimizerState State() const;  // the tensors alias the optimizer's (copy before the next Step)
-  Status Restore(const OptimizerState& state);
+  OptimizerState State() const override;  // the tensors alias the optimizer's (copy before the next Step)
+  Status Restore(const OptimizerState& state) override;
 
   // Staged: frees the device buffers (the next Step allocates them again).
   void Release();
@@ -127,7 +128,8 @@ class AdamW {
   model::ParameterSet& params_;
   AdamWOptions adamw_;
   bool master_ = false;                     // bf16/fp16 parameters
-  std::vector<int64_t> slot_state_;         // per slot: elements into the state slabs
+  std::vector<size_t> owned_;               // the slots it updates, in order
+  std::vector<int64_t> slot_state_;         // per slot: elements into the state slabs (owned slots only)
   int64_t total_ = 0;                       // state elements per kind
   at::Tensor exp_avg_, exp_avg_sq_, master_w_;  // flat fp32 slabs (native: on the device; staged: host)
   std::vector<Bucket> buckets_;             // staged

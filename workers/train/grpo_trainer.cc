@@ -87,7 +87,7 @@ struct GrpoTrainer::Share {
   int64_t groups_all_equal = 0;
 };
 
-GrpoTrainer::GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<AdamW> opt)
+GrpoTrainer::GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<Optimizer> opt)
     : model_(model), options_(std::move(options)), opt_(std::move(opt)) {}
 GrpoTrainer::~GrpoTrainer() = default;
 
@@ -108,7 +108,8 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
   }
   if (options.data_parallel != nullptr && options.data_parallel->world_size() > 1)
     TANDEM_RETURN_IF_ERROR(CheckSameParameters(model, *options.data_parallel, "give every rank the same init seed or checkpoint"), "grpo trainer");
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> opt, AdamW::Create(model.parameters(), options.adamw), "grpo trainer");
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt,
+                          MakeOptimizer(model.parameters(), {options.optimizer, options.adamw, options.muon}), "grpo trainer");
   return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(model, options, std::move(opt)));
 }
 

@@ -20,7 +20,7 @@
 //      and sequence counts as normalisers, so the micro-batches' gradients
 //      sum to the batch's. With the algorithm's kl_coef > 0 the reference
 //      model scores the same forest (no gradient) for the KL term.
-//   4. One AdamW update (adamw.h) at the schedule's rate.
+//   4. One optimizer update (optimizer.h: AdamW, or Muon) at the schedule's rate.
 // A batch with nothing left to train on (every group dropped) makes no
 // update and says so (stats.updated false). Errors: Status values.
 //
@@ -48,7 +48,7 @@
 #include "common/status.h"
 #include "workers/model/transformer.h"
 #include "workers/rl/algorithm_registry.h"
-#include "workers/train/adamw.h"
+#include "workers/train/muon.h"
 #include "workers/train/data_parallel.h"
 #include "workers/train/lr_schedule.h"
 
@@ -65,7 +65,9 @@ struct Trajectory {
 struct GrpoTrainerOptions {
   rl::Algorithm algorithm;          // rl::AlgorithmRegistry::Resolve, with WithJobLimits applied
   WarmupCosine schedule;
-  AdamWOptions adamw;
+  std::string optimizer = "adamw";  // adamw | muon (muon.h MakeOptimizer)
+  AdamWOptions adamw;               // AdamW, or Muon's AdamW part; max_grad_norm for both
+  MuonOptions muon;
   int64_t micro_batch_tokens = 0;   // 0: the whole batch in one micro-batch
   bool tree_packing = true;
   // The rollouts' sampling temperature: log-probs, entropy and the KL term
@@ -112,12 +114,12 @@ class GrpoTrainer {
   // start the same way).
   Status CheckReplicasAgree();
   int64_t steps() const { return opt_->steps(); }
-  AdamW& optimizer() { return *opt_; }
-  const AdamW& optimizer() const { return *opt_; }
+  Optimizer& optimizer() { return *opt_; }
+  const Optimizer& optimizer() const { return *opt_; }
 
  private:
   struct Share;  // this replica's part of a step's batch (grpo_trainer.cc)
-  GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<AdamW> opt);
+  GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<Optimizer> opt);
   Status Prepare(const std::vector<Trajectory>& trajectories, const std::string& where, Share& share,
                  GrpoStepStats& st);
   Status TrainMicroBatches(const Share& share, double batch_tokens, double batch_sequences, const std::string& where,
@@ -125,7 +127,7 @@ class GrpoTrainer {
 
   model::Transformer& model_;
   GrpoTrainerOptions options_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Optimizer> opt_;
 };
 
 }  // namespace tandem::train

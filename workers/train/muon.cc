@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace tandem::train {
 
@@ -14,6 +15,7 @@ Status Validate(const MuonOptions& o) {
     return InvalidArgument("muon: ns_steps must be in [1, 100], got " + std::to_string(o.ns_steps));
   if (!(o.weight_decay >= 0)) return InvalidArgument("muon: weight_decay must be >= 0");
   if (!at::isFloatingType(o.ns_dtype)) return InvalidArgument("muon: ns_dtype must be a floating type");
+  if (!(o.lr_scale > 0)) return InvalidArgument("muon: lr_scale must be > 0");
   return Status::Ok();
 }
 
@@ -62,6 +64,137 @@ void MuonUpdate(const at::Tensor& w, const at::Tensor& grad, const at::Tensor& m
   const at::Tensor x = NewtonSchulz5(u, o.ns_steps, o.ns_dtype);
   if (o.weight_decay != 0) w.mul_(1 - lr * o.weight_decay);
   w.add_(x, -lr * MuonScale(w.size(-2), w.size(-1), o.match_adamw_rms));
+}
+
+Muon::Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm)
+    : params_(params), muon_(muon), max_grad_norm_(max_grad_norm) {}
+Muon::~Muon() = default;
+
+StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const MuonOptions& muon,
+                                             const AdamWOptions& adamw) {
+  TANDEM_RETURN_IF_ERROR(Validate(muon));
+  TANDEM_RETURN_IF_ERROR(Validate(adamw));
+  std::unique_ptr<Muon> o(new Muon(params, muon, adamw.max_grad_norm));
+  AdamWOptions rest = adamw;
+  rest.max_grad_norm = 0;  // clipped once, by Step
+  rest.takes = [](const model::ParameterSet::Slot& s) { return !MuonTakes(s.name, s.leaf.sizes()); };
+  TANDEM_ASSIGN_OR_RETURN(o->rest_, AdamW::Create(params, rest), "muon: the parameters AdamW takes");
+  try {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.slots().size(); ++i) {
+      const model::ParameterSet::Slot& s = params.slots()[i];
+      if (!MuonTakes(s.name, s.leaf.sizes())) continue;
+      o->mine_.push_back(i);
+      o->momentum_.push_back(at::zeros(s.leaf.sizes(), s.leaf.options().dtype(at::kFloat)));
+      if (s.leaf.scalar_type() != at::kFloat) o->master_.push_back(s.leaf.detach().to(at::kFloat));
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("muon: allocating its state: ") + e.what());
+  }
+  if (o->mine_.empty()) return InvalidArgument("muon: the model has no hidden matrices");
+  return o;
+}
+
+StatusOr<double> Muon::Step(double lr) {
+  TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, max_grad_norm_), "muon step");
+  try {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < mine_.size(); ++k) {
+      const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
+      const at::Tensor w = master_.empty() ? s.leaf.detach() : master_[k];
+      const std::vector<at::Tensor> ws = MuonMatrices(s.name, w), gs = MuonMatrices(s.name, s.leaf.grad()),
+                                    ms = MuonMatrices(s.name, momentum_[k]);
+      for (size_t j = 0; j < ws.size(); ++j) MuonUpdate(ws[j], gs[j], ms[j], lr * muon_.lr_scale, muon_);
+      if (!master_.empty()) s.leaf.detach().copy_(master_[k]);
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("muon step: ") + e.what());
+  }
+  TANDEM_RETURN_IF_ERROR(rest_->Step(lr).status(), "muon step");
+  ++steps_;
+  return norm;
+}
+
+OptimizerState Muon::State() const {
+  OptimizerState out = rest_->State();
+  out.steps = steps_;
+  if (steps_ == 0) return out;
+  for (size_t k = 0; k < mine_.size(); ++k) {
+    const std::string& name = params_.slots()[mine_[k]].name;
+    out.tensors["momentum/" + name] = momentum_[k];
+    if (!master_.empty()) out.tensors["master/" + name] = master_[k];
+  }
+  return out;
+}
+
+Status Muon::Restore(const OptimizerState& in) {
+  if (in.steps < 0 || in.tensors.empty() != (in.steps == 0))
+    return InvalidArgument("optimizer state: " + std::to_string(in.steps) + " steps and " +
+                           std::to_string(in.tensors.size()) + " optimizer tensors");
+  OptimizerState rest;
+  rest.steps = in.steps;
+  std::vector<const at::Tensor*> momentum(mine_.size(), nullptr), master(mine_.size(), nullptr);
+  std::map<std::string, size_t> slot_of;
+  for (size_t k = 0; k < mine_.size(); ++k) slot_of[params_.slots()[mine_[k]].name] = k;
+  for (const auto& [name, t] : in.tensors) {
+    const size_t slash = name.find('/');
+    const auto k = slash == std::string::npos ? slot_of.end() : slot_of.find(name.substr(slash + 1));
+    const std::string kind = slash == std::string::npos ? "" : name.substr(0, slash);
+    if (k != slot_of.end() && kind == "momentum") {
+      momentum[k->second] = &t;
+    } else if (k != slot_of.end() && kind == "master") {
+      master[k->second] = &t;
+    } else {
+      rest.tensors[name] = t;
+    }
+  }
+  // Muon's part first, then AdamW's (which checks all of its own before it
+  // changes anything): nothing is half-restored.
+  for (size_t k = 0; k < mine_.size() && in.steps > 0; ++k) {
+    const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
+    if (momentum[k] == nullptr) return InvalidArgument("optimizer state: no tensor \"momentum/" + s.name + "\"");
+    for (const at::Tensor* t : {momentum[k], master[k]}) {
+      if (t != nullptr && (!t->defined() || t->sizes() != s.leaf.sizes() || !at::isFloatingType(t->scalar_type())))
+        return InvalidArgument("optimizer state: Muon's tensors of \"" + s.name + "\" have the wrong shape or dtype");
+    }
+    if (master[k] != nullptr && master_.empty())
+      return InvalidArgument("optimizer state: \"master/" + s.name + "\" for fp32 parameters");
+  }
+  TANDEM_RETURN_IF_ERROR(rest_->Restore(rest));
+  try {
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < mine_.size(); ++k) {
+      const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
+      if (in.steps == 0) {
+        momentum_[k].zero_();
+      } else {
+        momentum_[k].copy_(*momentum[k]);
+      }
+      if (!master_.empty()) {
+        if (master[k] != nullptr && in.steps > 0) {
+          master_[k].copy_(*master[k]);
+        } else {
+          master_[k].copy_(s.leaf.detach());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("optimizer state: ") + e.what());
+  }
+  steps_ = in.steps;
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice) {
+  if (choice.name == "adamw") {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> o, AdamW::Create(params, choice.adamw));
+    return std::unique_ptr<Optimizer>(std::move(o));
+  }
+  if (choice.name == "muon") {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Muon> o, Muon::Create(params, choice.muon, choice.adamw));
+    return std::unique_ptr<Optimizer>(std::move(o));
+  }
+  return InvalidArgument("--optimizer: expected adamw or muon, got \"" + choice.name + "\"");
 }
 
 }  // namespace tandem::train

@@ -20,16 +20,24 @@
 // The iteration runs in `ns_dtype` (bf16 as the reference does; fp32 for
 // exactness tests).
 //
-// Not yet (#17): the optimizer over a model (Muon's matrices, AdamW for the
-// rest, one state, staged like adamw.h), its data-parallel ownership.
+// Muon (the class) is the optimizer over a model: Muon on the slots
+// MuonTakes, AdamW (adamw.h) on the rest, one step, one state; the
+// trainers take it by name (MakeOptimizer; --optimizer muon). Not yet
+// (#17): its own state staged like AdamW's (with --optimizer-residency
+// staged only AdamW's part is), its data-parallel ownership of whole
+// matrices.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "workers/model/parameter_set.h"
+#include "workers/train/adamw.h"
 
 namespace tandem::train {
 
@@ -40,9 +48,10 @@ struct MuonOptions {
   double weight_decay = 0.1;
   bool match_adamw_rms = false;  // scale 0.2 * sqrt(max(rows, cols)) instead of max(1, rows/cols)^0.5
   at::ScalarType ns_dtype = at::kBFloat16;
+  double lr_scale = 1.0;         // Muon's rate: the step's lr times this (the reference: 0.02 against AdamW's 3e-4)
 };
 // InvalidArgument naming the option: beta in [0, 1), ns_steps in [1, 100],
-// weight_decay >= 0, ns_dtype floating.
+// weight_decay >= 0, ns_dtype floating, lr_scale > 0.
 Status Validate(const MuonOptions& options);
 
 // Whether the parameter slot `name` of `shape` is Muon's: at least two
@@ -68,5 +77,47 @@ double MuonScale(int64_t rows, int64_t cols, bool match_adamw_rms);
 // of one shape, fp32 `w` and `momentum`.
 void MuonUpdate(const at::Tensor& w, const at::Tensor& grad, const at::Tensor& momentum, double lr,
                 const MuonOptions& options);
+
+// Muon on the hidden matrices, AdamW on the rest. Step(lr): the global
+// gradient norm clipped once (adamw.max_grad_norm, over every gradient),
+// then MuonUpdate on each of Muon's matrices at lr * lr_scale (fp32
+// momentum; an fp32 master for bf16/fp16 parameters, the parameter its
+// rounding), then AdamW's step at lr on the rest. State: AdamW's tensors
+// and "momentum/<slot>" ("master/<slot>" too for bf16 parameters) of
+// Muon's slots; Restore checks all of it before it changes anything.
+class Muon final : public Optimizer {
+ public:
+  // `params` must outlive the optimizer; its gradients are enabled here.
+  // adamw.takes is set here (the slots Muon does not take).
+  static StatusOr<std::unique_ptr<Muon>> Create(model::ParameterSet& params, const MuonOptions& muon,
+                                                const AdamWOptions& adamw);
+  ~Muon() override;
+
+  StatusOr<double> Step(double lr) override;  // the norm before clipping
+  int64_t steps() const override { return steps_; }
+  OptimizerState State() const override;      // the tensors alias the optimizer's
+  Status Restore(const OptimizerState& state) override;
+  const std::vector<size_t>& muon_slots() const { return mine_; }
+
+ private:
+  Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm);
+  model::ParameterSet& params_;
+  MuonOptions muon_;
+  double max_grad_norm_;
+  std::unique_ptr<AdamW> rest_;
+  std::vector<size_t> mine_;              // Muon's slots
+  std::vector<at::Tensor> momentum_, master_;  // per Muon slot; master_ empty for fp32 parameters
+  int64_t steps_ = 0;
+};
+
+// The trainers' choice (--optimizer): "adamw" (AdamW on every slot) or
+// "muon" (Muon on the hidden matrices, AdamW on the rest); InvalidArgument
+// naming anything else.
+struct OptimizerChoice {
+  std::string name = "adamw";
+  AdamWOptions adamw;
+  MuonOptions muon;
+};
+StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice);
 
 }  // namespace tandem::train

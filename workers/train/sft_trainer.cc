@@ -39,13 +39,14 @@ StatusOr<Packed> Pack(const model::Transformer& model, const std::vector<SftExam
 
 }  // namespace
 
-SftTrainer::SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<AdamW> opt)
+SftTrainer::SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<Optimizer> opt)
     : model_(model), options_(options), opt_(std::move(opt)) {}
 SftTrainer::~SftTrainer() = default;
 
 StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::Create(model::Transformer& model, const SftTrainerOptions& options) {
   TANDEM_RETURN_IF_ERROR(options.schedule.Validate(), "sft trainer");
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> opt, AdamW::Create(model.parameters(), options.adamw), "sft trainer");
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt,
+                          MakeOptimizer(model.parameters(), {options.optimizer, options.adamw, options.muon}), "sft trainer");
   return std::unique_ptr<SftTrainer>(new SftTrainer(model, options, std::move(opt)));
 }
 

@@ -3,8 +3,9 @@
 // model_input.h; shared prompt prefixes stored once), scored through the
 // chunked LM-head loss op on the response tokens only (full logits never
 // exist), and the mean negative log-likelihood per response token is
-// minimised with AdamW (LibTorch's; weight decay on matrices, none on norms),
-// the gradient's global norm clipped, at the WarmupCosine rate.
+// minimised with the chosen optimizer (optimizer.h: AdamW, weight decay on
+// matrices, none on norms, or Muon on the hidden matrices), the gradient's
+// global norm clipped, at the WarmupCosine rate.
 //
 // MoE models train too, without a load-balancing loss (not yet). Errors
 // (a bad example, a non-finite loss, a LibTorch exception) are Status values;
@@ -13,11 +14,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "workers/model/transformer.h"
-#include "workers/train/adamw.h"
+#include "workers/train/muon.h"
 #include "workers/train/lr_schedule.h"
 #include "workers/train/sft_example.h"
 
@@ -25,7 +27,9 @@ namespace tandem::train {
 
 struct SftTrainerOptions {
   WarmupCosine schedule;
-  AdamWOptions adamw;
+  std::string optimizer = "adamw";  // adamw | muon (muon.h MakeOptimizer)
+  AdamWOptions adamw;               // AdamW, or Muon's AdamW part; max_grad_norm for both
+  MuonOptions muon;
 };
 
 struct SftStepStats {
@@ -48,17 +52,17 @@ class SftTrainer {
   // The same loss without gradients or an update (held-out loss).
   StatusOr<double> Loss(const std::vector<SftExample>& examples) const;
   int64_t steps() const { return opt_->steps(); }
-  // The optimizer, for checkpoints (AdamW::State / Restore; its step count
-  // is the schedule's step).
-  AdamW& optimizer() { return *opt_; }
-  const AdamW& optimizer() const { return *opt_; }
+  // The optimizer, for checkpoints (State / Restore; its step count is the
+  // schedule's step).
+  Optimizer& optimizer() { return *opt_; }
+  const Optimizer& optimizer() const { return *opt_; }
 
  private:
-  SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<AdamW> opt);
+  SftTrainer(model::Transformer& model, SftTrainerOptions options, std::unique_ptr<Optimizer> opt);
 
   model::Transformer& model_;
   SftTrainerOptions options_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Optimizer> opt_;
 };
 
 }  // namespace tandem::train

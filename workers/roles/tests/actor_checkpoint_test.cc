@@ -17,6 +17,7 @@
 #include "workers/model/tests/model_test_util.h"
 #include "workers/model/transformer.h"
 #include "workers/roles/actor_checkpoint.h"
+#include "workers/train/adamw.h"
 
 namespace tandem::roles {
 namespace {

@@ -3,9 +3,10 @@
 # parallel") under `tandem run` on the embedded local backend, CPU (gloo),
 # a base model of two sft steps whose rewards are all 0, so the algorithm
 # has an entropy bonus for gradients that are not 0:
-#   1. examples/grpo.json, 4 steps, once with one actor (its AdamW state
-#      staged: --optimizer-residency staged, 1 MiB buffers) and once with two
-#      replicas (`replicas: 2`, `ports: 1`), the same seed: both end exit 0
+#   1. examples/grpo.json, 4 steps, --optimizer muon, once with one actor
+#      (its AdamW part staged: --optimizer-residency staged, 1 MiB buffers)
+#      and once with two replicas (`replicas: 2`, `ports: 1`), the same
+#      seed: both end exit 0
 #      (every task); replica 1 trained steps 1..4 on its share; rank 0
 #      found the replicas' parameters identical after the last step; step 1
 #      (the same weights and seeds: the same samples) logs the same reward
@@ -37,8 +38,9 @@ spec() {  # NAME REPLICAS [jq filter]: examples/grpo.json as NAME.json
 step_line() { jq -c --argjson s "$2" 'select(.step == $s and .["reward/mean"] != null)' "runs/$1/metrics.jsonl"; }
 
 # 1. One actor, then two replicas.
-spec one 1 '.roles.actor.args += ["--optimizer-residency", "staged", "--optimizer-slot-mib", "1"]'
-spec two 2
+spec one 1 '.roles.actor.args += ["--optimizer", "muon", "--optimizer-residency", "staged", "--optimizer-slot-mib", "1"]'
+spec two 2 '.roles.actor.args += ["--optimizer", "muon"]'
+
 run_job one.json one
 run_job two.json two
 for t in actor.0 actor.1 rollout.0 rollout.1; do
@@ -48,7 +50,8 @@ for s in 1 2 3 4; do
   grep -q "replica 1 step $s: [1-9][0-9]* trajectories of 16" runs/two/tasks/actor.1.err || fail "replica 1 did not train step $s"
 done
 grep -q "data-parallel rank 0 of 2 (gloo" runs/two/tasks/actor.0.err || fail "rank 0 did not lead a gloo group"
-grep -q "AdamW state: staged through 2 x 1 MiB buffers" runs/one/tasks/actor.0.err || fail "one: AdamW not staged"
+grep -q "optimizer: muon, AdamW state staged through 2 x 1 MiB buffers" runs/one/tasks/actor.0.err ||
+  fail "one: not Muon with AdamW staged"
 grep -q "step 4: the 2 replicas hold the same parameters" runs/two/tasks/actor.0.err ||
   fail "rank 0 did not find the replicas identical after step 4"
 a=$(step_line one 1)

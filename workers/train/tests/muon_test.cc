@@ -11,6 +11,8 @@
 
 #include <cmath>
 
+#include "workers/model/tests/model_test_util.h"
+
 namespace tandem::train {
 namespace {
 
@@ -124,6 +126,101 @@ TEST(Muon, ScalesTakesAndOptions) {
   at::manual_seed(4);
   const at::Tensor g = at::randn({40, 24});
   EXPECT_LE(MaxDiff(NewtonSchulz5(g, 5, at::kBFloat16), NewtonSchulz5(g, 5, at::kFloat)), 0.05);
+}
+
+// The optimizer over a tiny MoE model: Muon's slots move as MuonUpdate
+// moves them (after the global clip), every other slot exactly as AdamW
+// over the whole model moves it; a restore at step 5 continues to the same
+// step 10.
+model::ParameterSet TinyParams() {
+  static const model::ModelConfig c = model::testing::TinyConfig(/*moe=*/true, /*layers=*/3);
+  model::ParameterSet p = model::ParameterSet::Create(c, at::Device(at::kCPU), at::kFloat);
+  at::manual_seed(11);
+  at::NoGradGuard no_grad;
+  for (const model::ParameterSet::Slot& s : p.slots()) s.leaf.detach().copy_(at::randn(s.leaf.sizes()) * 0.2);
+  p.EnableGrad();
+  return p;
+}
+
+void Grads(model::ParameterSet& p, int step) {
+  at::manual_seed(500 + step);
+  for (const at::Tensor& g : p.grad_buffers()) g.copy_(at::randn(g.sizes()) * (step % 4 == 1 ? 40.0 : 0.4));
+}
+
+TEST(MuonOptimizer, MuonOnTheMatricesAdamWOnTheRest) {
+  MuonOptions mo;
+  mo.ns_dtype = at::kFloat;
+  mo.lr_scale = 5.0;
+  AdamWOptions ao;
+  ao.max_grad_norm = 8.0;  // every fourth step is clipped
+  model::ParameterSet a = TinyParams(), b = TinyParams(), c = TinyParams();
+  auto muon = Muon::Create(a, mo, ao);
+  auto adamw = AdamW::Create(b, ao);
+  ASSERT_TRUE(muon.ok()) << muon.status().ToString();
+  ASSERT_TRUE(adamw.ok());
+  std::vector<at::Tensor> momentum;
+  for (const size_t i : (*muon)->muon_slots()) momentum.push_back(at::zeros(c.slots()[i].leaf.sizes()));
+  // q, k, v, o in 3 layers; the dense layer's gate, up, down; each of the
+  // two MoE layers' router and experts (w_gate_up, w_down).
+  EXPECT_EQ((*muon)->muon_slots().size(), 3u * 4 + 3 + 2 * 3);
+  for (int step = 0; step < 10; ++step) {
+    const double lr = 1e-3 * (1 + step % 3);
+    Grads(a, step);
+    Grads(b, step);
+    Grads(c, step);
+    auto n1 = (*muon)->Step(lr);
+    auto n2 = (*adamw)->Step(lr);
+    ASSERT_TRUE(n1.ok() && n2.ok());
+    EXPECT_EQ(*n1, *n2);
+    ASSERT_TRUE(ClipGradNorm(c, ao.max_grad_norm).ok());
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < (*muon)->muon_slots().size(); ++k) {
+      const model::ParameterSet::Slot& s = c.slots()[(*muon)->muon_slots()[k]];
+      const auto ws = MuonMatrices(s.name, s.leaf.detach()), gs = MuonMatrices(s.name, s.leaf.grad()),
+                 ms = MuonMatrices(s.name, momentum[k]);
+      for (size_t j = 0; j < ws.size(); ++j) MuonUpdate(ws[j], gs[j], ms[j], lr * mo.lr_scale, mo);
+    }
+  }
+  size_t muon_slots = 0;
+  for (size_t i = 0; i < a.slots().size(); ++i) {
+    const bool is_muon = MuonTakes(a.slots()[i].name, a.slots()[i].leaf.sizes());
+    muon_slots += is_muon;
+    const at::Tensor& want = is_muon ? c.slots()[i].leaf : b.slots()[i].leaf;
+    EXPECT_TRUE(at::equal(a.slots()[i].leaf, want)) << a.slots()[i].name << (is_muon ? " (Muon)" : " (AdamW)");
+  }
+  EXPECT_EQ(muon_slots, (*muon)->muon_slots().size());
+
+  // Restore at 5, on to 10.
+  model::ParameterSet d = TinyParams(), e = TinyParams();
+  auto straight = Muon::Create(d, mo, ao);
+  auto first = Muon::Create(e, mo, ao);
+  ASSERT_TRUE(straight.ok() && first.ok());
+  for (int step = 0; step < 10; ++step) {
+    Grads(d, step);
+    ASSERT_TRUE((*straight)->Step(1e-3).ok());
+    if (step < 5) {
+      Grads(e, step);
+      ASSERT_TRUE((*first)->Step(1e-3).ok());
+    }
+  }
+  OptimizerState saved = (*first)->State();
+  for (auto& [k, t] : saved.tensors) t = t.clone();
+  EXPECT_EQ(saved.steps, 5);
+  EXPECT_TRUE(saved.tensors.count("momentum/" + e.slots()[(*first)->muon_slots()[0]].name));
+  auto resumed = Muon::Create(e, mo, ao);
+  ASSERT_TRUE(resumed.ok());
+  OptimizerState broken = saved;
+  broken.tensors.erase("momentum/" + e.slots()[(*first)->muon_slots()[2]].name);
+  const Status refused = (*resumed)->Restore(broken);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  EXPECT_NE(refused.message().find("momentum/"), std::string::npos) << refused.ToString();
+  EXPECT_EQ((*resumed)->steps(), 0) << "nothing restored";
+  ASSERT_TRUE((*resumed)->Restore(saved).ok());
+  for (int step = 5; step < 10; ++step) {
+    Grads(e, step);
+    ASSERT_TRUE((*resumed)->Step(1e-3).ok());
+  }
+  for (size_t i = 0; i < d.slots().size(); ++i) EXPECT_TRUE(at::equal(d.slots()[i].leaf, e.slots()[i].leaf)) << d.slots()[i].name;
 }
 
 }  // namespace
