@@ -90,14 +90,12 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   topts.algorithm = algorithm;
   topts.reference = m.reference.get();
   topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
-  topts.adamw.weight_decay = o.weight_decay;
-  topts.adamw.max_grad_norm = o.max_grad_norm;
-  TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
-                          train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "actor");
-  topts.optimizer = o.optimizer.name;
-  topts.muon.lr_scale = o.optimizer.muon_lr_scale;
-  topts.muon.match_adamw_rms = true;  // one --lr for both (optimizer_flags.h)
-  log::Info("actor", "optimizer: {}, AdamW state {}", o.optimizer.name, train::Describe(topts.adamw.staging));
+  TANDEM_ASSIGN_OR_RETURN(topts.optimizer,
+                          train::ChooseOptimizer(o.optimizer.name, o.optimizer.muon_lr_scale, o.optimizer.residency,
+                                                 o.optimizer.slots, o.optimizer.slot_mib, o.weight_decay,
+                                                 o.max_grad_norm),
+                          "actor");
+  log::Info("actor", "optimizer: {}", train::Describe(topts.optimizer));
   topts.micro_batch_tokens = o.micro_batch_tokens;
   topts.tree_packing = o.tree_packing;
   topts.temperature = o.temperature > 0 ? o.temperature : 1.0;

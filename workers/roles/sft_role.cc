@@ -234,14 +234,12 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
 
   train::SftTrainerOptions topts;
   topts.schedule = {o.lr, o.warmup_steps, o.final_lr_ratio};
-  topts.adamw.weight_decay = o.weight_decay;
-  topts.adamw.max_grad_norm = o.max_grad_norm;
-  TANDEM_ASSIGN_OR_RETURN(topts.adamw.staging,
-                          train::MakeStaging(o.optimizer.residency, o.optimizer.slots, o.optimizer.slot_mib), "sft");
-  topts.optimizer = o.optimizer.name;
-  topts.muon.lr_scale = o.optimizer.muon_lr_scale;
-  topts.muon.match_adamw_rms = true;  // one --lr for both (optimizer_flags.h)
-  tandem::log::Info("sft", "optimizer: {}, AdamW state {}", o.optimizer.name, train::Describe(topts.adamw.staging));
+  TANDEM_ASSIGN_OR_RETURN(topts.optimizer,
+                          train::ChooseOptimizer(o.optimizer.name, o.optimizer.muon_lr_scale, o.optimizer.residency,
+                                                 o.optimizer.slots, o.optimizer.slot_mib, o.weight_decay,
+                                                 o.max_grad_norm),
+                          "sft");
+  tandem::log::Info("sft", "optimizer: {}", train::Describe(topts.optimizer));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::SftTrainer> trainer, train::SftTrainer::Create(*net, topts), "sft");
 
   SftResult result;

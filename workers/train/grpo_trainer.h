@@ -65,9 +65,7 @@ struct Trajectory {
 struct GrpoTrainerOptions {
   rl::Algorithm algorithm;          // rl::AlgorithmRegistry::Resolve, with WithJobLimits applied
   WarmupCosine schedule;
-  std::string optimizer = "adamw";  // adamw | muon (muon.h MakeOptimizer)
-  AdamWOptions adamw;               // AdamW, or Muon's AdamW part; max_grad_norm for both
-  MuonOptions muon;
+  OptimizerChoice optimizer;        // AdamW or Muon and their options (muon.h MakeOptimizer)
   int64_t micro_batch_tokens = 0;   // 0: the whole batch in one micro-batch
   bool tree_packing = true;
   // The rollouts' sampling temperature: log-probs, entropy and the KL term

@@ -197,4 +197,21 @@ StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, 
   return InvalidArgument("--optimizer: expected adamw or muon, got \"" + choice.name + "\"");
 }
 
+StatusOr<OptimizerChoice> ChooseOptimizer(const std::string& name, double muon_lr_scale, const std::string& residency,
+                                          int64_t slots, int64_t slot_mib, double weight_decay, double max_grad_norm) {
+  if (name != "adamw" && name != "muon") return InvalidArgument("--optimizer: expected adamw or muon, got \"" + name + "\"");
+  OptimizerChoice c;
+  c.name = name;
+  TANDEM_ASSIGN_OR_RETURN(c.adamw.staging, MakeStaging(residency, slots, slot_mib));
+  c.adamw.weight_decay = weight_decay;
+  c.adamw.max_grad_norm = max_grad_norm;
+  c.muon.weight_decay = weight_decay;
+  c.muon.lr_scale = muon_lr_scale;
+  c.muon.match_adamw_rms = true;
+  if (!(muon_lr_scale > 0)) return InvalidArgument("--muon-lr-scale: expected a number > 0");
+  return c;
+}
+
+std::string Describe(const OptimizerChoice& c) { return c.name + ", AdamW state " + Describe(c.adamw.staging); }
+
 }  // namespace tandem::train

@@ -120,4 +120,13 @@ struct OptimizerChoice {
 };
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice);
 
+// The training roles' flags (workers/roles/optimizer_flags.h) as a choice:
+// `name`, Muon scaled to AdamW's RMS at lr * muon_lr_scale (one --lr
+// schedule for both), AdamW's weight decay, clipping and residency
+// (MakeStaging's checks). InvalidArgument naming a bad flag.
+StatusOr<OptimizerChoice> ChooseOptimizer(const std::string& name, double muon_lr_scale, const std::string& residency,
+                                          int64_t slots, int64_t slot_mib, double weight_decay, double max_grad_norm);
+// "muon, AdamW state staged through 2 x 128 MiB buffers": for the roles' logs.
+std::string Describe(const OptimizerChoice& choice);
+
 }  // namespace tandem::train

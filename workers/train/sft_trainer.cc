@@ -46,7 +46,7 @@ SftTrainer::~SftTrainer() = default;
 StatusOr<std::unique_ptr<SftTrainer>> SftTrainer::Create(model::Transformer& model, const SftTrainerOptions& options) {
   TANDEM_RETURN_IF_ERROR(options.schedule.Validate(), "sft trainer");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt,
-                          MakeOptimizer(model.parameters(), {options.optimizer, options.adamw, options.muon}), "sft trainer");
+                          MakeOptimizer(model.parameters(), options.optimizer), "sft trainer");
   return std::unique_ptr<SftTrainer>(new SftTrainer(model, options, std::move(opt)));
 }
 

@@ -27,9 +27,7 @@ namespace tandem::train {
 
 struct SftTrainerOptions {
   WarmupCosine schedule;
-  std::string optimizer = "adamw";  // adamw | muon (muon.h MakeOptimizer)
-  AdamWOptions adamw;               // AdamW, or Muon's AdamW part; max_grad_norm for both
-  MuonOptions muon;
+  OptimizerChoice optimizer;        // AdamW or Muon and their options (muon.h MakeOptimizer)
 };
 
 struct SftStepStats {

@@ -100,7 +100,7 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
   // AdamW's step is lr * g / (|g| + eps): a gradient component at rounding
   // noise (the KL term's at the start, ~1e-9) would get most of a full step
   // with the default 1e-8, in the direction of the noise.
-  o.adamw.eps = 1e-6;
+  o.optimizer.adamw.eps = 1e-6;
   o.micro_batch_tokens = config.micro_batch_tokens;
   o.reference = ref.get();
   o.data_parallel = &dp;
