@@ -7,24 +7,12 @@
 // exp_avg, exp_avg_sq and, for bf16 or fp16 parameters, an fp32 master
 // copy the update is applied to (the parameter is then its rounding).
 //
-// Residency, a setting of the same optimizer:
-//   native  the state on the parameters' device, one tensor per slot's
-//           moment: what the update reads and writes in place;
-//   staged  the state in host slabs (pinned when the parameters are on a
-//           GPU). A step streams it through `slots` buffers of `slot_bytes`
-//           on the parameters' device: the slots' pieces (a slot larger
-//           than a buffer is cut: the update is elementwise) are packed
-//           into buckets; bucket i uses buffer i % slots: host -> buffer,
-//           update, buffer -> host, in the device's stream order (a buffer
-//           is reused only after its copy back; the last copy back blocks,
-//           so the step's state is on the host when Step returns). The
-//           optimizer's device memory never exceeds slots x slot_bytes,
-//           and Release() frees even that (the handoff's optimizer tag: the
-//           state is on the host already). On a CPU the buffers are host
-//           memory: the same code, which CI runs.
-// Not yet: the copies on their own streams overlapping the update (the
-// GPU path runs them in the caller's stream); Muon as an optimizer (its
-// update: muon.h).
+// Residency, a setting of the same optimizer (state_slabs.h): native, the
+// state on the parameters' device; staged, in host slabs streamed through
+// `slots` buffers of `slot_bytes` on the device (a slot larger than a
+// bucket is cut: the update is elementwise). Not yet: the copies on their
+// own streams overlapping the update (the GPU path runs them in the
+// caller's stream).
 //
 // Equality: with fp32 parameters, native is bit for bit LibTorch's AdamW
 // (the same ops on the same tensors); staged computes the same ops on
@@ -51,16 +39,9 @@
 #include "common/status.h"
 #include "workers/model/parameter_set.h"
 #include "workers/train/optimizer.h"
+#include "workers/train/state_slabs.h"
 
 namespace tandem::train {
-
-enum class Residency { kNative, kStaged };
-
-struct StagingOptions {
-  Residency residency = Residency::kNative;
-  int slots = 2;                           // staged: device buffers, >= 1
-  int64_t slot_bytes = int64_t{128} << 20; // staged: each, >= 1 KiB
-};
 
 struct AdamWOptions {
   double weight_decay = 0.1;
@@ -75,14 +56,6 @@ struct AdamWOptions {
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
 Status Validate(const AdamWOptions& options);
 
-// From the roles' flags (docs/optimizers.md): residency "native" or
-// "staged", slots >= 1, slot_mib in [1, 65536]; InvalidArgument naming the
-// flag otherwise.
-StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots, int64_t slot_mib);
-
-// "native", or "staged through 2 x 128 MiB buffers": for the roles' logs.
-std::string Describe(const StagingOptions& staging);
-
 // The gradients' global L2 norm (in double) before clipping; when over
 // max_grad_norm > 0, every gradient is scaled by max_grad_norm / (norm +
 // 1e-6). Internal when the norm is not finite (nothing scaled).
@@ -92,8 +65,11 @@ StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad
 class AdamW final : public Optimizer {
  public:
   // `params` must outlive the optimizer; its gradients are enabled here.
-  // InvalidArgument naming a bad option.
-  static StatusOr<std::unique_ptr<AdamW>> Create(model::ParameterSet& params, const AdamWOptions& options);
+  // InvalidArgument naming a bad option. Staged: `buffers` (nullptr: its
+  // own) are the device buffers it streams through, shared with another
+  // optimizer's state (Muon's).
+  static StatusOr<std::unique_ptr<AdamW>> Create(model::ParameterSet& params, const AdamWOptions& options,
+                                                 std::shared_ptr<StagingBuffers> buffers = nullptr);
   ~AdamW() override;
 
   // The gradients' global norm before clipping; Internal when it is not
@@ -103,37 +79,20 @@ class AdamW final : public Optimizer {
 
   OptimizerState State() const override;  // the tensors alias the optimizer's (copy before the next Step)
   Status Restore(const OptimizerState& state) override;
-
-  // Staged: frees the device buffers (the next Step allocates them again).
-  void Release();
-  // Bytes the optimizer holds on the parameters' device now (staged: its
-  // buffers; native: the whole state).
-  int64_t device_bytes() const;
-  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+  Status Release() override;
+  Status Resume() override;
+  int64_t device_bytes() const override { return slabs_->device_bytes(); }
+  int64_t resident_bytes() const override { return slabs_->resident_bytes(); }
+  int64_t bucket_count() const { return slabs_->bucket_count(); }
 
  private:
-  struct Piece {
-    size_t slot = 0;       // index into params.slots()
-    int64_t begin = 0;     // elements into the slot
-    int64_t length = 0;
-    int64_t state = 0;     // elements into the state slabs
-  };
-  struct Bucket {
-    std::vector<Piece> pieces;
-    int64_t elements = 0;
-  };
   AdamW(model::ParameterSet& params, AdamWOptions options);
-  void Update(const Piece& piece, const at::Tensor& m, const at::Tensor& v, const at::Tensor& master, double lr);
+  void Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr);
 
   model::ParameterSet& params_;
   AdamWOptions adamw_;
-  bool master_ = false;                     // bf16/fp16 parameters
-  std::vector<size_t> owned_;               // the slots it updates, in order
-  std::vector<int64_t> slot_state_;         // per slot: elements into the state slabs (owned slots only)
-  int64_t total_ = 0;                       // state elements per kind
-  at::Tensor exp_avg_, exp_avg_sq_, master_w_;  // flat fp32 slabs (native: on the device; staged: host)
-  std::vector<Bucket> buckets_;             // staged
-  std::vector<at::Tensor> buffers_;         // staged: the device buffers, allocated by Step
+  bool master_ = false;               // bf16/fp16 parameters
+  std::unique_ptr<StateSlabs> slabs_; // exp_avg, exp_avg_sq[, master] of the slots it takes
   int64_t steps_ = 0;
 };
 

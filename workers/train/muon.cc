@@ -74,24 +74,37 @@ StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const 
                                              const AdamWOptions& adamw) {
   TANDEM_RETURN_IF_ERROR(Validate(muon));
   TANDEM_RETURN_IF_ERROR(Validate(adamw));
+  if (params.slots().empty()) return InvalidArgument("muon: no parameters");
   std::unique_ptr<Muon> o(new Muon(params, muon, adamw.max_grad_norm));
+  const at::Tensor& first = params.slots().front().leaf;
+  if (adamw.staging.residency == Residency::kStaged)
+    o->buffers_ = std::make_shared<StagingBuffers>(adamw.staging, first.device());
   AdamWOptions rest = adamw;
   rest.max_grad_norm = 0;  // clipped once, by Step
   rest.takes = [](const model::ParameterSet::Slot& s) { return !MuonTakes(s.name, s.leaf.sizes()); };
-  TANDEM_ASSIGN_OR_RETURN(o->rest_, AdamW::Create(params, rest), "muon: the parameters AdamW takes");
+  TANDEM_ASSIGN_OR_RETURN(o->rest_, AdamW::Create(params, rest, o->buffers_), "muon: the parameters AdamW takes");
+  o->master_ = first.scalar_type() != at::kFloat;
+  std::vector<StateSlabs::Item> items;
+  for (size_t i = 0; i < params.slots().size(); ++i) {
+    const model::ParameterSet::Slot& s = params.slots()[i];
+    if (!MuonTakes(s.name, s.leaf.sizes())) continue;
+    // Staged buckets are cut between matrices only: a stack's leading index.
+    const int64_t n = s.leaf.numel();
+    const int64_t unit = s.leaf.dim() > 2 && s.leaf.size(0) > 0 ? n / s.leaf.size(0) : n;
+    items.push_back({i, s.name, n, std::max<int64_t>(unit, 1)});
+  }
+  if (items.empty()) return InvalidArgument("muon: the model has no hidden matrices");
+  TANDEM_ASSIGN_OR_RETURN(o->slabs_,
+                          StateSlabs::Create(std::move(items), o->master_ ? 2 : 1, adamw.staging, first.device(),
+                                             o->buffers_),
+                          "muon");
   try {
     at::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.slots().size(); ++i) {
-      const model::ParameterSet::Slot& s = params.slots()[i];
-      if (!MuonTakes(s.name, s.leaf.sizes())) continue;
-      o->mine_.push_back(i);
-      o->momentum_.push_back(at::zeros(s.leaf.sizes(), s.leaf.options().dtype(at::kFloat)));
-      if (s.leaf.scalar_type() != at::kFloat) o->master_.push_back(s.leaf.detach().to(at::kFloat));
-    }
+    for (size_t i = 0; o->master_ && i < o->slabs_->items().size(); ++i)
+      o->slabs_->View(1, i).copy_(params.slots()[o->slabs_->items()[i].slot].leaf.detach().reshape({-1}));
   } catch (const std::exception& e) {
-    return Internal(std::string("muon: allocating its state: ") + e.what());
+    return Internal(std::string("muon: initialising its state: ") + e.what());
   }
-  if (o->mine_.empty()) return InvalidArgument("muon: the model has no hidden matrices");
   return o;
 }
 
@@ -99,14 +112,19 @@ StatusOr<double> Muon::Step(double lr) {
   TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, max_grad_norm_), "muon step");
   try {
     at::NoGradGuard no_grad;
-    for (size_t k = 0; k < mine_.size(); ++k) {
-      const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
-      const at::Tensor w = master_.empty() ? s.leaf.detach() : master_[k];
-      const std::vector<at::Tensor> ws = MuonMatrices(s.name, w), gs = MuonMatrices(s.name, s.leaf.grad()),
-                                    ms = MuonMatrices(s.name, momentum_[k]);
+    slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) {
+      const StateSlabs::Item& item = slabs_->items()[piece.item];
+      const model::ParameterSet::Slot& s = params_.slots()[item.slot];
+      std::vector<int64_t> shape = s.leaf.sizes().vec();
+      if (shape.size() > 2) shape[0] = piece.length / item.unit;  // whole matrices of the stack
+      auto part = [&](const at::Tensor& t) { return t.view({-1}).narrow(0, piece.begin, piece.length).view(shape); };
+      const at::Tensor p = part(s.leaf.detach());
+      const at::Tensor w = master_ ? state[1].view(shape) : p;
+      const std::vector<at::Tensor> ws = MuonMatrices(s.name, w), gs = MuonMatrices(s.name, part(s.leaf.grad())),
+                                    ms = MuonMatrices(s.name, state[0].view(shape));
       for (size_t j = 0; j < ws.size(); ++j) MuonUpdate(ws[j], gs[j], ms[j], lr * muon_.lr_scale, muon_);
-      if (!master_.empty()) s.leaf.detach().copy_(master_[k]);
-    }
+      if (master_) p.copy_(w);
+    });
   } catch (const std::exception& e) {
     return Internal(std::string("muon step: ") + e.what());
   }
@@ -119,10 +137,10 @@ OptimizerState Muon::State() const {
   OptimizerState out = rest_->State();
   out.steps = steps_;
   if (steps_ == 0) return out;
-  for (size_t k = 0; k < mine_.size(); ++k) {
-    const std::string& name = params_.slots()[mine_[k]].name;
-    out.tensors["momentum/" + name] = momentum_[k];
-    if (!master_.empty()) out.tensors["master/" + name] = master_[k];
+  for (size_t i = 0; i < slabs_->items().size(); ++i) {
+    const model::ParameterSet::Slot& s = params_.slots()[slabs_->items()[i].slot];
+    out.tensors["momentum/" + s.name] = slabs_->View(0, i).view(s.leaf.sizes());
+    if (master_) out.tensors["master/" + s.name] = slabs_->View(1, i).view(s.leaf.sizes());
   }
   return out;
 }
@@ -131,18 +149,19 @@ Status Muon::Restore(const OptimizerState& in) {
   if (in.steps < 0 || in.tensors.empty() != (in.steps == 0))
     return InvalidArgument("optimizer state: " + std::to_string(in.steps) + " steps and " +
                            std::to_string(in.tensors.size()) + " optimizer tensors");
+  const std::vector<StateSlabs::Item>& items = slabs_->items();
   OptimizerState rest;
   rest.steps = in.steps;
-  std::vector<const at::Tensor*> momentum(mine_.size(), nullptr), master(mine_.size(), nullptr);
-  std::map<std::string, size_t> slot_of;
-  for (size_t k = 0; k < mine_.size(); ++k) slot_of[params_.slots()[mine_[k]].name] = k;
+  std::vector<const at::Tensor*> momentum(items.size(), nullptr), master(items.size(), nullptr);
+  std::map<std::string, size_t> item_of;
+  for (size_t i = 0; i < items.size(); ++i) item_of[items[i].name] = i;
   for (const auto& [name, t] : in.tensors) {
     const size_t slash = name.find('/');
-    const auto k = slash == std::string::npos ? slot_of.end() : slot_of.find(name.substr(slash + 1));
+    const auto k = slash == std::string::npos ? item_of.end() : item_of.find(name.substr(slash + 1));
     const std::string kind = slash == std::string::npos ? "" : name.substr(0, slash);
-    if (k != slot_of.end() && kind == "momentum") {
+    if (k != item_of.end() && kind == "momentum") {
       momentum[k->second] = &t;
-    } else if (k != slot_of.end() && kind == "master") {
+    } else if (k != item_of.end() && kind == "master") {
       master[k->second] = &t;
     } else {
       rest.tensors[name] = t;
@@ -150,32 +169,29 @@ Status Muon::Restore(const OptimizerState& in) {
   }
   // Muon's part first, then AdamW's (which checks all of its own before it
   // changes anything): nothing is half-restored.
-  for (size_t k = 0; k < mine_.size() && in.steps > 0; ++k) {
-    const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
-    if (momentum[k] == nullptr) return InvalidArgument("optimizer state: no tensor \"momentum/" + s.name + "\"");
-    for (const at::Tensor* t : {momentum[k], master[k]}) {
-      if (t != nullptr && (!t->defined() || t->sizes() != s.leaf.sizes() || !at::isFloatingType(t->scalar_type())))
-        return InvalidArgument("optimizer state: Muon's tensors of \"" + s.name + "\" have the wrong shape or dtype");
+  for (size_t i = 0; i < items.size() && in.steps > 0; ++i) {
+    const at::IntArrayRef shape = params_.slots()[items[i].slot].leaf.sizes();
+    if (momentum[i] == nullptr) return InvalidArgument("optimizer state: no tensor \"momentum/" + items[i].name + "\"");
+    for (const at::Tensor* t : {momentum[i], master[i]}) {
+      if (t != nullptr && (!t->defined() || t->sizes() != shape || !at::isFloatingType(t->scalar_type())))
+        return InvalidArgument("optimizer state: Muon's tensors of \"" + items[i].name +
+                               "\" have the wrong shape or dtype");
     }
-    if (master[k] != nullptr && master_.empty())
-      return InvalidArgument("optimizer state: \"master/" + s.name + "\" for fp32 parameters");
+    if (master[i] != nullptr && !master_)
+      return InvalidArgument("optimizer state: \"master/" + items[i].name + "\" for fp32 parameters");
   }
   TANDEM_RETURN_IF_ERROR(rest_->Restore(rest));
   try {
     at::NoGradGuard no_grad;
-    for (size_t k = 0; k < mine_.size(); ++k) {
-      const model::ParameterSet::Slot& s = params_.slots()[mine_[k]];
+    for (size_t i = 0; i < items.size(); ++i) {
       if (in.steps == 0) {
-        momentum_[k].zero_();
+        slabs_->View(0, i).zero_();
       } else {
-        momentum_[k].copy_(*momentum[k]);
+        slabs_->View(0, i).copy_(momentum[i]->reshape({-1}));
       }
-      if (!master_.empty()) {
-        if (master[k] != nullptr && in.steps > 0) {
-          master_[k].copy_(*master[k]);
-        } else {
-          master_[k].copy_(s.leaf.detach());
-        }
+      if (master_) {
+        const at::Tensor& from = master[i] != nullptr && in.steps > 0 ? *master[i] : params_.slots()[items[i].slot].leaf.detach();
+        slabs_->View(1, i).copy_(from.reshape({-1}));
       }
     }
   } catch (const std::exception& e) {
@@ -183,6 +199,41 @@ Status Muon::Restore(const OptimizerState& in) {
   }
   steps_ = in.steps;
   return Status::Ok();
+}
+
+Status Muon::Release() {
+  try {
+    slabs_->Release();
+  } catch (const std::exception& e) {
+    return Internal(std::string("muon: releasing its state: ") + e.what());
+  }
+  return rest_->Release();
+}
+
+Status Muon::Resume() {
+  try {
+    slabs_->Resume();
+  } catch (const std::exception& e) {
+    return Internal(std::string("muon: resuming its state: ") + e.what());
+  }
+  return rest_->Resume();
+}
+
+std::vector<size_t> Muon::muon_slots() const {
+  std::vector<size_t> out;
+  for (const StateSlabs::Item& item : slabs_->items()) out.push_back(item.slot);
+  return out;
+}
+
+// Staged, both parts stream through the same buffers.
+int64_t Muon::device_bytes() const {
+  if (buffers_) return buffers_->bytes();
+  return slabs_->device_bytes() + rest_->device_bytes();
+}
+
+int64_t Muon::resident_bytes() const {
+  if (buffers_) return std::max(slabs_->resident_bytes(), rest_->resident_bytes());
+  return slabs_->resident_bytes() + rest_->resident_bytes();
 }
 
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice) {

@@ -22,10 +22,10 @@
 //
 // Muon (the class) is the optimizer over a model: Muon on the slots
 // MuonTakes, AdamW (adamw.h) on the rest, one step, one state; the
-// trainers take it by name (MakeOptimizer; --optimizer muon). Not yet
-// (#17): its own state staged like AdamW's (with --optimizer-residency
-// staged only AdamW's part is), its data-parallel ownership of whole
-// matrices.
+// trainers take it by name (MakeOptimizer; --optimizer muon). Its state
+// is native or staged like AdamW's (state_slabs.h), both parts streamed
+// through the same buffers, a matrix never cut between buckets. Not yet
+// (#17): its data-parallel ownership of whole matrices.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -97,16 +97,22 @@ class Muon final : public Optimizer {
   int64_t steps() const override { return steps_; }
   OptimizerState State() const override;      // the tensors alias the optimizer's
   Status Restore(const OptimizerState& state) override;
-  const std::vector<size_t>& muon_slots() const { return mine_; }
+  Status Release() override;
+  Status Resume() override;
+  int64_t device_bytes() const override;
+  int64_t resident_bytes() const override;
+  std::vector<size_t> muon_slots() const;  // indices into params.slots()
+  int64_t bucket_count() const { return slabs_->bucket_count(); }  // Muon's part, staged
 
  private:
   Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm);
   model::ParameterSet& params_;
   MuonOptions muon_;
   double max_grad_norm_;
+  bool master_ = false;                      // bf16/fp16 parameters
+  std::shared_ptr<StagingBuffers> buffers_;  // staged: shared with rest_
   std::unique_ptr<AdamW> rest_;
-  std::vector<size_t> mine_;              // Muon's slots
-  std::vector<at::Tensor> momentum_, master_;  // per Muon slot; master_ empty for fp32 parameters
+  std::unique_ptr<StateSlabs> slabs_;        // momentum[, master] of Muon's slots
   int64_t steps_ = 0;
 };
 

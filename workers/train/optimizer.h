@@ -5,6 +5,13 @@
 // one update; State() / Restore() are the checkpoint's view by tensor name
 // (each optimizer's header lists its names); Restore changes nothing when
 // it refuses.
+//
+// Release() / Resume(): the handoff's optimizer tag (docs/handoff.md "The
+// actor's memory"): Release frees the optimizer's memory on the
+// parameters' device (native state copied to host first; staged state is
+// on the host already, only its buffers go), Resume brings it back; Step
+// resumes by itself. device_bytes() is what it holds on the device now,
+// resident_bytes() what it holds there once resumed (the tag's size).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +38,10 @@ class Optimizer {
   virtual int64_t steps() const = 0;
   virtual OptimizerState State() const = 0;  // the tensors alias the optimizer's (copy before the next Step)
   virtual Status Restore(const OptimizerState& state) = 0;
+  virtual Status Release() = 0;
+  virtual Status Resume() = 0;
+  virtual int64_t device_bytes() const = 0;
+  virtual int64_t resident_bytes() const = 0;
 };
 
 }  // namespace tandem::train

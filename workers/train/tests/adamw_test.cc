@@ -171,7 +171,8 @@ TEST(AdamW, StagedEqualsNativeWithSlotsCutIntoPieces) {
   std::printf("[adamw] staged vs native after 50 steps: max |diff| %.3g\n", d);
   EXPECT_LE(d, 1e-6);
   EXPECT_EQ((*staged)->device_bytes(), 2 * 4096);
-  (*staged)->Release();
+  EXPECT_EQ((*staged)->resident_bytes(), 2 * 4096);
+  ASSERT_TRUE((*staged)->Release().ok());
   EXPECT_EQ((*staged)->device_bytes(), 0);
   EXPECT_EQ((*native)->device_bytes(), 2 * 4 * Params().numel() + 0) << "fp32: two moments, no master";
 }

@@ -1,0 +1,159 @@
+// Native or staged optimizer state (state_slabs.h).
+#include "workers/train/state_slabs.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace tandem::train {
+
+StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots, int64_t slot_mib) {
+  StagingOptions s;
+  if (residency == "staged") {
+    s.residency = Residency::kStaged;
+  } else if (residency != "native") {
+    return InvalidArgument("--optimizer-residency: expected native or staged, got \"" + residency + "\"");
+  }
+  if (slots < 1 || slots > 1024) return InvalidArgument("--optimizer-slots: expected 1 to 1024, got " + std::to_string(slots));
+  if (slot_mib < 1 || slot_mib > 65536)
+    return InvalidArgument("--optimizer-slot-mib: expected 1 to 65536, got " + std::to_string(slot_mib));
+  s.slots = static_cast<int>(slots);
+  s.slot_bytes = slot_mib << 20;
+  return s;
+}
+
+std::string Describe(const StagingOptions& s) {
+  if (s.residency == Residency::kNative) return "native";
+  return "staged through " + std::to_string(s.slots) + " x " + std::to_string(s.slot_bytes >> 20) + " MiB buffers";
+}
+
+at::Tensor StagingBuffers::Get(size_t i) {
+  while (buffers_.size() <= i)
+    buffers_.push_back(at::empty({options_.slot_bytes / 4}, at::TensorOptions().dtype(at::kFloat).device(device_)));
+  return buffers_[i];
+}
+
+int64_t StagingBuffers::bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& b : buffers_) bytes += static_cast<int64_t>(b.nbytes());
+  return bytes;
+}
+
+StatusOr<std::unique_ptr<StateSlabs>> StateSlabs::Create(std::vector<Item> items, int kinds, const StagingOptions& staging,
+                                                         at::Device device, std::shared_ptr<StagingBuffers> buffers) {
+  std::unique_ptr<StateSlabs> s(new StateSlabs());
+  s->items_ = std::move(items);
+  s->kinds_ = kinds;
+  s->staging_ = staging;
+  s->device_ = device;
+  for (const Item& item : s->items_) {
+    s->offset_.push_back(s->total_);
+    s->total_ += item.numel;
+  }
+  if (s->staged()) {
+    if (!buffers) buffers = std::make_shared<StagingBuffers>(staging, device);
+    s->buffers_ = std::move(buffers);
+    // Consecutive pieces: a bucket's state is one contiguous range of the slabs.
+    const int64_t capacity = s->Capacity();
+    for (size_t i = 0; i < s->items_.size(); ++i) {
+      const Item& item = s->items_[i];
+      if (item.unit > capacity)
+        return InvalidArgument("optimizer staging: " + item.name + " needs " + std::to_string(item.unit * 4 * kinds) +
+                               " bytes of buffer in one piece (" + std::to_string(kinds) +
+                               " fp32 state tensors), the buffers have " + std::to_string(staging.slot_bytes) +
+                               ": raise --optimizer-slot-mib");
+      for (int64_t begin = 0; begin < item.numel;) {
+        if (s->buckets_.empty() || capacity - s->buckets_.back().elements < item.unit) {
+          s->buckets_.push_back({{}, s->offset_[i] + begin, 0});
+        }
+        Bucket& b = s->buckets_.back();
+        const int64_t room = (capacity - b.elements) / item.unit * item.unit;
+        const int64_t length = std::min(item.numel - begin, room);
+        b.pieces.push_back({i, begin, length});
+        b.elements += length;
+        begin += length;
+      }
+    }
+  }
+  try {
+    at::TensorOptions where = at::TensorOptions().dtype(at::kFloat).device(s->staged() ? at::Device(at::kCPU) : device);
+    if (s->staged() && device.is_cuda()) where = where.pinned_memory(true);
+    for (int k = 0; k < kinds; ++k) s->slabs_.push_back(at::zeros({s->total_}, where));
+  } catch (const std::exception& e) {
+    return Internal(std::string("allocating the optimizer's state: ") + e.what());
+  }
+  return s;
+}
+
+at::Tensor StateSlabs::View(int kind, size_t item) const {
+  return slabs_[static_cast<size_t>(kind)].narrow(0, offset_[item], items_[item].numel);
+}
+
+void StateSlabs::Update(const UpdateFn& fn) {
+  if (!staged()) {
+    Resume();
+    std::vector<at::Tensor> views(static_cast<size_t>(kinds_));
+    for (size_t i = 0; i < items_.size(); ++i) {
+      for (int k = 0; k < kinds_; ++k) views[static_cast<size_t>(k)] = View(k, i);
+      fn({i, 0, items_[i].numel}, views);
+    }
+    return;
+  }
+  const bool async = device_.is_cuda();
+  const int64_t capacity = Capacity();
+  const size_t count = std::min(static_cast<size_t>(staging_.slots), buckets_.size());
+  std::vector<at::Tensor> host(static_cast<size_t>(kinds_)), staged(static_cast<size_t>(kinds_)),
+      views(static_cast<size_t>(kinds_));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    const at::Tensor buffer = buffers_->Get(b % count);
+    for (size_t k = 0; k < host.size(); ++k) {
+      host[k] = slabs_[k].narrow(0, bucket.first, bucket.elements);
+      staged[k] = buffer.narrow(0, static_cast<int64_t>(k) * capacity, bucket.elements);
+      staged[k].copy_(host[k], async);  // in stream order after the buffer's last copy back
+    }
+    for (const Piece& piece : bucket.pieces) {
+      const int64_t at = offset_[piece.item] + piece.begin - bucket.first;
+      for (size_t k = 0; k < views.size(); ++k) views[k] = staged[k].narrow(0, at, piece.length);
+      fn(piece, views);
+    }
+    const bool last = b + 1 == buckets_.size();
+    for (size_t k = 0; k < host.size(); ++k) host[k].copy_(staged[k], async && !last);  // the last blocks
+  }
+}
+
+void StateSlabs::Release() {
+  if (staged()) {
+    buffers_->Release();
+    return;
+  }
+  if (released_) return;
+  released_ = true;
+  if (device_.is_cpu()) return;  // already host memory
+  at::TensorOptions host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
+  if (device_.is_cuda()) host = host.pinned_memory(true);
+  for (at::Tensor& slab : slabs_) {
+    at::Tensor copy = at::empty({total_}, host);
+    copy.copy_(slab);
+    slab = copy;
+  }
+}
+
+void StateSlabs::Resume() {
+  if (staged() || !released_) return;
+  for (at::Tensor& slab : slabs_) slab = slab.to(device_);
+  released_ = false;
+}
+
+int64_t StateSlabs::device_bytes() const {
+  if (staged()) return buffers_->bytes();
+  return released_ ? 0 : resident_bytes();
+}
+
+int64_t StateSlabs::resident_bytes() const {
+  if (staged()) return std::min(buffers_->capacity_bytes(), static_cast<int64_t>(buckets_.size()) * staging_.slot_bytes);
+  return total_ * 4 * kinds_;
+}
+
+}  // namespace tandem::train
