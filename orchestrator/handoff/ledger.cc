@@ -115,7 +115,9 @@ std::vector<ResidencyRecord> Ledger::Report(const WorkerId& w, const std::map<Ta
                                  leak_note.empty() ? "" : "; ", d.gpu, fell, claimed);
       }
     }
-    g.reading = d;
+    // A worker's own accounting without a total (the actor's optimizer:
+    // no capacity of its own) says nothing of the GPU's bound.
+    if (d.device_wide || d.total > 0) g.reading = d;
   }
   std::vector<ResidencyRecord> out;
   TagSet all;

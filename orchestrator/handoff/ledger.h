@@ -14,7 +14,9 @@
 //   not fall by what the worker claims (within 1/8 of the claim) is flagged
 //   as a leak on the released tags' records. A device-wide reading is
 //   compared with the GPU's previous reading (from any worker); a worker's
-//   own accounting with that worker's previous reading.
+//   own accounting with that worker's previous reading. A reading of a
+//   worker's own accounting with total 0 (no capacity of its own: the
+//   actor's optimizer) does not become the GPU's reading.
 #pragma once
 
 #include <cstdint>

@@ -25,6 +25,7 @@
 #include "workers/roles/actor_rollouts.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
+#include "workers/roles/optimizer_tag.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
 #include "workers/runtime/control_client.h"
@@ -104,19 +105,13 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   return m;
 }
 
-// The handoff's commands that every replica answers alike (the actor's
-// memory is not tagged yet: actor_role.h); publish_weights is rank 0's.
-void OnHandoffCommands(control::ControlClient& client) {
+// The handoff's commands that every replica answers alike (its memory: the
+// optimizer tag); publish_weights is rank 0's.
+void OnHandoffCommands(control::ControlClient& client, OptimizerTag& tag) {
   auto ack = [](const control::Command&) -> StatusOr<json> { return json::object(); };
   client.On("pause", ack);
   client.On("continue", ack);
-  for (const char* type : {"release", "resume"}) {
-    client.On(type, [](const control::Command& c) -> StatusOr<json> {
-      TANDEM_ASSIGN_OR_RETURN(const std::vector<std::string> tags, c.Tags());
-      if (!tags.empty()) return NotFound("the actor holds no tagged memory yet (tag " + tags.front() + ")");
-      return json::object();
-    });
-  }
+  tag.Serve(client);
   client.On("load_weights", [](const control::Command&) -> StatusOr<json> {
     return FailedPrecondition("the actor publishes weights; it does not load them");
   });
@@ -126,12 +121,13 @@ void OnHandoffCommands(control::ControlClient& client) {
 // thread of its own, the main thread trains what rank 0 deals it.
 class ReplicaControl {
  public:
-  ReplicaControl(const control::Endpoint& endpoint, const control::Hello& hello) {
+  ReplicaControl(const control::Endpoint& endpoint, const control::Hello& hello, OptimizerTag& tag) {
     control::ControlClient::Options co;
     co.endpoint = endpoint;
     co.hello = hello;
+    tag.Declare(co);
     client_ = std::make_unique<control::ControlClient>(co);
-    OnHandoffCommands(*client_);
+    OnHandoffCommands(*client_, tag);
     client_->On("publish_weights", [](const control::Command& c) -> StatusOr<json> {
       TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
       return json{{"version", version}, {"replica", true}};  // no source: rank 0's segment is loaded
@@ -164,13 +160,15 @@ class ReplicaControl {
 };
 
 StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint& endpoint, const control::Hello& hello) {
-  // tandemd first: a replica restarted by on_fault must say hello before
-  // the group's recovery lets rank 0 on (and into the step that fails it).
-  ReplicaControl control(endpoint, hello);
-  TANDEM_RETURN_IF_ERROR(control.Start());
+  // tandemd once the optimizer exists (its tag is in the hello): until
+  // then the group refuses rank 0's phases as `unavailable` (waiting for
+  // this hello), which rank 0 asks again.
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> group, JoinActorReplicas(o, hello));
   train::GradientAllReduce& dp = *group;
   TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, &dp));
+  OptimizerTag tag(m.trainer->optimizer(), o.optimizer.residency == "staged");
+  ReplicaControl control(endpoint, hello, tag);
+  TANDEM_RETURN_IF_ERROR(control.Start());
   const std::string who = "actor replica " + std::to_string(dp.rank());
   auto next = [&]() -> StatusOr<ReplicaMessage> {
     std::string bytes;
@@ -199,8 +197,11 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
     if (msg.kind == ReplicaMessage::Kind::kEnd) break;
     if (msg.kind != ReplicaMessage::Kind::kStep) return Internal(who + ": an unexpected message from rank 0");
     const std::vector<train::Trajectory>& share = msg.shares[static_cast<size_t>(dp.rank())];
-    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, m.trainer->Step(share, msg.progress),
-                            who + " step " + std::to_string(msg.step));
+    StatusOr<train::GrpoStepStats> stepped = [&] {
+      const auto stepping = tag.lock();  // tandemd's release waits for the step
+      return m.trainer->Step(share, msg.progress);
+    }();
+    TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, std::move(stepped), who + " step " + std::to_string(msg.step));
     for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", msg.step, why);
     if (msg.check) TANDEM_RETURN_IF_ERROR(m.trainer->CheckReplicasAgree(), who + " step " + std::to_string(msg.step));
     log::Info("actor", "replica {} step {}: {} trajectories of {}", dp.rank(), msg.step, share.size(), st.trajectories);
@@ -292,8 +293,10 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   control::ControlClient::Options co;
   co.endpoint = endpoint;
   co.hello = hello;
+  OptimizerTag tag(trainer->optimizer(), o.optimizer.residency == "staged");
+  tag.Declare(co);
   control::ControlClient client(co);
-  OnHandoffCommands(client);
+  OnHandoffCommands(client, tag);
   // The durable copies are written behind the ack (the rollouts load the
   // shm segment; a restarted one waits for the copy it is sent to).
   std::unique_ptr<weights::BackgroundFilePublisher> durable_copies;

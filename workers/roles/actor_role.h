@@ -28,10 +28,10 @@
 // a sample was generated under), and "eval/accuracy" on eval steps), also
 // sent to the daemon as a metrics line. With replicas > 1 (data parallel:
 // actor_replicas.h) this is rank 0, and every replica trains its share of
-// each step's groups. The actor's own memory (LibTorch's:
-// parameters, gradients, AdamW state) is not tagged yet: it declares no
-// tags, so the handoff moves only the rollouts' memory (issue #17 brings
-// the optimizer tag).
+// each step's groups. The actor's memory in the handoff is its optimizer's
+// state (optimizer_tag.h: the `optimizer` tag, released for rollouts and
+// SYNC, resumed for training); its parameters, gradients and activations
+// are not tagged yet.
 #pragma once
 
 #include <cstdint>

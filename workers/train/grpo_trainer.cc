@@ -108,8 +108,9 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
   }
   if (options.data_parallel != nullptr && options.data_parallel->world_size() > 1)
     TANDEM_RETURN_IF_ERROR(CheckSameParameters(model, *options.data_parallel, "give every rank the same init seed or checkpoint"), "grpo trainer");
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt,
-                          MakeOptimizer(model.parameters(), options.optimizer), "grpo trainer");
+  OptimizerChoice choice = options.optimizer;
+  choice.data_parallel = options.data_parallel;  // Muon's ranks share its matrices
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> opt, MakeOptimizer(model.parameters(), choice), "grpo trainer");
   return std::unique_ptr<GrpoTrainer>(new GrpoTrainer(model, options, std::move(opt)));
 }
 

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+
+#include "workers/train/data_parallel.h"
 
 namespace tandem::train {
 
@@ -51,6 +54,20 @@ at::Tensor NewtonSchulz5(const at::Tensor& g, int steps, at::ScalarType dtype) {
   return x.to(g.scalar_type());
 }
 
+std::vector<int> MuonOwners(const std::vector<int64_t>& sizes, int ranks) {
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<int64_t> load(static_cast<size_t>(std::max(ranks, 1)), 0);
+  std::vector<int> owner(sizes.size(), 0);
+  for (const size_t i : order) {
+    const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = static_cast<int>(r);
+    load[r] += sizes[i];
+  }
+  return owner;
+}
+
 double MuonScale(int64_t rows, int64_t cols, bool match_adamw_rms) {
   if (match_adamw_rms) return 0.2 * std::sqrt(static_cast<double>(std::max(rows, cols)));
   return std::sqrt(std::max(1.0, static_cast<double>(rows) / static_cast<double>(cols)));
@@ -71,7 +88,7 @@ Muon::Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm)
 Muon::~Muon() = default;
 
 StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const MuonOptions& muon,
-                                             const AdamWOptions& adamw) {
+                                             const AdamWOptions& adamw, GradientAllReduce* dp) {
   TANDEM_RETURN_IF_ERROR(Validate(muon));
   TANDEM_RETURN_IF_ERROR(Validate(adamw));
   if (params.slots().empty()) return InvalidArgument("muon: no parameters");
@@ -98,6 +115,12 @@ StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const 
                           StateSlabs::Create(std::move(items), o->master_ ? 2 : 1, adamw.staging, first.device(),
                                              o->buffers_),
                           "muon");
+  if (dp != nullptr && dp->world_size() > 1) {
+    o->dp_ = dp;
+    std::vector<int64_t> sizes;
+    for (const StateSlabs::Item& item : o->slabs_->items()) sizes.push_back(item.numel);
+    o->owner_ = MuonOwners(sizes, dp->world_size());
+  }
   try {
     at::NoGradGuard no_grad;
     for (size_t i = 0; o->master_ && i < o->slabs_->items().size(); ++i)
@@ -118,6 +141,10 @@ StatusOr<double> Muon::Step(double lr) {
       std::vector<int64_t> shape = s.leaf.sizes().vec();
       if (shape.size() > 2) shape[0] = piece.length / item.unit;  // whole matrices of the stack
       auto part = [&](const at::Tensor& t) { return t.view({-1}).narrow(0, piece.begin, piece.length).view(shape); };
+      if (!Mine(piece.item)) {  // another rank's matrices: the momentum only
+        state[0].lerp_(part(s.leaf.grad()).reshape({-1}).to(at::kFloat), 1 - muon_.beta);
+        return;
+      }
       const at::Tensor p = part(s.leaf.detach());
       const at::Tensor w = master_ ? state[1].view(shape) : p;
       const std::vector<at::Tensor> ws = MuonMatrices(s.name, w), gs = MuonMatrices(s.name, part(s.leaf.grad())),
@@ -128,6 +155,7 @@ StatusOr<double> Muon::Step(double lr) {
   } catch (const std::exception& e) {
     return Internal(std::string("muon step: ") + e.what());
   }
+  TANDEM_RETURN_IF_ERROR(GatherOwned(), "muon step");
   TANDEM_RETURN_IF_ERROR(rest_->Step(lr).status(), "muon step");
   ++steps_;
   return norm;
@@ -219,6 +247,50 @@ Status Muon::Resume() {
   return rest_->Resume();
 }
 
+bool Muon::Mine(size_t item) const { return dp_ == nullptr || owner_[item] == dp_->rank(); }
+
+int64_t Muon::owned_elements() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < slabs_->items().size(); ++i) n += Mine(i) ? slabs_->items()[i].numel : 0;
+  return n;
+}
+
+// Each slot's new weights from its owner: summed over the ranks, the
+// others' zeroed (x + 0 is x: exact). The masters for bf16 parameters
+// (then the parameter is their rounding), else the parameters.
+Status Muon::GatherOwned() {
+  if (dp_ == nullptr) return Status::Ok();
+  Status st;
+  auto gather = [&](size_t item, const at::Tensor& w, const at::Tensor& p) {
+    if (!st.ok()) return;  // the group is broken: no further collective
+    const bool mine = Mine(item);
+    if (!mine) w.zero_();
+    std::vector<at::Tensor> one = {w};
+    st = dp_->AllReduceSum(one).WithContext("gathering " + slabs_->items()[item].name + " from rank " +
+                                            std::to_string(owner_[item]));
+    if (st.ok() && !mine && master_) p.copy_(w);
+  };
+  try {
+    at::NoGradGuard no_grad;
+    auto flat = [&](size_t item, int64_t begin, int64_t length) {
+      return params_.slots()[slabs_->items()[item].slot].leaf.detach().view({-1}).narrow(0, begin, length);
+    };
+    if (master_) {
+      slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& master) {
+        gather(piece.item, master[0], flat(piece.item, piece.begin, piece.length));
+      }, /*only_kind=*/1);
+    } else {
+      for (size_t i = 0; i < slabs_->items().size(); ++i) {
+        const at::Tensor p = flat(i, 0, slabs_->items()[i].numel);
+        gather(i, p, p);
+      }
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("gathering the owned matrices: ") + e.what());
+  }
+  return st;
+}
+
 std::vector<size_t> Muon::muon_slots() const {
   std::vector<size_t> out;
   for (const StateSlabs::Item& item : slabs_->items()) out.push_back(item.slot);
@@ -242,7 +314,7 @@ StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, 
     return std::unique_ptr<Optimizer>(std::move(o));
   }
   if (choice.name == "muon") {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Muon> o, Muon::Create(params, choice.muon, choice.adamw));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Muon> o, Muon::Create(params, choice.muon, choice.adamw, choice.data_parallel));
     return std::unique_ptr<Optimizer>(std::move(o));
   }
   return InvalidArgument("--optimizer: expected adamw or muon, got \"" + choice.name + "\"");

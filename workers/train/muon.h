@@ -24,8 +24,18 @@
 // MuonTakes, AdamW (adamw.h) on the rest, one step, one state; the
 // trainers take it by name (MakeOptimizer; --optimizer muon). Its state
 // is native or staged like AdamW's (state_slabs.h), both parts streamed
-// through the same buffers, a matrix never cut between buckets. Not yet
-// (#17): its data-parallel ownership of whole matrices.
+// through the same buffers, a matrix never cut between buckets.
+//
+// Data parallel (a group of world_size > 1: the actor's replicas, whose
+// gradients are the same sum on every rank): each rank owns whole slots
+// (MuonOwners: the largest first, each to the least loaded rank) and runs
+// Newton–Schulz and the weight update on its own only; every rank updates
+// every momentum (elementwise, cheap), then each slot's new weights (the
+// fp32 masters for bf16 parameters; staged, streamed through the buffers
+// again) are summed over the ranks with the non-owners' zeroed: the
+// owner's, exactly, on every rank. The state stays the same on every
+// rank, so rank 0's checkpoint is whole and restores into any number of
+// ranks (ownership follows the count).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,6 +50,8 @@
 #include "workers/train/adamw.h"
 
 namespace tandem::train {
+
+class GradientAllReduce;  // data_parallel.h
 
 struct MuonOptions {
   double beta = 0.95;
@@ -70,6 +82,10 @@ std::vector<at::Tensor> MuonMatrices(const std::string& name, const at::Tensor& 
 // `steps` quintic Newton–Schulz steps in `dtype`; returned in g's dtype.
 at::Tensor NewtonSchulz5(const at::Tensor& g, int steps, at::ScalarType dtype);
 
+// The owner of each of `sizes` among `ranks`: the largest first, each to
+// the rank with the fewest elements so far (the lowest on a tie).
+std::vector<int> MuonOwners(const std::vector<int64_t>& sizes, int ranks);
+
 // The shape factor of a [..., rows, cols] update.
 double MuonScale(int64_t rows, int64_t cols, bool match_adamw_rms);
 
@@ -88,9 +104,10 @@ void MuonUpdate(const at::Tensor& w, const at::Tensor& grad, const at::Tensor& m
 class Muon final : public Optimizer {
  public:
   // `params` must outlive the optimizer; its gradients are enabled here.
-  // adamw.takes is set here (the slots Muon does not take).
+  // adamw.takes is set here (the slots Muon does not take). `dp` (may be
+  // null; must outlive the optimizer): the data-parallel group.
   static StatusOr<std::unique_ptr<Muon>> Create(model::ParameterSet& params, const MuonOptions& muon,
-                                                const AdamWOptions& adamw);
+                                                const AdamWOptions& adamw, GradientAllReduce* dp = nullptr);
   ~Muon() override;
 
   StatusOr<double> Step(double lr) override;  // the norm before clipping
@@ -103,9 +120,12 @@ class Muon final : public Optimizer {
   int64_t resident_bytes() const override;
   std::vector<size_t> muon_slots() const;  // indices into params.slots()
   int64_t bucket_count() const { return slabs_->bucket_count(); }  // Muon's part, staged
+  int64_t owned_elements() const;  // of Muon's slots, this rank's (data parallel)
 
  private:
   Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm);
+  bool Mine(size_t item) const;
+  Status GatherOwned();
   model::ParameterSet& params_;
   MuonOptions muon_;
   double max_grad_norm_;
@@ -113,6 +133,8 @@ class Muon final : public Optimizer {
   std::shared_ptr<StagingBuffers> buffers_;  // staged: shared with rest_
   std::unique_ptr<AdamW> rest_;
   std::unique_ptr<StateSlabs> slabs_;        // momentum[, master] of Muon's slots
+  GradientAllReduce* dp_ = nullptr;          // world_size > 1 only
+  std::vector<int> owner_;                   // per item of slabs_
   int64_t steps_ = 0;
 };
 
@@ -123,6 +145,7 @@ struct OptimizerChoice {
   std::string name = "adamw";
   AdamWOptions adamw;
   MuonOptions muon;
+  GradientAllReduce* data_parallel = nullptr;  // muon: its ranks share the matrices (not owned)
 };
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice);
 

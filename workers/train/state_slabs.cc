@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <utility>
 
+#ifdef TANDEM_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 namespace tandem::train {
 
 StatusOr<StagingOptions> MakeStaging(const std::string& residency, int64_t slots, int64_t slot_mib) {
@@ -90,12 +94,16 @@ at::Tensor StateSlabs::View(int kind, size_t item) const {
   return slabs_[static_cast<size_t>(kind)].narrow(0, offset_[item], items_[item].numel);
 }
 
-void StateSlabs::Update(const UpdateFn& fn) {
+void StateSlabs::Update(const UpdateFn& fn, int only_kind) {
+  std::vector<int> kinds;
+  for (int k = 0; k < kinds_; ++k)
+    if (only_kind < 0 || k == only_kind) kinds.push_back(k);
+  const size_t n = kinds.size();
+  std::vector<at::Tensor> views(n);
   if (!staged()) {
     Resume();
-    std::vector<at::Tensor> views(static_cast<size_t>(kinds_));
     for (size_t i = 0; i < items_.size(); ++i) {
-      for (int k = 0; k < kinds_; ++k) views[static_cast<size_t>(k)] = View(k, i);
+      for (size_t k = 0; k < n; ++k) views[k] = View(kinds[k], i);
       fn({i, 0, items_[i].numel}, views);
     }
     return;
@@ -103,29 +111,43 @@ void StateSlabs::Update(const UpdateFn& fn) {
   const bool async = device_.is_cuda();
   const int64_t capacity = Capacity();
   const size_t count = std::min(static_cast<size_t>(staging_.slots), buckets_.size());
-  std::vector<at::Tensor> host(static_cast<size_t>(kinds_)), staged(static_cast<size_t>(kinds_)),
-      views(static_cast<size_t>(kinds_));
+  std::vector<at::Tensor> host(n), staged(n);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     const at::Tensor buffer = buffers_->Get(b % count);
-    for (size_t k = 0; k < host.size(); ++k) {
-      host[k] = slabs_[k].narrow(0, bucket.first, bucket.elements);
+    for (size_t k = 0; k < n; ++k) {
+      host[k] = slabs_[static_cast<size_t>(kinds[k])].narrow(0, bucket.first, bucket.elements);
       staged[k] = buffer.narrow(0, static_cast<int64_t>(k) * capacity, bucket.elements);
       staged[k].copy_(host[k], async);  // in stream order after the buffer's last copy back
     }
     for (const Piece& piece : bucket.pieces) {
       const int64_t at = offset_[piece.item] + piece.begin - bucket.first;
-      for (size_t k = 0; k < views.size(); ++k) views[k] = staged[k].narrow(0, at, piece.length);
+      for (size_t k = 0; k < n; ++k) views[k] = staged[k].narrow(0, at, piece.length);
       fn(piece, views);
     }
     const bool last = b + 1 == buckets_.size();
-    for (size_t k = 0; k < host.size(); ++k) host[k].copy_(staged[k], async && !last);  // the last blocks
+    for (size_t k = 0; k < n; ++k) host[k].copy_(staged[k], async && !last);  // the last blocks
   }
 }
+
+namespace {
+
+// What was freed goes back to the device, not to LibTorch's cache: the
+// handoff's reading must fall by it.
+void ReturnToDevice(at::Device device) {
+#ifdef TANDEM_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace
 
 void StateSlabs::Release() {
   if (staged()) {
     buffers_->Release();
+    ReturnToDevice(device_);
     return;
   }
   if (released_) return;
@@ -138,10 +160,15 @@ void StateSlabs::Release() {
     copy.copy_(slab);
     slab = copy;
   }
+  ReturnToDevice(device_);
 }
 
 void StateSlabs::Resume() {
-  if (staged() || !released_) return;
+  if (staged()) {
+    for (size_t i = 0; i < std::min(static_cast<size_t>(staging_.slots), buckets_.size()); ++i) buffers_->Get(i);
+    return;
+  }
+  if (!released_) return;
   for (at::Tensor& slab : slabs_) slab = slab.to(device_);
   released_ = false;
 }

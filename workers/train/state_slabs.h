@@ -25,8 +25,9 @@
 //
 // Release() (the handoff's optimizer tag): staged frees the buffers, the
 // state is on the host already; native copies the slabs to host memory and
-// frees them on the device. Resume() brings native slabs back; Update
-// resumes by itself. device_bytes() is what is held on the device now,
+// frees them on the device (on a GPU, LibTorch's cache is emptied after
+// either). Resume() brings native slabs back, and allocates staged
+// buffers; Update resumes by itself. device_bytes() is what is held on the device now,
 // resident_bytes() what is held once resumed (the tag's size).
 #pragma once
 
@@ -102,7 +103,9 @@ class StateSlabs {
   // Item `item`'s range of slab `kind`, flat, wherever the slab is now.
   at::Tensor View(int kind, size_t item) const;
   // Throws what LibTorch throws (the optimizers turn it into a Status).
-  void Update(const UpdateFn& fn);
+  // only_kind >= 0: that slab alone is staged and passed (`kinds` has one
+  // element): a second pass over one kind moves only its bytes.
+  void Update(const UpdateFn& fn, int only_kind = -1);
 
   void Release();
   void Resume();

@@ -60,6 +60,24 @@ TEST(Ledger, AReleaseThatDoesNotLowerUsedMemoryIsALeak) {
   EXPECT_THAT(recs[0].note, HasSubstr("gpu 1: used fell by 2 bytes, the worker released 50"));
 }
 
+// The actor's optimizer: its own accounting, no total. Its release is
+// checked against its own previous reading, and the GPU keeps the bound
+// the rollout's device-wide reading gave it.
+TEST(Ledger, AnOwnAccountingWithoutTotalKeepsTheGpusBound) {
+  Ledger l;
+  l.SetWorkerGpus(kActor, {1});
+  l.SetWorkerGpus(kRollout, {1});
+  (void)l.Report(kRollout, {{Tag::kWeights, 30}}, {{1, 30, 100, /*device_wide=*/true}}, {}, 1);
+  (void)l.Report(kActor, {{Tag::kOptimizer, 60}}, {{1, 60, 0, false}}, {}, 2);
+  auto recs = l.Report(kActor, {}, {{1, 0, 0, false}}, {Tag::kOptimizer}, 3);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_FALSE(recs[0].leak);
+  ASSERT_TRUE(l.gpus().at(1).reading.has_value());
+  EXPECT_EQ(l.gpus().at(1).reading->total, 100u);
+  EXPECT_EQ(l.CheckFits({{kRollout, Tag::kKvCache, 80}}).code(), StatusCode::kResourceExhausted)
+      << "30 B resident + 80 B > the rollout's reading of 100 B";
+}
+
 TEST(Ledger, ADeadWorkerHoldsNothing) {
   Ledger l = TwoGpus();
   (void)l.Report(kActor, {{Tag::kParams, 40}}, {}, {}, 1);

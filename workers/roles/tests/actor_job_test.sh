@@ -9,6 +9,9 @@
 #     before, at step 2 and at the end;
 #   - every SYNC(v) published v and both rollouts loaded it, from the
 #     segment the actor's ack named (handoff.jsonl);
+#   - the actor's optimizer tag: released for every rollout phase and
+#     SYNC, resumed for every train phase (handoff.jsonl), its residency
+#     falling to 0 and back, never flagged as a leak (residency.jsonl);
 #   - from step 2 on, samples come from the version of the step before
 #     (weight_version/min = step - 1);
 #   - --out wrote a model directory that loads (config.json, weights);
@@ -52,6 +55,16 @@ for v in 1 2 3 4; do
        | .rank] | unique | length' "$h")
   ((n == 2)) || fail "load_weights v$v reached $n of 2 rollouts"
 done
+# The optimizer tag: resumed for each of the 4 train phases, released before
+# each rollout phase after the first and for each SYNC.
+opt='select(.role == "actor" and .tag == "optimizer" and .outcome == "ok")'
+resumes=$(jq -s "[.[] | $opt | select(.command == \"resume\")] | length" "$h")
+releases=$(jq -s "[.[] | $opt | select(.command == \"release\")] | length" "$h")
+((resumes == 4 && releases >= 4)) || fail "optimizer tag: $resumes resumes (4 expected), $releases releases (>= 4)"
+r=$run/residency.jsonl
+jq -e -s 'any(.role == "actor" and .tag == "optimizer" and .bytes > 0) and
+          any(.role == "actor" and .tag == "optimizer" and .bytes == 0 and .delta < 0) and
+          all(.leak | not)' "$r" >/dev/null || fail "residency.jsonl: the optimizer tag did not come and go: $(grep -m3 optimizer "$r")"
 grep -q "loaded weights version 4 from shm:" "$run"/tasks/rollout.0.err ||
   fail "rollout 0 did not load from the actor's shm segment"
 [[ -f $run/model/config.json && -f $run/model/model.safetensors && -f $run/model/tokenizer.json ]] ||
@@ -88,4 +101,5 @@ run_pid=
 jq -e '.signal == 15' "$run/tasks/actor.0.exit" >/dev/null || fail "actor.0: $(cat "$run/tasks/actor.0.exit")"
 [[ ! -e /dev/shm/${name}99 ]] || { rm -f "/dev/shm/${name}99"; fail "the daemon left /dev/shm/${name}99"; }
 if ls /dev/shm | grep -qF "$segment"; then fail "the cancelled job left $(ls /dev/shm | grep -F "$segment")"; fi
-echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts; a cancelled job leaves no segment"
+echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts, the optimizer released $releases times and" \
+  "resumed $resumes; a cancelled job leaves no segment"

@@ -172,7 +172,7 @@ TEST(DataParallel, OneRankNeedsNoNetworking) {
 // The equivalence: `config` on 1 process (this one, the "local" group) and
 // on 2 train_dp_worker processes.
 void ExpectSameModel(const dptest::RunConfig& config) {
-  SCOPED_TRACE(config.algorithm + ", micro-batch cap " + std::to_string(config.micro_batch_tokens) + ", rank 0 has " +
+  SCOPED_TRACE(config.optimizer + ", " + config.algorithm + ", micro-batch cap " + std::to_string(config.micro_batch_tokens) + ", rank 0 has " +
                std::to_string(config.rank0_groups) + " of 4 groups");
   at::set_num_threads(1);
   auto local = GradientAllReduce::Connect({});
@@ -188,7 +188,8 @@ void ExpectSameModel(const dptest::RunConfig& config) {
   for (int r = 0; r < 2; ++r)
     ranks.push_back(std::make_unique<Worker>(std::vector<std::string>{
         "train", std::to_string(r), "2", port, (dir / ("rank" + std::to_string(r))).string(), config.algorithm,
-        std::to_string(config.micro_batch_tokens), std::to_string(config.steps), std::to_string(config.rank0_groups), "-1"}));
+        std::to_string(config.micro_batch_tokens), std::to_string(config.steps), std::to_string(config.rank0_groups), "-1",
+        config.optimizer}));
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r]->Wait(std::chrono::seconds(90)), 0) << "rank " << r;
   std::printf("[dp] 2 processes, %d steps: %.2f s (start-up included)\n", config.steps, Seconds(t0));
 
@@ -225,7 +226,7 @@ void ExpectSameModel(const dptest::RunConfig& config) {
   for (size_t s = 0; s < stats.size(); ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
     const GrpoStepStats& want = one->steps[s];
-    ASSERT_EQ(stats[s].size(), 10u);
+    ASSERT_EQ(stats[s].size(), 11u);
     EXPECT_EQ(stats[s][0], want.updated ? 1 : 0);
     EXPECT_NEAR(stats[s][1], want.grad_norm, 1e-5 * want.grad_norm);
     EXPECT_NEAR(stats[s][2], want.reward_mean, 1e-12);
@@ -235,6 +236,16 @@ void ExpectSameModel(const dptest::RunConfig& config) {
     EXPECT_EQ(stats[s][6], want.groups);
     EXPECT_EQ(stats[s][7], want.response_tokens);
     EXPECT_GE(stats[s][8], want.micro_batches);
+  }
+  if (config.optimizer == "muon") {
+    // Each rank updated its own matrices (and the gather gave it the rest).
+    const auto stats1 = ReadStats(dir / "rank1.stats");
+    ASSERT_FALSE(stats1.empty());
+    const double own0 = stats.back()[10], own1 = stats1.back()[10], all = static_cast<double>(one->muon_owned);
+    std::printf("[dp] muon: rank 0 updates %.0f, rank 1 %.0f of %.0f elements of matrices\n", own0, own1, all);
+    EXPECT_EQ(own0 + own1, all);
+    EXPECT_GT(own0, 0.3 * all);
+    EXPECT_GT(own1, 0.3 * all);
   }
   double t1 = 0, t2 = 0;
   for (size_t s = 1; s < stats.size(); ++s) t1 += one->seconds[s], t2 += stats[s][9];  // past the first step
@@ -252,11 +263,14 @@ TEST(DataParallel, TwoProcessesTrainTheModelOneDoes) {
   // DAPO (token-mean, dynamic sampling): rank 1's only group has equal
   // rewards, so it trains nothing and still takes part in every collective.
   ExpectSameModel({.algorithm = "dapo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 3});
+  // Muon: each rank orthogonalises its own matrices, the others' arrive by
+  // the gather.
+  ExpectSameModel({.algorithm = "grpo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 2, .optimizer = "muon"});
 }
 
 TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
   const int port = FreePort();
-  Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1"});
+  Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1", "adamw"});
   auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   auto r = dptest::Run({.algorithm = "dr_grpo", .steps = 1, .rank0_groups = 2, .bad_rank = 1}, **g);

@@ -19,6 +19,7 @@
 #include "workers/rl/algorithm_config.h"
 #include "workers/train/data_parallel.h"
 #include "workers/train/grpo_trainer.h"
+#include "workers/train/muon.h"
 
 namespace tandem::train::dptest {
 
@@ -28,6 +29,7 @@ struct RunConfig {
   int steps = 3;
   int rank0_groups = 2;  // rank 0 of 2 trains groups [0, rank0_groups), rank 1 the rest
   int bad_rank = -1;     // this rank's share has its groups out of order (a caller's error)
+  std::string optimizer = "adamw";  // or "muon": its ranks share the matrices (muon.h)
 };
 
 inline StatusOr<std::unique_ptr<model::Transformer>> TinyModel(uint64_t seed) {
@@ -79,6 +81,7 @@ struct RunResult {
   std::vector<GrpoStepStats> steps;
   std::vector<double> seconds;        // each Step's wall time
   std::vector<float> first_grad;      // the gradient the first step applied (summed, clipped), the flat buffer
+  int64_t muon_owned = -1;            // muon: the elements of Muon's matrices this rank updates
 };
 
 // `config.steps` GRPO steps from seed 1 on this rank's share (old log-probs
@@ -101,6 +104,9 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
   // noise (the KL term's at the start, ~1e-9) would get most of a full step
   // with the default 1e-8, in the direction of the noise.
   o.optimizer.adamw.eps = 1e-6;
+  o.optimizer.name = config.optimizer;
+  o.optimizer.muon.match_adamw_rms = true;
+  o.optimizer.muon.ns_dtype = at::kFloat;  // the equivalence's bound is fp32's
   o.micro_batch_tokens = config.micro_batch_tokens;
   o.reference = ref.get();
   o.data_parallel = &dp;
@@ -116,6 +122,7 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
       r.first_grad.assign(g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
     }
   }
+  if (const auto* muon = dynamic_cast<const Muon*>(&trainer->optimizer())) r.muon_owned = muon->owned_elements();
   for (const model::ParameterSet::Slot& s : m->parameters().slots()) {
     const at::Tensor t = s.leaf.detach().contiguous();
     r.params.insert(r.params.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
@@ -126,7 +133,7 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
 // A worker's report: `path` holds the parameters (raw float32), `path`.grad
 // the first step's gradient buffer, `path`.stats
 // one line per step: updated grad_norm reward_mean reward_std pg_loss
-// trajectories groups response_tokens micro_batches seconds.
+// trajectories groups response_tokens micro_batches seconds muon_owned.
 inline Status WriteResult(const std::string& path, const RunResult& r) {
   {
     std::ofstream out(path, std::ios::binary);
@@ -144,7 +151,7 @@ inline Status WriteResult(const std::string& path, const RunResult& r) {
     const GrpoStepStats& s = r.steps[i];
     stats << s.updated << ' ' << s.grad_norm << ' ' << s.reward_mean << ' ' << s.reward_std << ' '
           << (s.loss.count("pg_loss") ? s.loss.at("pg_loss") : 0.0) << ' ' << s.trajectories << ' ' << s.groups << ' '
-          << s.response_tokens << ' ' << s.micro_batches << ' ' << r.seconds[i] << '\n';
+          << s.response_tokens << ' ' << s.micro_batches << ' ' << r.seconds[i] << ' ' << r.muon_owned << '\n';
   }
   return stats ? Status::Ok() : Internal("cannot write " + path + ".stats");
 }

@@ -1,6 +1,6 @@
 // train_dp_worker: one data-parallel replica for data_parallel_test.cc, a
 // real process.
-//   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS BAD_RANK
+//   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS BAD_RANK OPTIMIZER
 //     joins the group on 127.0.0.1:PORT, trains (dp_test_util.h Run) and
 //     writes OUT and OUT.stats; exit 0, or 1 with the error on stderr.
 //   train_dp_worker hang RANK WORLD PORT
@@ -21,8 +21,8 @@
 int main(int argc, char** argv) {
   using namespace tandem::train;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "train" && argc == 11) || (mode == "hang" && argc == 5) || (mode == "echo" && argc == 6))) {
-    std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK\n"
+  if (!((mode == "train" && argc == 12) || (mode == "hang" && argc == 5) || (mode == "echo" && argc == 6))) {
+    std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK OPTIMIZER\n"
                          "       train_dp_worker hang RANK WORLD PORT\n"
                          "       train_dp_worker echo RANK WORLD PORT COUNT\n");
     return 2;
@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   config.steps = std::stoi(argv[8]);
   config.rank0_groups = std::stoi(argv[9]);
   config.bad_rank = std::stoi(argv[10]);
+  config.optimizer = argv[11];
   auto r = dptest::Run(config, **dp);
   tandem::Status s = r.ok() ? dptest::WriteResult(argv[5], *r) : r.status();
   if (!s.ok()) {

@@ -128,6 +128,17 @@ TEST(Muon, ScalesTakesAndOptions) {
   EXPECT_LE(MaxDiff(NewtonSchulz5(g, 5, at::kBFloat16), NewtonSchulz5(g, 5, at::kFloat)), 0.05);
 }
 
+TEST(Muon, OwnersTakeTheLargestFirstToTheLeastLoadedRank) {
+  EXPECT_EQ(MuonOwners({10, 40, 30, 20}, 2), (std::vector<int>{0, 0, 1, 1}));  // 40 -> 0, 30 -> 1, 20 -> 1, 10 -> 0
+  EXPECT_EQ(MuonOwners({5, 5, 5}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(MuonOwners({7}, 4), (std::vector<int>{0}));
+  const std::vector<int> three = MuonOwners({9, 9, 9, 1, 1, 1}, 3);
+  std::vector<int64_t> load(3, 0);
+  const std::vector<int64_t> sizes = {9, 9, 9, 1, 1, 1};
+  for (size_t i = 0; i < sizes.size(); ++i) load[static_cast<size_t>(three[i])] += sizes[i];
+  EXPECT_EQ(load, (std::vector<int64_t>{10, 10, 10}));
+}
+
 // The optimizer over a tiny MoE model: Muon's slots move as MuonUpdate
 // moves them (after the global clip), every other slot exactly as AdamW
 // over the whole model moves it; a restore at step 5 continues to the same
