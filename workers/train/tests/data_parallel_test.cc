@@ -268,6 +268,40 @@ TEST(DataParallel, TwoProcessesTrainTheModelOneDoes) {
   ExpectSameModel({.algorithm = "grpo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 2, .optimizer = "muon"});
 }
 
+// Muon's gather of bf16 parameters' fp32 masters (native: on the device;
+// staged: streamed through the buffers a second time): two ranks, each
+// orthogonalising its own matrices, end with the parameters and the whole
+// optimizer state of one process, bit for bit, so rank 0's checkpoint
+// restores into any number of ranks.
+TEST(DataParallel, MuonOnTwoRanksHoldsOneProcesssStateBitForBit) {
+  at::set_num_threads(1);
+  auto local = GradientAllReduce::Connect({});
+  ASSERT_TRUE(local.ok());
+  const fs::path dir = fs::temp_directory_path() / ("tandem_dp_muon_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const std::string residency : {"native", "staged"}) {
+    SCOPED_TRACE(residency);
+    auto one = dptest::RunMuonBf16(residency, 4, **local);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    const std::string port = std::to_string(FreePort());
+    std::vector<std::unique_ptr<Worker>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(std::make_unique<Worker>(std::vector<std::string>{
+          "muon", std::to_string(r), "2", port, (dir / ("rank" + std::to_string(r))).string(), residency, "4"}));
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r]->Wait(std::chrono::seconds(90)), 0) << "rank " << r;
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> got = ReadFloats(dir / ("rank" + std::to_string(r)));
+      ASSERT_EQ(got.size(), one->size());
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != (*one)[i];
+      EXPECT_EQ(differ, 0u) << "rank " << r << ": " << differ << " of " << got.size() << " values differ";
+    }
+    std::printf("[dp] muon bf16 %s: 2 ranks hold 1 process's parameters and state (%zu values) bit for bit\n",
+                residency.c_str(), one->size());
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
   const int port = FreePort();
   Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1", "adamw"});

@@ -130,6 +130,39 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
   return r;
 }
 
+// Muon over a tiny MoE model's bf16 parameters (fp32 masters), `steps`
+// updates from the same gradients on every rank (what the all-reduce
+// leaves), data parallel over `dp`, the state native or staged through
+// buffers just larger than the largest matrix. Returns the parameters
+// (upcast) then every state tensor (by name), flattened: rank 0's
+// checkpoint.
+inline StatusOr<std::vector<float>> RunMuonBf16(const std::string& residency, int steps, GradientAllReduce& dp) {
+  model::ParameterSet p = model::ParameterSet::Create(model::testing::TinyConfig(/*moe=*/true, 2), at::kCPU, at::kBFloat16);
+  at::manual_seed(7);
+  {
+    at::NoGradGuard no_grad;
+    for (const model::ParameterSet::Slot& s : p.slots()) s.leaf.detach().copy_(at::randn(s.leaf.sizes()) * 0.2);
+  }
+  AdamWOptions adamw;
+  TANDEM_ASSIGN_OR_RETURN(adamw.staging, MakeStaging(residency, 2, 1));
+  MuonOptions muon;
+  muon.ns_dtype = at::kFloat;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Muon> o, Muon::Create(p, muon, adamw, &dp));
+  for (int step = 0; step < steps; ++step) {
+    at::manual_seed(100 + step);
+    for (const at::Tensor& g : p.grad_buffers()) g.copy_(at::randn(g.sizes()) * 0.5);
+    TANDEM_RETURN_IF_ERROR(o->Step(1e-3).status());
+  }
+  std::vector<float> out;
+  auto append = [&out](const at::Tensor& t) {
+    const at::Tensor f = t.detach().to(at::kFloat).contiguous();
+    out.insert(out.end(), f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  };
+  for (const model::ParameterSet::Slot& s : p.slots()) append(s.leaf);
+  for (const auto& [name, t] : o->State().tensors) append(t);
+  return out;
+}
+
 // A worker's report: `path` holds the parameters (raw float32), `path`.grad
 // the first step's gradient buffer, `path`.stats
 // one line per step: updated grad_norm reward_mean reward_std pg_loss

@@ -3,6 +3,8 @@
 //   train_dp_worker train RANK WORLD PORT OUT ALGORITHM MICRO_BATCH_TOKENS STEPS RANK0_GROUPS BAD_RANK OPTIMIZER
 //     joins the group on 127.0.0.1:PORT, trains (dp_test_util.h Run) and
 //     writes OUT and OUT.stats; exit 0, or 1 with the error on stderr.
+//   train_dp_worker muon RANK WORLD PORT OUT RESIDENCY STEPS
+//     joins, runs dp_test_util.h RunMuonBf16 and writes its floats to OUT.
 //   train_dp_worker hang RANK WORLD PORT
 //     joins, passes one barrier, then sleeps 60 s without another
 //     collective (its peer's next all-reduce waits on it; the test kills it).
@@ -13,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -21,8 +24,9 @@
 int main(int argc, char** argv) {
   using namespace tandem::train;
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "train" && argc == 12) || (mode == "hang" && argc == 5) || (mode == "echo" && argc == 6))) {
+  if (!((mode == "train" && argc == 12) || (mode == "muon" && argc == 8) || (mode == "hang" && argc == 5) || (mode == "echo" && argc == 6))) {
     std::fprintf(stderr, "usage: train_dp_worker train RANK WORLD PORT OUT ALGORITHM MBT STEPS RANK0_GROUPS BAD_RANK OPTIMIZER\n"
+                         "       train_dp_worker muon RANK WORLD PORT OUT RESIDENCY STEPS\n"
                          "       train_dp_worker hang RANK WORLD PORT\n"
                          "       train_dp_worker echo RANK WORLD PORT COUNT\n");
     return 2;
@@ -59,6 +63,20 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
         return 1;
       }
+    }
+    return 0;
+  }
+  if (mode == "muon") {
+    auto r = dptest::RunMuonBf16(argv[6], std::stoi(argv[7]), **dp);
+    tandem::Status s = r.status();
+    if (r.ok()) {
+      std::ofstream out(argv[5], std::ios::binary);
+      out.write(reinterpret_cast<const char*>(r->data()), static_cast<std::streamsize>(r->size() * 4));
+      if (!out) s = tandem::Internal(std::string("cannot write ") + argv[5]);
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
+      return 1;
     }
     return 0;
   }
