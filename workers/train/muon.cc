@@ -335,6 +335,6 @@ StatusOr<OptimizerChoice> ChooseOptimizer(const std::string& name, double muon_l
   return c;
 }
 
-std::string Describe(const OptimizerChoice& c) { return c.name + ", AdamW state " + Describe(c.adamw.staging); }
+std::string Describe(const OptimizerChoice& c) { return c.name + ", state " + Describe(c.adamw.staging); }
 
 }  // namespace tandem::train

@@ -155,7 +155,7 @@ StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, 
 // (MakeStaging's checks). InvalidArgument naming a bad flag.
 StatusOr<OptimizerChoice> ChooseOptimizer(const std::string& name, double muon_lr_scale, const std::string& residency,
                                           int64_t slots, int64_t slot_mib, double weight_decay, double max_grad_norm);
-// "muon, AdamW state staged through 2 x 128 MiB buffers": for the roles' logs.
+// "muon, state staged through 2 x 128 MiB buffers": for the roles' logs.
 std::string Describe(const OptimizerChoice& choice);
 
 }  // namespace tandem::train
