@@ -7,7 +7,10 @@
 #include <utility>
 
 #ifdef TANDEM_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace tandem::train {
@@ -31,6 +34,34 @@ std::string Describe(const StagingOptions& s) {
   if (s.residency == Residency::kNative) return "native";
   return "staged through " + std::to_string(s.slots) + " x " + std::to_string(s.slot_bytes >> 20) + " MiB buffers";
 }
+
+// Per buffer: the streams that copy in, update and copy out, and the
+// events that chain them (state_slabs.h). Empty on a CPU.
+struct StagingBuffers::Pipeline {
+#ifdef TANDEM_TORCH_CUDA
+  struct Slot {
+    c10::cuda::CUDAStream in, compute, out;
+    at::cuda::CUDAEvent copied_in, updated, copied_out;
+  };
+  explicit Pipeline(at::Device device, int slots) {
+    for (int i = 0; i < slots; ++i) {
+      slots_.push_back(std::make_unique<Slot>(Slot{c10::cuda::getStreamFromPool(false, device.index()),
+                                                   c10::cuda::getStreamFromPool(false, device.index()),
+                                                   c10::cuda::getStreamFromPool(false, device.index()),
+                                                   {}, {}, {}}));
+    }
+  }
+  std::vector<std::unique_ptr<Slot>> slots_;
+#endif
+};
+
+StagingBuffers::StagingBuffers(const StagingOptions& options, at::Device device) : options_(options), device_(device) {
+#ifdef TANDEM_TORCH_CUDA
+  if (device.is_cuda()) pipeline_ = std::make_unique<Pipeline>(device, options.slots);
+#endif
+}
+
+StagingBuffers::~StagingBuffers() = default;
 
 at::Tensor StagingBuffers::Get(size_t i) {
   while (buffers_.size() <= i)
@@ -108,25 +139,66 @@ void StateSlabs::Update(const UpdateFn& fn, int only_kind) {
     }
     return;
   }
-  const bool async = device_.is_cuda();
   const int64_t capacity = Capacity();
   const size_t count = std::min(static_cast<size_t>(staging_.slots), buckets_.size());
   std::vector<at::Tensor> host(n), staged(n);
-  for (size_t b = 0; b < buckets_.size(); ++b) {
+  // Bucket b's host and buffer ranges, and its pieces through fn.
+  auto stage = [&](size_t b) {
     const Bucket& bucket = buckets_[b];
     const at::Tensor buffer = buffers_->Get(b % count);
     for (size_t k = 0; k < n; ++k) {
       host[k] = slabs_[static_cast<size_t>(kinds[k])].narrow(0, bucket.first, bucket.elements);
       staged[k] = buffer.narrow(0, static_cast<int64_t>(k) * capacity, bucket.elements);
-      staged[k].copy_(host[k], async);  // in stream order after the buffer's last copy back
     }
+  };
+  auto update = [&](size_t b) {
+    const Bucket& bucket = buckets_[b];
     for (const Piece& piece : bucket.pieces) {
       const int64_t at = offset_[piece.item] + piece.begin - bucket.first;
       for (size_t k = 0; k < n; ++k) views[k] = staged[k].narrow(0, at, piece.length);
       fn(piece, views);
     }
-    const bool last = b + 1 == buckets_.size();
-    for (size_t k = 0; k < n; ++k) host[k].copy_(staged[k], async && !last);  // the last blocks
+  };
+#ifdef TANDEM_TORCH_CUDA
+  if (StagingBuffers::Pipeline* pipe = buffers_->pipeline()) {
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent gradients;
+    gradients.record(caller);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      StagingBuffers::Pipeline::Slot& slot = *pipe->slots_[b % count];
+      stage(b);
+      {
+        c10::cuda::CUDAStreamGuard on(slot.in);
+        slot.copied_out.block(slot.in);  // the buffer's previous bucket is home
+        for (size_t k = 0; k < n; ++k) staged[k].copy_(host[k], /*non_blocking=*/true);
+        slot.copied_in.record(slot.in);
+      }
+      {
+        c10::cuda::CUDAStreamGuard on(slot.compute);
+        gradients.block(slot.compute);
+        slot.copied_in.block(slot.compute);
+        update(b);
+        slot.updated.record(slot.compute);
+      }
+      {
+        c10::cuda::CUDAStreamGuard on(slot.out);
+        slot.updated.block(slot.out);
+        for (size_t k = 0; k < n; ++k) host[k].copy_(staged[k], /*non_blocking=*/true);
+        slot.copied_out.record(slot.out);
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      pipe->slots_[i]->updated.block(caller);
+      pipe->slots_[i]->copied_out.synchronize();
+    }
+    return;
+  }
+#endif
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    stage(b);
+    for (size_t k = 0; k < n; ++k) staged[k].copy_(host[k]);
+    update(b);
+    for (size_t k = 0; k < n; ++k) host[k].copy_(staged[k]);
   }
 }
 

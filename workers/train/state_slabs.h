@@ -14,9 +14,16 @@
 //           slot_bytes / (4 x kinds) elements per kind, cut only at
 //           multiples of their `unit` (AdamW: any element; Muon: a whole
 //           matrix, never split); bucket i goes through buffer i % slots:
-//           host -> buffer, fn, buffer -> host, in the device's stream order
-//           (a buffer is reused only after its copy back). The last copy
-//           back blocks, so Update returns with the state on the host.
+//           host -> buffer, fn, buffer -> host. On a GPU each buffer has
+//           its own three streams (copy in, compute, copy out) chained by
+//           events: bucket i's copy in waits for the copy out of the
+//           bucket that last used its buffer, its update for its copy in
+//           (and for the caller's stream: the gradients), its copy out for
+//           its update; so the copies of one bucket overlap the updates of
+//           the others. At the end the caller's stream waits for every
+//           update and Update waits for every copy out: it returns with
+//           the state on the host and the parameters ordered before the
+//           caller's next kernel. On a CPU the same steps run in order.
 //
 // The buffers (StagingBuffers) may be shared by several slabs stepped one
 // after the other (Muon's and its AdamW's): the optimizer's device memory
@@ -63,17 +70,23 @@ std::string Describe(const StagingOptions& staging);
 // allocated when first asked for, freed by Release.
 class StagingBuffers {
  public:
-  StagingBuffers(const StagingOptions& options, at::Device device) : options_(options), device_(device) {}
+  StagingBuffers(const StagingOptions& options, at::Device device);
+  ~StagingBuffers();
   const StagingOptions& options() const { return options_; }
   at::Tensor Get(size_t i);  // i < slots; throws what LibTorch throws
   void Release() { buffers_.clear(); }
   int64_t bytes() const;
   int64_t capacity_bytes() const { return int64_t{options_.slots} * options_.slot_bytes; }
 
+  // The GPU's streams and events per buffer (state_slabs.cc; null on a CPU).
+  struct Pipeline;
+  Pipeline* pipeline() { return pipeline_.get(); }
+
  private:
   StagingOptions options_;
   at::Device device_;
   std::vector<at::Tensor> buffers_;
+  std::unique_ptr<Pipeline> pipeline_;
 };
 
 class StateSlabs {

@@ -1,0 +1,200 @@
+// train_optimizer_bench: the optimizers' step on an H200 (issue #17
+// "Performance"; scripts/gpu/run_optimizers.sh; docs/benchmarks.md
+// "Optimizers"). Built with LibTorch's CUDA path only.
+//
+//   train_optimizer_bench --params 1e9 [--slots 2 --slot-mib 128 --steps 3]
+//
+// Over the fp32 parameters of a dense Qwen3-shaped model of about --params
+// elements on cuda:0 (random gradients), after one warm-up step each:
+//   adamw_native_s   our AdamW, state on the GPU (LibTorch's ops)
+//   adamw_staged_s   our AdamW, state in pinned host slabs through
+//                    --slots x --slot-mib buffers (the stream pipeline)
+//   muon_staged_s    Muon (AdamW on embeddings, head, norms), staged
+//   *_gpu_peak_bytes the allocator's peak during the step beyond what was
+//                    allocated before it (the optimizer's own memory)
+//   h2d/d2h/duplex_gbps  pinned copies of 1 GiB, one way and both at once
+//   pcie_bound_s     the state's bytes each way over the measured duplex
+//                    bandwidth (the staged step's floor); staged_vs_bound
+//   ns_s, ns_matmul_s  Newton–Schulz (5 steps, bf16) on a 4096 x 11008
+//                    matrix, and the same 15 matrix multiplies alone
+// One JSON object on stdout.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "workers/model/config.h"
+#include "workers/model/parameter_set.h"
+#include "workers/train/adamw.h"
+#include "workers/train/muon.h"
+
+namespace {
+
+using namespace tandem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A dense Qwen3-shaped config of about `target` parameters.
+model::ModelConfig ConfigFor(double target) {
+  model::ModelConfig c = model::DefaultConfig(model::Architecture::kQwen3);
+  c.hidden_size = target >= 4e9 ? 4096 : 2048;
+  c.head_dim = 128;
+  c.num_attention_heads = c.num_key_value_heads = c.hidden_size / 128;
+  c.intermediate_size = c.hidden_size * 43 / 16;  // 11008 at 4096
+  c.vocab_size = 32000;
+  c.tie_word_embeddings = false;
+  const double h = static_cast<double>(c.hidden_size);
+  const double per_layer = 4 * h * h + 3 * h * static_cast<double>(c.intermediate_size);
+  c.num_hidden_layers = std::max<int64_t>(1, static_cast<int64_t>((target - 2 * 32000 * h) / per_layer + 0.5));
+  return c;
+}
+
+// Seconds per call of fn after one warm-up, and the allocator's peak above
+// what was allocated before the timed calls.
+std::pair<double, int64_t> Time(int steps, const std::function<void()>& fn) {
+  fn();
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  const int64_t base = c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) fn();
+  c10::cuda::device_synchronize();
+  const double s = Since(t0) / steps;
+  return {s, c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak - base};
+}
+
+double Gbps(int64_t bytes, double s) { return static_cast<double>(bytes) / s / 1e9; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double target = 1e9;
+  int slots = 2, steps = 3;
+  int64_t slot_mib = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--params") target = std::atof(argv[i + 1]);
+    else if (flag == "--slots") slots = std::atoi(argv[i + 1]);
+    else if (flag == "--slot-mib") slot_mib = std::atoll(argv[i + 1]);
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else { std::fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
+  }
+  if (c10::cuda::device_count() == 0) { std::fprintf(stderr, "no GPU\n"); return 1; }
+  const at::Device gpu(at::kCUDA, 0);
+  nlohmann::json out;
+
+  // Pinned PCIe bandwidth, 1 GiB each way and both at once.
+  {
+    const int64_t n = int64_t{1} << 28;  // floats
+    at::Tensor host_in = at::empty({n}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true)).fill_(1);
+    at::Tensor host_out = at::empty_like(host_in);
+    at::Tensor dev_in = at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(gpu)), dev_out = at::empty_like(dev_in);
+    const int64_t bytes = n * 4;
+    const double h2d = Time(3, [&] { dev_in.copy_(host_in, true); }).first;
+    const double d2h = Time(3, [&] { host_out.copy_(dev_out, true); }).first;
+    const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
+    const double both = Time(3, [&] {
+      {
+        c10::cuda::CUDAStreamGuard g(other);
+        host_out.copy_(dev_out, true);
+      }
+      dev_in.copy_(host_in, true);
+      other.synchronize();
+    }).first;
+    out["h2d_gbps"] = Gbps(bytes, h2d);
+    out["d2h_gbps"] = Gbps(bytes, d2h);
+    out["duplex_gbps"] = Gbps(bytes, both);  // each way, both at once
+  }
+
+  // Newton–Schulz against its matrix multiplies.
+  {
+    const at::Tensor g = at::randn({4096, 11008}, at::TensorOptions().dtype(at::kBFloat16).device(gpu));
+    const double ns = Time(steps, [&] { (void)train::NewtonSchulz5(g, 5, at::kBFloat16); }).first;
+    const at::Tensor x = g / g.norm();
+    const double mm = Time(steps, [&] {
+      at::Tensor y = x;
+      for (int i = 0; i < 5; ++i) {
+        const at::Tensor a = at::matmul(y, y.transpose(0, 1));
+        const at::Tensor b = at::matmul(a, a);
+        y = at::matmul(b, y);
+      }
+    }).first;
+    out["ns_s"] = ns;
+    out["ns_matmul_s"] = mm;
+    out["ns_vs_matmul"] = ns / mm;
+  }
+
+  const model::ModelConfig config = ConfigFor(target);
+  model::ParameterSet params = model::ParameterSet::Create(config, gpu, at::kFloat);
+  params.EnableGrad();
+  {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& b : params.buffers()) b.normal_(0, 0.02);
+    for (const at::Tensor& g : params.grad_buffers()) g.normal_(0, 1e-3);
+  }
+  const int64_t n = params.numel();
+  out["params"] = n;
+  out["layers"] = config.num_hidden_layers;
+  out["hidden"] = config.hidden_size;
+  train::AdamWOptions adamw;
+  adamw.max_grad_norm = 0;  // the update alone
+  auto run = [&](const std::string& name, const std::function<tandem::StatusOr<std::unique_ptr<train::Optimizer>>()>& make) {
+    auto o = make();
+    if (!o.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), o.status().ToString().c_str());
+      out[name + "_error"] = o.status().ToString();
+      return;
+    }
+    const auto [s, peak] = Time(steps, [&] {
+      if (const auto st = (*o)->Step(1e-4); !st.ok()) std::fprintf(stderr, "%s: %s\n", name.c_str(), st.status().ToString().c_str());
+    });
+    out[name + "_s"] = s;
+    out[name + "_gpu_peak_bytes"] = peak;
+    out[name + "_device_bytes"] = (*o)->device_bytes();
+    std::fprintf(stderr, "[bench] %s: %.3f s a step, peak %.2f GiB\n", name.c_str(), s, peak / 1073741824.0);
+  };
+  run("adamw_native", [&]() -> tandem::StatusOr<std::unique_ptr<train::Optimizer>> {
+    TANDEM_ASSIGN_OR_RETURN(auto o, train::AdamW::Create(params, adamw));
+    return std::unique_ptr<train::Optimizer>(std::move(o));
+  });
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  train::AdamWOptions staged = adamw;
+  staged.staging = {train::Residency::kStaged, slots, slot_mib << 20};
+  run("adamw_staged", [&]() -> tandem::StatusOr<std::unique_ptr<train::Optimizer>> {
+    TANDEM_ASSIGN_OR_RETURN(auto o, train::AdamW::Create(params, staged));
+    return std::unique_ptr<train::Optimizer>(std::move(o));
+  });
+  // Muon's buffers hold its largest matrix whole (fp32 momentum).
+  int64_t largest = 0;
+  for (const model::ParameterSet::Slot& s : params.slots())
+    if (train::MuonTakes(s.name, s.leaf.sizes())) largest = std::max(largest, s.leaf.numel());
+  train::AdamWOptions muon_staged = staged;
+  muon_staged.staging.slot_bytes = std::max(staged.staging.slot_bytes, ((largest * 4 >> 20) + 1) << 20);
+  out["muon_slot_mib"] = muon_staged.staging.slot_bytes >> 20;
+  run("muon_staged", [&]() -> tandem::StatusOr<std::unique_ptr<train::Optimizer>> {
+    train::MuonOptions muon;
+    muon.match_adamw_rms = true;
+    TANDEM_ASSIGN_OR_RETURN(auto o, train::Muon::Create(params, muon, muon_staged));
+    return std::unique_ptr<train::Optimizer>(std::move(o));
+  });
+  // AdamW's state: two fp32 moments each way (fp32 parameters: no master).
+  const double bytes = 8.0 * static_cast<double>(n);
+  const double bound = bytes / (out["duplex_gbps"].get<double>() * 1e9);
+  out["pcie_bound_s"] = bound;
+  if (out.contains("adamw_staged_s")) out["staged_vs_bound"] = bound / out["adamw_staged_s"].get<double>();
+  out["slots"] = slots;
+  out["slot_mib"] = slot_mib;
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
