@@ -173,22 +173,7 @@ Status AdamW::Restore(const OptimizerState& in) {
   return Status::Ok();
 }
 
-Status AdamW::Release() {
-  try {
-    slabs_->Release();
-  } catch (const std::exception& e) {
-    return Internal(std::string("adamw: releasing its state: ") + e.what());
-  }
-  return Status::Ok();
-}
-
-Status AdamW::Resume() {
-  try {
-    slabs_->Resume();
-  } catch (const std::exception& e) {
-    return Internal(std::string("adamw: resuming its state: ") + e.what());
-  }
-  return Status::Ok();
-}
+Status AdamW::Release() { return slabs_->Release().WithContext("adamw"); }
+Status AdamW::Resume() { return slabs_->Resume().WithContext("adamw"); }
 
 }  // namespace tandem::train

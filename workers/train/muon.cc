@@ -230,20 +230,12 @@ Status Muon::Restore(const OptimizerState& in) {
 }
 
 Status Muon::Release() {
-  try {
-    slabs_->Release();
-  } catch (const std::exception& e) {
-    return Internal(std::string("muon: releasing its state: ") + e.what());
-  }
+  TANDEM_RETURN_IF_ERROR(slabs_->Release(), "muon");
   return rest_->Release();
 }
 
 Status Muon::Resume() {
-  try {
-    slabs_->Resume();
-  } catch (const std::exception& e) {
-    return Internal(std::string("muon: resuming its state: ") + e.what());
-  }
+  TANDEM_RETURN_IF_ERROR(slabs_->Resume(), "muon");
   return rest_->Resume();
 }
 

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #ifdef TANDEM_TORCH_CUDA
@@ -132,7 +133,7 @@ void StateSlabs::Update(const UpdateFn& fn, int only_kind) {
   const size_t n = kinds.size();
   std::vector<at::Tensor> views(n);
   if (!staged()) {
-    Resume();
+    if (Status st = Resume(); !st.ok()) throw std::runtime_error(st.message());
     for (size_t i = 0; i < items_.size(); ++i) {
       for (size_t k = 0; k < n; ++k) views[k] = View(kinds[k], i);
       fn({i, 0, items_[i].numel}, views);
@@ -216,33 +217,45 @@ void ReturnToDevice(at::Device device) {
 
 }  // namespace
 
-void StateSlabs::Release() {
-  if (staged()) {
-    buffers_->Release();
+Status StateSlabs::Release() {
+  try {
+    if (staged()) {
+      buffers_->Release();
+      ReturnToDevice(device_);
+      return Status::Ok();
+    }
+    if (released_ || device_.is_cpu()) {  // on a CPU already host memory
+      released_ = true;
+      return Status::Ok();
+    }
+    at::TensorOptions host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
+    if (device_.is_cuda()) host = host.pinned_memory(true);
+    for (at::Tensor& slab : slabs_) {
+      at::Tensor copy = at::empty({total_}, host);
+      copy.copy_(slab);
+      slab = copy;
+    }
+    released_ = true;
     ReturnToDevice(device_);
-    return;
+  } catch (const std::exception& e) {
+    return Internal(std::string("releasing the optimizer's state: ") + e.what());
   }
-  if (released_) return;
-  released_ = true;
-  if (device_.is_cpu()) return;  // already host memory
-  at::TensorOptions host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
-  if (device_.is_cuda()) host = host.pinned_memory(true);
-  for (at::Tensor& slab : slabs_) {
-    at::Tensor copy = at::empty({total_}, host);
-    copy.copy_(slab);
-    slab = copy;
-  }
-  ReturnToDevice(device_);
+  return Status::Ok();
 }
 
-void StateSlabs::Resume() {
-  if (staged()) {
-    for (size_t i = 0; i < std::min(static_cast<size_t>(staging_.slots), buckets_.size()); ++i) buffers_->Get(i);
-    return;
+Status StateSlabs::Resume() {
+  try {
+    if (staged()) {
+      for (size_t i = 0; i < std::min(static_cast<size_t>(staging_.slots), buckets_.size()); ++i) buffers_->Get(i);
+      return Status::Ok();
+    }
+    if (!released_) return Status::Ok();
+    for (at::Tensor& slab : slabs_) slab = slab.to(device_);
+    released_ = false;
+  } catch (const std::exception& e) {
+    return Internal(std::string("resuming the optimizer's state: ") + e.what());
   }
-  if (!released_) return;
-  for (at::Tensor& slab : slabs_) slab = slab.to(device_);
-  released_ = false;
+  return Status::Ok();
 }
 
 int64_t StateSlabs::device_bytes() const {

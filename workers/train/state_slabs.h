@@ -120,8 +120,9 @@ class StateSlabs {
   // element): a second pass over one kind moves only its bytes.
   void Update(const UpdateFn& fn, int only_kind = -1);
 
-  void Release();
-  void Resume();
+  // Internal naming what LibTorch threw (an allocation or copy that failed).
+  Status Release();
+  Status Resume();
   bool released() const { return released_; }
   int64_t device_bytes() const;
   int64_t resident_bytes() const;
