@@ -7,7 +7,6 @@
 #include <ATen/ops/exp.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/stack.h>
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
 
@@ -25,22 +24,10 @@ Status Validate(const DistillLossOptions& o) {
 }
 
 std::vector<std::pair<std::string, double>> DistillLossMetrics::ToHost() const {
-  const std::pair<const char*, const at::Tensor*> all[] = {{"distill_loss", &distill_loss},
-                                                           {"teacher_log_ratio", &teacher_log_ratio},
-                                                           {"ratio_capped_frac", &ratio_capped_frac},
-                                                           {"tokens", &tokens}};
-  std::vector<std::string> names;
-  std::vector<at::Tensor> values;
-  for (const auto& [name, t] : all) {
-    if (!t->defined()) continue;
-    names.emplace_back(name);
-    values.push_back(t->detach().to(at::kDouble).reshape({}));
-  }
-  std::vector<std::pair<std::string, double>> out;
-  if (values.empty()) return out;
-  const at::Tensor host = at::stack(values).to(at::kCPU).contiguous();  // one copy
-  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], host.data_ptr<double>()[i]);
-  return out;
+  return ScalarsToHost({{"distill_loss", &distill_loss},
+                        {"teacher_log_ratio", &teacher_log_ratio},
+                        {"ratio_capped_frac", &ratio_capped_frac},
+                        {"tokens", &tokens}});
 }
 
 StatusOr<DistillLossOutput> ComputeDistillLoss(const DistillLossInputs& in, const DistillLossOptions& o) {

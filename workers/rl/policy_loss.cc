@@ -8,7 +8,6 @@
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/minimum.h>
 #include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/stack.h>
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
 
@@ -63,19 +62,7 @@ std::vector<std::string> PolicyLossMetrics::Names() {
 std::vector<std::pair<std::string, double>> PolicyLossMetrics::ToHost() const {
   std::vector<std::pair<const char*, const at::Tensor*>> all;
   for (const auto& [name, field] : kMetricFields) all.emplace_back(name, &(this->*field));
-  std::vector<std::string> names;
-  std::vector<at::Tensor> values;
-  for (const auto& [name, t] : all) {
-    if (!t->defined()) continue;
-    names.emplace_back(name);
-    values.push_back(t->detach().to(at::kDouble).reshape({}));
-  }
-  std::vector<std::pair<std::string, double>> out;
-  if (values.empty()) return out;
-  const at::Tensor host = at::stack(values).to(at::kCPU).contiguous();  // one copy
-  const double* p = host.data_ptr<double>();
-  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], p[i]);
-  return out;
+  return ScalarsToHost(all);
 }
 
 StatusOr<PolicyLossOutput> ComputePolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& o) {

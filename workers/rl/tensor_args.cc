@@ -1,6 +1,8 @@
 // Tensor argument checks (tensor_args.h).
 #include "workers/rl/tensor_args.h"
 
+#include <ATen/ops/stack.h>
+
 namespace tandem::rl {
 namespace {
 
@@ -74,6 +76,23 @@ at::ScalarType ComputeType(std::initializer_list<at::Tensor> ts) {
   for (const at::Tensor& t : ts)
     if (t.defined() && t.scalar_type() == at::kDouble) return at::kDouble;
   return at::kFloat;
+}
+
+std::vector<std::pair<std::string, double>> ScalarsToHost(
+    const std::vector<std::pair<const char*, const at::Tensor*>>& named) {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> values;
+  for (const auto& [name, t] : named) {
+    if (!t->defined()) continue;
+    names.emplace_back(name);
+    values.push_back(t->detach().to(at::kDouble).reshape({}));
+  }
+  std::vector<std::pair<std::string, double>> out;
+  if (values.empty()) return out;
+  const at::Tensor host = at::stack(values).to(at::kCPU).contiguous();  // one copy
+  const double* p = host.data_ptr<double>();
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], p[i]);
+  return out;
 }
 
 }  // namespace tandem::rl

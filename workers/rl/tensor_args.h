@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -41,6 +42,12 @@ Status CheckDevice(std::string_view name, const at::Tensor& t, const at::Device&
 
 // float64 when any of `ts` (defined ones) is float64, else float32.
 at::ScalarType ComputeType(std::initializer_list<at::Tensor> ts);
+
+// The defined ones of `named` 0-dim tensors as (name, value) on the host,
+// in order, through one device-to-host copy: what the losses' metrics
+// ToHost return.
+std::vector<std::pair<std::string, double>> ScalarsToHost(
+    const std::vector<std::pair<const char*, const at::Tensor*>>& named);
 
 // Runs `fn` (returning a StatusOr<T> or a Status), turning an exception
 // from LibTorch into Internal("<what>: <message>").
