@@ -109,6 +109,24 @@ Status ApplyOverlong(const json& j, const std::string& where, std::optional<Over
   return Status::Ok();
 }
 
+Status ApplyDistill(const json& j, const std::string& where, std::optional<DistillConfig>* out) {
+  if (j.is_null()) {
+    out->reset();
+    return Status::Ok();
+  }
+  if (!j.is_object())
+    return InvalidArgument(where + ": expected null or an object {rl_coef, distill_coef, ratio_cap}, got " +
+                           j.dump(-1, ' ', false, json::error_handler_t::replace));
+  StrictObject o(j, where);
+  TANDEM_RETURN_IF_ERROR(o.Known({"rl_coef", "distill_coef", "ratio_cap"}));
+  DistillConfig d = out->value_or(DistillConfig{});
+  TANDEM_RETURN_IF_ERROR(o.Number("rl_coef", &d.rl_coef, NonNegative, ">= 0"));
+  TANDEM_RETURN_IF_ERROR(o.Number("distill_coef", &d.distill_coef, NonNegative, ">= 0"));
+  TANDEM_RETURN_IF_ERROR(o.Number("ratio_cap", &d.loss.ratio_cap, [](double v) { return v >= 1; }, ">= 1"));
+  *out = d;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Validate(const AlgorithmConfig& c) {
@@ -118,6 +136,12 @@ Status Validate(const AlgorithmConfig& c) {
     OverlongShaping s = *c.overlong;
     if (s.max_length == 0) s.max_length = std::max<int64_t>(s.cache, 1);  // the job fills it in
     TANDEM_RETURN_IF_ERROR(Validate(s));
+  }
+  if (c.distill) {
+    TANDEM_RETURN_IF_ERROR(Validate(c.distill->loss), "distill");
+    if (!(c.distill->rl_coef >= 0 && std::isfinite(c.distill->rl_coef)) ||
+        !(c.distill->distill_coef >= 0 && std::isfinite(c.distill->distill_coef)))
+      return InvalidArgument("distill: rl_coef and distill_coef must be finite numbers >= 0");
   }
   return Status::Ok();
 }
@@ -134,7 +158,7 @@ StatusOr<AlgorithmConfig> ApplyAlgorithmOptions(const AlgorithmConfig& config, c
   TANDEM_RETURN_IF_ERROR(o.Known({"advantage_estimator", "advantage_eps", "std_unbiased", "clip_ratio_low",
                                   "clip_ratio_high", "clip_ratio_c", "loss_agg_mode", "max_response_length",
                                   "kl_coef", "kl_estimator", "entropy_coef", "dynamic_sampling",
-                                  "overlong_shaping"}));
+                                  "overlong_shaping", "distill"}));
   TANDEM_RETURN_IF_ERROR(o.Choice("advantage_estimator", &c.advantage.estimator, ParseAdvantageEstimator));
   TANDEM_RETURN_IF_ERROR(o.Number("advantage_eps", &c.advantage.eps, NonNegative, ">= 0"));
   TANDEM_RETURN_IF_ERROR(o.Bool("std_unbiased", &c.advantage.std_unbiased));
@@ -161,6 +185,7 @@ StatusOr<AlgorithmConfig> ApplyAlgorithmOptions(const AlgorithmConfig& config, c
   TANDEM_RETURN_IF_ERROR(o.Bool("dynamic_sampling", &c.dynamic_sampling));
   if (o.Has("overlong_shaping"))
     TANDEM_RETURN_IF_ERROR(ApplyOverlong(options.at("overlong_shaping"), where + ".overlong_shaping", &c.overlong));
+  if (o.Has("distill")) TANDEM_RETURN_IF_ERROR(ApplyDistill(options.at("distill"), where + ".distill", &c.distill));
   TANDEM_RETURN_IF_ERROR(Validate(c), where);
   return c;
 }
@@ -186,6 +211,10 @@ json AlgorithmOptionsJson(const AlgorithmConfig& c) {
   } else {
     j["overlong_shaping"] = nullptr;
   }
+  j["distill"] = c.distill ? json{{"rl_coef", c.distill->rl_coef},
+                                  {"distill_coef", c.distill->distill_coef},
+                                  {"ratio_cap", c.distill->loss.ratio_cap}}
+                           : json(nullptr);
   return j;
 }
 

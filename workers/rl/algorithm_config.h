@@ -19,6 +19,10 @@
 //   dynamic_sampling     bool
 //   overlong_shaping     null (off) or {"cache": integer > 0, "penalty": number >= 0,
 //                        "max_length": integer > 0 or null (the job's max response length)}
+//   distill              null (off) or {"rl_coef": number >= 0, "distill_coef": number >= 0,
+//                        "ratio_cap": number >= 1}: the MOPD term (distill_loss.h), total
+//                        rl_coef * policy loss + distill_coef * distill loss; on, the
+//                        trajectories carry teacher log-probs and routes (docs/mopd.md)
 // An unknown key, a wrong type or a value out of range is InvalidArgument
 // naming the key ("algorithm dapo: options.clip_ratio_high: expected a
 // number >= 0, got \"0.3\"").
@@ -32,16 +36,25 @@
 
 #include "common/status.h"
 #include "workers/rl/advantages.h"
+#include "workers/rl/distill_loss.h"
 #include "workers/rl/overlong_shaping.h"
 #include "workers/rl/policy_loss.h"
 
 namespace tandem::rl {
+
+// MOPD's term beside the policy loss.
+struct DistillConfig {
+  double rl_coef = 1.0;       // the policy loss's weight, >= 0
+  double distill_coef = 1.0;  // the distill loss's weight, >= 0
+  DistillLossOptions loss;    // ratio_cap
+};
 
 struct AlgorithmConfig {
   AdvantageOptions advantage;
   PolicyLossOptions loss;
   bool dynamic_sampling = false;            // drop groups whose rewards are all equal (dynamic_sampling.h)
   std::optional<OverlongShaping> overlong;  // none = off; max_length 0 = the job's max response length
+  std::optional<DistillConfig> distill;     // none = off (no teacher term)
 };
 
 // Every part valid; an overlong max_length of 0 is allowed here (the job

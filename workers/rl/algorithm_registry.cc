@@ -52,6 +52,13 @@ AlgorithmRegistry AlgorithmRegistry::WithBuiltins() {
     a.config.overlong = OverlongShaping{/*max_length=*/0, /*cache=*/4096, /*penalty=*/1.0};
     (void)r.Register(std::move(a));
   }
+  {
+    Algorithm a{"mopd", "MOPD: GRPO's policy loss (token-mean, no KL) plus the routed teachers' reverse KL", {},
+                PpoClippedLoss};
+    a.config.loss.aggregation = LossAggregation::kTokenMean;
+    a.config.distill = DistillConfig{};
+    (void)r.Register(std::move(a));
+  }
   return r;
 }
 

@@ -8,9 +8,11 @@
 //   dr_grpo  Dr. GRPO: advantages without std division, seq-mean-token-sum-norm, clip 0.2/0.2, no KL
 //   dapo     DAPO: GRPO advantages, clip-higher 0.2/0.28, dual clip c = 10, token-mean, no KL,
 //            dynamic sampling, overlong shaping with cache 4096 and penalty 1 (max_length: the job's)
+//   mopd     MOPD (docs/mopd.md): GRPO advantages, clip 0.2/0.2, token-mean, no KL, and the distill
+//            term with rl_coef 1, distill_coef 1, ratio_cap 5
 //
 // A registry is a value (no global table): a job builds one with the
-// built-ins, and MOPD's code adds its own algorithms with their own loss
+// built-ins, and a caller may add its own algorithms with their own loss
 // functions (Register). Unknown names are InvalidArgument listing the known
 // ones.
 #pragma once

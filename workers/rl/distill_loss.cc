@@ -23,6 +23,10 @@ Status Validate(const DistillLossOptions& o) {
   return Status::Ok();
 }
 
+std::vector<std::string> DistillLossMetrics::Names() {
+  return {"distill_loss", "teacher_log_ratio", "ratio_capped_frac", "tokens"};
+}
+
 std::vector<std::pair<std::string, double>> DistillLossMetrics::ToHost() const {
   return ScalarsToHost({{"distill_loss", &distill_loss},
                         {"teacher_log_ratio", &teacher_log_ratio},

@@ -61,6 +61,7 @@ struct DistillLossMetrics {
   at::Tensor ratio_capped_frac;  // tokens whose logp - old > log c
   at::Tensor tokens;             // the counted tokens of this call
   std::vector<std::pair<std::string, double>> ToHost() const;  // ("distill_loss", v), ...
+  static std::vector<std::string> Names();                      // ToHost's names, in its order
 };
 
 struct DistillLossOutput {

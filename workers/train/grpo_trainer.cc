@@ -10,14 +10,41 @@
 
 #include "workers/data/microbatch_planner.h"
 #include "workers/model/model_input.h"
+#include "workers/rl/distill_loss.h"
 #include "workers/rl/dynamic_sampling.h"
 #include "workers/rl/groups.h"
 
 namespace tandem::train {
 namespace {
 
-// Why trajectory `t` cannot be trained on, or "" when it can.
-std::string Defect(const Trajectory& t, int64_t vocab) {
+// Why the MOPD part of `t` (its route over `teachers`) is unusable, or "".
+std::string RouteDefect(const Trajectory& t, int64_t teachers) {
+  if (t.route.empty()) return "";
+  if (static_cast<int64_t>(t.route.size()) != teachers)
+    return "a route of " + std::to_string(t.route.size()) + " weights for " + std::to_string(teachers) + " teachers";
+  for (size_t j = 0; j < t.route.size(); ++j) {
+    if (!std::isfinite(t.route[j]) || t.route[j] < 0) return "route weight " + std::to_string(j) + " is not a finite number >= 0";
+    if (t.route[j] == 0) continue;
+    if (j >= t.teacher_logprobs.size() || t.teacher_logprobs[j].size() != t.response.size())
+      return "teacher " + std::to_string(j) + " has " +
+             std::to_string(j < t.teacher_logprobs.size() ? t.teacher_logprobs[j].size() : 0) + " log-probs for " +
+             std::to_string(t.response.size()) + " response tokens";
+    for (const float lp : t.teacher_logprobs[j])
+      if (!std::isfinite(lp)) return "a non-finite log-prob of teacher " + std::to_string(j);
+  }
+  return "";
+}
+
+// The response tokens of `t` the distill loss counts (those of a sequence routed to some teacher).
+double RoutedTokens(const Trajectory& t) {
+  double w = 0;
+  for (const float x : t.route) w += x;
+  return w > 0 ? static_cast<double>(t.response.size()) : 0.0;
+}
+
+// Why trajectory `t` cannot be trained on, or "" when it can (`teachers`:
+// K with MOPD, else 0 and the route is not looked at).
+std::string Defect(const Trajectory& t, int64_t vocab, int64_t teachers) {
   if (t.prompt.empty()) return "an empty prompt";
   if (t.response.empty()) return "an empty response";
   for (const auto* ids : {&t.prompt, &t.response})
@@ -29,7 +56,7 @@ std::string Defect(const Trajectory& t, int64_t vocab) {
   for (const float lp : t.old_logprobs)
     if (!std::isfinite(lp)) return "a non-finite old log-prob";
   if (!std::isfinite(t.reward)) return "a non-finite reward";
-  return "";
+  return teachers > 0 ? RouteDefect(t, teachers) : "";
 }
 
 // A loss term of the policy loss's metrics ("pg_loss", "kl_loss", ...).
@@ -49,6 +76,55 @@ void Accumulate(const std::vector<std::pair<std::string, double>>& part, double 
     }
   }
   sum["tokens"] += tokens;
+}
+
+// Appends Accumulate's sums `m` to `v` as (present, value) pairs in the
+// order of `names` (ratio_max's value left out: it is a max, reduced apart);
+// Internal for a metric not in `names`.
+Status PackMetrics(const std::map<std::string, double>& m, const std::vector<std::string>& names,
+                   std::vector<double>& v) {
+  for (const auto& [k, x] : m)
+    if (std::find(names.begin(), names.end(), k) == names.end())
+      return Internal("the loss's metric \"" + k + "\" is not in its Names()");
+  for (const std::string& k : names) {
+    const auto it = m.find(k);
+    v.push_back(it == m.end() ? 0.0 : 1.0);
+    v.push_back(it == m.end() || k == "ratio_max" ? 0.0 : it->second);
+  }
+  return Status::Ok();
+}
+
+// PackMetrics' pairs from v[at...], summed over the replicas, as means:
+// losses as they are (batch normalisers), the rest over "tokens".
+std::map<std::string, double> UnpackMetrics(const std::vector<double>& v, size_t at,
+                                            const std::vector<std::string>& names) {
+  std::map<std::string, double> m;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (v[at + 2 * i] > 0) m[names[i]] = v[at + 2 * i + 1];
+  const double tokens = m.count("tokens") ? m["tokens"] : 0.0;
+  for (auto& [k, x] : m)
+    if (k != "tokens" && k != "ratio_max" && !IsLoss(k) && tokens > 0) x /= tokens;
+  return m;
+}
+
+// The teacher log-probs [K, B, width] and routes [B, K] of the sequences
+// valid[samples[b]] (the rest of DistillLossInputs left to the caller).
+rl::DistillLossInputs TeacherInputs(const std::vector<const Trajectory*>& valid, const std::vector<int64_t>& samples,
+                                    int64_t k, int64_t width, const at::Device& device) {
+  const int64_t b = static_cast<int64_t>(samples.size());
+  std::vector<float> teacher(static_cast<size_t>(k * b * width), 0.0f), route(static_cast<size_t>(b * k), 0.0f);
+  for (int64_t s = 0; s < b; ++s) {
+    const Trajectory& t = *valid[samples[s]];
+    if (t.route.empty()) continue;
+    for (int64_t j = 0; j < k; ++j) {
+      route[s * k + j] = t.route[j];
+      if (t.route[j] > 0) std::copy(t.teacher_logprobs[j].begin(), t.teacher_logprobs[j].end(), &teacher[(j * b + s) * width]);
+    }
+  }
+  rl::DistillLossInputs in;
+  in.teacher_logprobs = at::tensor(teacher).view({k, b, width}).to(device);
+  in.route = at::tensor(route).view({b, k}).to(device);
+  return in;
 }
 
 // FailedPrecondition unless every replica holds the same parameters (their
@@ -84,7 +160,14 @@ struct GrpoTrainer::Share {
   std::vector<std::vector<int64_t>> item_samples;  // the item's k-th sequence -> index into `valid`
   int64_t total_tokens = 0;                        // sequence tokens of the items
   double tokens = 0, sequences = 0;                // response tokens and sequences of the items
+  double distill_tokens = 0;                       // response tokens of the items routed to a teacher (MOPD)
   int64_t groups_all_equal = 0;
+};
+
+// The global batch's normalisers (summed over the replicas).
+struct GrpoTrainer::Normalisers {
+  double tokens = 0, sequences = 0;  // response tokens and sequences
+  double distill_tokens = 0;         // response tokens routed to a teacher
 };
 
 GrpoTrainer::GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<Optimizer> opt)
@@ -96,6 +179,10 @@ StatusOr<std::unique_ptr<GrpoTrainer>> GrpoTrainer::Create(model::Transformer& m
   TANDEM_RETURN_IF_ERROR(rl::Validate(options.algorithm.config), "grpo trainer: algorithm " + options.algorithm.name);
   if (!options.algorithm.loss) return InvalidArgument("grpo trainer: algorithm " + options.algorithm.name + " has no loss");
   if (options.micro_batch_tokens < 0) return InvalidArgument("grpo trainer: micro_batch_tokens must be >= 0");
+  if (options.algorithm.config.distill && options.teachers < 1)
+    return InvalidArgument("grpo trainer: algorithm " + options.algorithm.name +
+                           " has a distill term and needs at least one teacher (teachers " +
+                           std::to_string(options.teachers) + ")");
   if (!(options.temperature > 0) || !std::isfinite(options.temperature))
     return InvalidArgument("grpo trainer: temperature must be a finite number > 0");
   if (options.algorithm.config.loss.kl_coef > 0) {
@@ -129,7 +216,7 @@ Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const s
         return InvalidArgument(where + ": the trajectories of group " + std::to_string(t.group) + " are not contiguous");
     }
     if (i == 0 || t.group != trajectories[i - 1].group) seen_groups.push_back(t.group);
-    if (std::string why = Defect(t, model_.config().vocab_size); !why.empty()) {
+    if (std::string why = Defect(t, model_.config().vocab_size, config.distill ? options_.teachers : 0); !why.empty()) {
       st.dropped.push_back("trajectory " + std::to_string(i) + " (group " + std::to_string(t.group) + "): " + why);
       continue;
     }
@@ -176,6 +263,7 @@ Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const s
         share.total_tokens += static_cast<int64_t>(s.size());
         share.tokens += static_cast<double>(valid[i]->response.size());
         share.sequences += 1;
+        if (config.distill) share.distill_tokens += RoutedTokens(*valid[i]);
         seqs.push_back(std::move(s));
       }
       TANDEM_ASSIGN_OR_RETURN(data::TrieItem trie, data::TrieItemFromTokens(seqs), where);
@@ -192,8 +280,8 @@ Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const s
 
 // Step 3 on this replica's share: gradients accumulate in the model's
 // buffer, with the global batch's normalisers.
-Status GrpoTrainer::TrainMicroBatches(const Share& share, double batch_tokens, double batch_sequences,
-                                      const std::string& where, GrpoStepStats& st) {
+Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& global, const std::string& where,
+                                      GrpoStepStats& st) {
   const rl::AlgorithmConfig& config = options_.algorithm.config;
   const std::vector<const Trajectory*>& valid = share.valid;
   try {
@@ -256,10 +344,24 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, double batch_tokens, d
         at::NoGradGuard no_grad;
         in.ref_logprobs = grid(options_.reference->Forward(batch, {.temperature = options_.temperature}).logprob);
       }
-      in.batch_tokens = batch_tokens;
-      in.batch_sequences = batch_sequences;
+      in.batch_tokens = global.tokens;
+      in.batch_sequences = global.sequences;
       TANDEM_ASSIGN_OR_RETURN(const rl::PolicyLossOutput loss, options_.algorithm.loss(in, config), where);
-      loss.loss.backward();
+      at::Tensor total = loss.loss;
+      if (config.distill && global.distill_tokens > 0) {
+        rl::DistillLossInputs din = TeacherInputs(valid, samples, options_.teachers, width, device);
+        din.logprobs = in.logprobs;
+        din.old_logprobs = in.old_logprobs;
+        din.mask = in.mask;
+        din.batch_tokens = global.distill_tokens;
+        TANDEM_ASSIGN_OR_RETURN(const rl::DistillLossOutput distill, rl::ComputeDistillLoss(din, config.distill->loss),
+                                where);
+        total = config.distill->rl_coef * loss.loss + config.distill->distill_coef * distill.loss;
+        double routed = 0;
+        for (const int64_t i : samples) routed += RoutedTokens(*valid[i]);
+        Accumulate(distill.metrics.ToHost(), routed, st.distill);
+      }
+      total.backward();
       Accumulate(loss.metrics.ToHost(), static_cast<double>(cells.size()), st.loss);
     }
   } catch (const std::exception& e) {
@@ -297,11 +399,13 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
                                share.sequences,
                                static_cast<double>(share.items.size()),
                                static_cast<double>(share.groups_all_equal),
-                               static_cast<double>(st.dropped.size())};
+                               static_cast<double>(st.dropped.size()),
+                               share.distill_tokens};
   TANDEM_RETURN_IF_ERROR(reduce(batch, HostReduce::kSum, "summing the batch's counts"));
   if (!prepared.ok()) return prepared;
   if (batch[0] > 0) return FailedPrecondition(failed_elsewhere);
-  const double n = batch[1], batch_tokens = batch[3], batch_sequences = batch[4], items = batch[5];
+  const double n = batch[1], items = batch[5];
+  const Normalisers global{.tokens = batch[3], .sequences = batch[4], .distill_tokens = batch[8]};
   st.dropped_total = static_cast<int64_t>(batch[7]);
   if (n == 0) return st;
   st.reward_mean = batch[2] / n;
@@ -309,27 +413,22 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
 
   // Step 3 on this replica's share, then the global stats.
   model_.parameters().ZeroGrad();
-  const Status trained =
-      share.items.empty() ? Status::Ok() : TrainMicroBatches(share, batch_tokens, batch_sequences, where, st);
+  const Status trained = share.items.empty() ? Status::Ok() : TrainMicroBatches(share, global, where, st);
   double reward_sq = 0;
   if (trained.ok() && share.rewards.defined())
     reward_sq = (share.rewards.to(at::kDouble) - st.reward_mean).square().sum().item<double>();
-  const std::vector<std::string> names = rl::PolicyLossMetrics::Names();
+  const std::vector<std::string> policy_names = rl::PolicyLossMetrics::Names();
+  const std::vector<std::string> distill_names = rl::DistillLossMetrics::Names();
   std::vector<double> sums = {trained.ok() ? 0.0 : 1.0,
                               reward_sq,
                               static_cast<double>(st.response_tokens),
                               static_cast<double>(st.sequence_tokens),
                               static_cast<double>(st.packed_tokens),
                               static_cast<double>(st.micro_batches)};
-  const size_t first_metric = sums.size();
-  for (const std::string& k : names) {
-    const auto it = st.loss.find(k);
-    sums.push_back(it == st.loss.end() ? 0.0 : 1.0);
-    sums.push_back(it == st.loss.end() || k == "ratio_max" ? 0.0 : it->second);
-  }
-  for (const auto& [k, v] : st.loss)
-    if (std::find(names.begin(), names.end(), k) == names.end())
-      return Internal(where + ": the policy loss's metric \"" + k + "\" is not in PolicyLossMetrics::Names()");
+  const size_t policy_at = sums.size();
+  TANDEM_RETURN_IF_ERROR(PackMetrics(st.loss, policy_names, sums), where);
+  const size_t distill_at = sums.size();
+  TANDEM_RETURN_IF_ERROR(PackMetrics(st.distill, distill_names, sums), where);
   std::vector<double> ratio_max = {st.loss.count("ratio_max") ? st.loss["ratio_max"]
                                                               : -std::numeric_limits<double>::infinity()};
   TANDEM_RETURN_IF_ERROR(reduce(sums, HostReduce::kSum, "summing the step's metrics"));
@@ -341,14 +440,12 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
   st.sequence_tokens = static_cast<int64_t>(sums[3]);
   st.packed_tokens = static_cast<int64_t>(sums[4]);
   st.micro_batches = static_cast<int64_t>(sums[5]);
-  st.loss.clear();
-  for (size_t i = 0; i < names.size(); ++i)
-    if (sums[first_metric + 2 * i] > 0) st.loss[names[i]] = sums[first_metric + 2 * i + 1];
+  st.loss = UnpackMetrics(sums, policy_at, policy_names);
   if (st.loss.count("ratio_max")) st.loss["ratio_max"] = ratio_max[0];
-  for (auto& [k, v] : st.loss)
-    if (k != "tokens" && k != "ratio_max" && !IsLoss(k) && st.loss["tokens"] > 0) v /= st.loss["tokens"];
+  st.distill = UnpackMetrics(sums, distill_at, distill_names);
   if (items == 0) {
     st.loss.clear();
+    st.distill.clear();
     return st;  // nothing to train on anywhere: no update
   }
 
@@ -357,7 +454,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
     std::vector<at::Tensor> grads = model_.parameters().grad_buffers();
     TANDEM_RETURN_IF_ERROR(dp->AllReduceSum(grads), where + ": summing the gradients");
   }
-  st.trajectories = static_cast<int64_t>(batch_sequences);
+  st.trajectories = static_cast<int64_t>(global.sequences);
   st.groups = static_cast<int64_t>(items);
   TANDEM_ASSIGN_OR_RETURN(st.grad_norm, opt_->Step(st.lr), where);
   st.updated = true;

@@ -5,7 +5,9 @@
 // Step(trajectories, progress):
 //   1. Each trajectory is checked (tokens in [0, vocab), a non-empty
 //      response, one finite old log-prob per response token, a finite
-//      reward); a bad one is dropped with its reason (GrpoStepStats::dropped),
+//      reward; with MOPD, a route of K finite weights >= 0 or none, and a
+//      finite teacher log-prob per response token where the weight is > 0);
+//      a bad one is dropped with its reason (GrpoStepStats::dropped),
 //      never a crash; its group goes on without it.
 //   2. Rewards are shaped (overlong, when the algorithm says), advantages
 //      computed per group (rl/advantages.h); with dynamic sampling, groups
@@ -20,6 +22,10 @@
 //      and sequence counts as normalisers, so the micro-batches' gradients
 //      sum to the batch's. With the algorithm's kl_coef > 0 the reference
 //      model scores the same forest (no gradient) for the KL term.
+//      With the algorithm's distill term (MOPD, docs/mopd.md) the step's
+//      loss is rl_coef * that + distill_coef * the distill loss over the
+//      trajectories' routes and teacher log-probs (rl/distill_loss.h), whose
+//      token mean is over the whole batch's routed tokens.
 //   4. One optimizer update (optimizer.h: AdamW, or Muon) at the schedule's rate.
 // A batch with nothing left to train on (every group dropped) makes no
 // update and says so (stats.updated false). Errors: Status values.
@@ -60,6 +66,12 @@ struct Trajectory {
   std::vector<float> old_logprobs;  // the behaviour policy's log-prob of each response token
   double reward = 0;
   int64_t group = 0;                // a prompt's samples share it and are contiguous
+  // MOPD (the algorithm's distill term; docs/mopd.md), else ignored: the
+  // sequence's weight per teacher (options.teachers of them; empty: routed
+  // to none) and, for each teacher whose weight is > 0, its log-prob of
+  // each response token (the others' may be empty).
+  std::vector<float> route;
+  std::vector<std::vector<float>> teacher_logprobs;
 };
 
 struct GrpoTrainerOptions {
@@ -81,6 +93,9 @@ struct GrpoTrainerOptions {
   // every replica starts from the same parameters (same init seed, or the
   // same checkpoint).
   GradientAllReduce* data_parallel = nullptr;
+  // The teachers of the routes (K), >= 1 when the algorithm has a distill
+  // term (rl::AlgorithmConfig::distill).
+  int64_t teachers = 0;
 };
 
 // With data parallel, everything but `dropped` is the global batch's.
@@ -98,6 +113,7 @@ struct GrpoStepStats {
   double reward_mean = 0, reward_std = 0;  // over every valid trajectory, shaped
   double lr = 0, grad_norm = 0;
   std::map<std::string, double> loss;      // the policy loss's metrics (rl::PolicyLossMetrics::ToHost), token-weighted
+  std::map<std::string, double> distill;   // the distill loss's (rl::DistillLossMetrics::ToHost), over its tokens
 };
 
 class GrpoTrainer {
@@ -120,8 +136,8 @@ class GrpoTrainer {
   GrpoTrainer(model::Transformer& model, GrpoTrainerOptions options, std::unique_ptr<Optimizer> opt);
   Status Prepare(const std::vector<Trajectory>& trajectories, const std::string& where, Share& share,
                  GrpoStepStats& st);
-  Status TrainMicroBatches(const Share& share, double batch_tokens, double batch_sequences, const std::string& where,
-                           GrpoStepStats& st);
+  struct Normalisers;  // the global batch's counts (grpo_trainer.cc)
+  Status TrainMicroBatches(const Share& share, const Normalisers& global, const std::string& where, GrpoStepStats& st);
 
   model::Transformer& model_;
   GrpoTrainerOptions options_;

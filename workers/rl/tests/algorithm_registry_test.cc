@@ -32,7 +32,7 @@ std::string Refusal(const json& spec) {
 
 TEST(AlgorithmRegistryTest, BuiltinDefaults) {
   const AlgorithmRegistry r = AlgorithmRegistry::WithBuiltins();
-  EXPECT_EQ(r.Names(), (std::vector<std::string>{"dapo", "dr_grpo", "grpo"}));
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"dapo", "dr_grpo", "grpo", "mopd"}));
 
   const Algorithm grpo = MustResolve(r, "grpo");
   EXPECT_EQ(grpo.config.advantage.estimator, AdvantageEstimator::kGrpo);
@@ -58,6 +58,15 @@ TEST(AlgorithmRegistryTest, BuiltinDefaults) {
   ASSERT_TRUE(dapo.config.overlong.has_value());
   EXPECT_EQ(dapo.config.overlong->cache, 4096);
   EXPECT_EQ(dapo.config.overlong->penalty, 1.0);
+  EXPECT_FALSE(dapo.config.distill.has_value());
+
+  const Algorithm mopd = MustResolve(r, json{{"name", "mopd"}, {"options", {{"distill", {{"rl_coef", 0}}}}}});
+  EXPECT_EQ(mopd.config.loss.aggregation, LossAggregation::kTokenMean);
+  EXPECT_EQ(mopd.config.loss.kl_coef, 0.0);
+  ASSERT_TRUE(mopd.config.distill.has_value());
+  EXPECT_EQ(mopd.config.distill->rl_coef, 0.0);
+  EXPECT_EQ(mopd.config.distill->distill_coef, 1.0);
+  EXPECT_EQ(mopd.config.distill->loss.ratio_cap, 5.0);
   EXPECT_EQ(dapo.config.overlong->max_length, 0);  // the job's
 }
 
@@ -88,9 +97,9 @@ TEST(AlgorithmRegistryTest, OptionsOverTheDefaults) {
 
 TEST(AlgorithmRegistryTest, RefusalsNameTheKey) {
   auto with = [](const char* options) { return json{{"name", "dapo"}, {"options", json::parse(options)}}; };
-  EXPECT_EQ(Refusal("ppo"), "unknown algorithm \"ppo\" (known: dapo, dr_grpo, grpo)");
-  EXPECT_EQ(Refusal(json{{"name", "ppo"}}), "algorithm.name: unknown algorithm \"ppo\" (known: dapo, dr_grpo, grpo)");
-  EXPECT_EQ(Refusal(json::object()), "algorithm.name: required (known: dapo, dr_grpo, grpo)");
+  EXPECT_EQ(Refusal("ppo"), "unknown algorithm \"ppo\" (known: dapo, dr_grpo, grpo, mopd)");
+  EXPECT_EQ(Refusal(json{{"name", "ppo"}}), "algorithm.name: unknown algorithm \"ppo\" (known: dapo, dr_grpo, grpo, mopd)");
+  EXPECT_EQ(Refusal(json::object()), "algorithm.name: required (known: dapo, dr_grpo, grpo, mopd)");
   EXPECT_EQ(Refusal(json{{"name", 3}}), "algorithm.name: expected a string, got 3");
   EXPECT_EQ(Refusal(json{{"name", "grpo"}, {"option", json::object()}}),
             "algorithm: unknown key \"option\" (known: name, options)");
@@ -134,6 +143,12 @@ TEST(AlgorithmRegistryTest, RefusalsNameTheKey) {
             "algorithm dapo: options.overlong_shaping.penalty: expected a number >= 0, got -1");
   EXPECT_EQ(Refusal(with(R"({"overlong_shaping": 5})")),
             "algorithm dapo: options.overlong_shaping: expected null or an object {cache, penalty, max_length}, got 5");
+  EXPECT_EQ(Refusal(with(R"({"distill": {"ratio_cap": 0.5}})")),
+            "algorithm dapo: options.distill.ratio_cap: expected a number >= 1, got 0.5");
+  EXPECT_EQ(Refusal(with(R"({"distill": {"teachers": 2}})")),
+            "algorithm dapo: options.distill: unknown key \"teachers\" (known: rl_coef, distill_coef, ratio_cap)");
+  EXPECT_EQ(Refusal(with(R"({"distill": true})")),
+            "algorithm dapo: options.distill: expected null or an object {rl_coef, distill_coef, ratio_cap}, got true");
   EXPECT_EQ(Refusal(json{{"name", "grpo"}, {"options", {{"overlong_shaping", {{"penalty", 1}}}}}}),
             "algorithm grpo: options.overlong_shaping.cache: required (the tokens before max_length where the "
             "penalty grows)");
@@ -159,7 +174,7 @@ TEST(AlgorithmRegistryTest, RegisterAnAlgorithmWithItsOwnLoss) {
                  }};
   ASSERT_TRUE(r.Register(mine).ok());
   EXPECT_EQ(r.Register(mine).code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(r.Names(), (std::vector<std::string>{"dapo", "dr_grpo", "grpo", "mopd_test"}));
+  EXPECT_EQ(r.Names(), (std::vector<std::string>{"dapo", "dr_grpo", "grpo", "mopd", "mopd_test"}));
   const Algorithm a = MustResolve(r, json{{"name", "mopd_test"}, {"options", {{"kl_coef", 0.5}}}});
   EXPECT_EQ(a.config.loss.kl_coef, 0.5);
   const at::Tensor x = testing::T({1, 2, 3, 6}, {2, 2});

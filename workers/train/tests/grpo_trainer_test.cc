@@ -22,17 +22,20 @@ std::unique_ptr<model::Transformer> TinyModel(uint64_t seed) {
   return std::move(*m);
 }
 
-// The model's log-probs of each trajectory's response tokens (the "rollout's").
-void FillOldLogprobs(const model::Transformer& m, std::vector<Trajectory>& ts) {
+// The model's log-probs of a trajectory's response tokens.
+std::vector<float> ResponseLogprobs(const model::Transformer& m, const Trajectory& t) {
   at::NoGradGuard no_grad;
-  for (Trajectory& t : ts) {
-    std::vector<int32_t> s = t.prompt;
-    s.insert(s.end(), t.response.begin(), t.response.end());
-    auto batch = model::BuildForestBatch({s}, {static_cast<int32_t>(t.prompt.size())}, m.config().vocab_size, m.device());
-    ASSERT_TRUE(batch.ok());
-    const at::Tensor lp = m.Forward(*batch).logprob.contiguous();
-    t.old_logprobs.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
-  }
+  std::vector<int32_t> s = t.prompt;
+  s.insert(s.end(), t.response.begin(), t.response.end());
+  auto batch = model::BuildForestBatch({s}, {static_cast<int32_t>(t.prompt.size())}, m.config().vocab_size, m.device());
+  EXPECT_TRUE(batch.ok());
+  const at::Tensor lp = m.Forward(*batch).logprob.contiguous();
+  return {lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel()};
+}
+
+// The "rollout's" log-probs: the model's.
+void FillOldLogprobs(const model::Transformer& m, std::vector<Trajectory>& ts) {
+  for (Trajectory& t : ts) t.old_logprobs = ResponseLogprobs(m, t);
 }
 
 // Two groups of four: a shared prompt each, responses that share prefixes.
@@ -175,6 +178,135 @@ TEST(GrpoTrainer, RewardedResponsesGainProbability) {
   FillOldLogprobs(*m, ts);
   EXPECT_GT(mean_logp(1), good0 + 0.5) << "rewarded tokens gain log-probability";
   EXPECT_LT(mean_logp(0), bad0) << "unrewarded ones lose it";
+}
+
+// MOPD (docs/mopd.md): Batch() routed over two teachers: group 0 to teacher
+// 0, group 1 half to teacher 1 and half to a 0.3 / 0.7 mix; trajectory 7
+// to none. Teacher j's log-probs are those of `teachers[j]`.
+std::vector<Trajectory> RoutedBatch(const std::vector<const model::Transformer*>& teachers) {
+  std::vector<Trajectory> ts = Batch();
+  const std::vector<std::vector<float>> routes = {{1, 0}, {1, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1}, {0.3f, 0.7f}, {}};
+  for (size_t i = 0; i < ts.size(); ++i) {
+    ts[i].route = routes[i];
+    ts[i].teacher_logprobs.resize(teachers.size());
+    for (size_t j = 0; j < routes[i].size(); ++j)
+      if (routes[i][j] > 0) ts[i].teacher_logprobs[j] = ResponseLogprobs(*teachers[j], ts[i]);
+  }
+  return ts;
+}
+
+GrpoTrainerOptions MopdOptions(const nlohmann::json& distill) {
+  GrpoTrainerOptions o = Options("mopd");
+  auto cfg = rl::ApplyAlgorithmOptions(o.algorithm.config, {{"distill", distill}}, "test");
+  EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
+  o.algorithm.config = *cfg;
+  o.teachers = 2;
+  return o;
+}
+
+TEST(GrpoTrainerMopd, PackingAndMicroBatchesDoNotChangeTheUpdate) {
+  auto t0 = TinyModel(11), t1 = TinyModel(12);
+  GrpoTrainerOptions o = MopdOptions({{"rl_coef", 0.5}, {"distill_coef", 2.0}});
+  at::Tensor whole, flat, split;
+  auto a = OneStep(o, RoutedBatch({t0.get(), t1.get()}), &whole);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  // 7 routed sequences: 3 + 4 + 1 + 2 + 2 + 2 + 3 response tokens.
+  EXPECT_EQ(a->distill.at("tokens"), 17);
+  EXPECT_GT(std::abs(a->distill.at("teacher_log_ratio")), 1e-3) << "a random student is far from random teachers";
+  o.tree_packing = false;
+  auto b = OneStep(o, RoutedBatch({t0.get(), t1.get()}), &flat);
+  o.tree_packing = true;
+  o.micro_batch_tokens = 8;
+  auto c = OneStep(o, RoutedBatch({t0.get(), t1.get()}), &split);
+  ASSERT_TRUE(b.ok() && c.ok());
+  EXPECT_GT(c->micro_batches, 2);
+  for (const auto* s : {&*b, &*c}) {
+    EXPECT_NEAR(s->distill.at("distill_loss"), a->distill.at("distill_loss"), 1e-5);
+    EXPECT_NEAR(s->distill.at("teacher_log_ratio"), a->distill.at("teacher_log_ratio"), 1e-5);
+  }
+  const double scale = whole.abs().max().item<double>();
+  EXPECT_LT((flat - whole).abs().max().item<double>(), 1e-5 * scale);
+  EXPECT_LT((split - whole).abs().max().item<double>(), 1e-5 * scale);
+}
+
+TEST(GrpoTrainerMopd, CoefficientsWeighTheTwoLosses) {
+  auto t0 = TinyModel(11), t1 = TinyModel(12);
+  // distill_coef 0: GRPO's token-mean policy loss alone.
+  at::Tensor mopd_rl, grpo, distill_only, distill_twice;
+  ASSERT_TRUE(OneStep(MopdOptions({{"rl_coef", 1.0}, {"distill_coef", 0.0}}), RoutedBatch({t0.get(), t1.get()}), &mopd_rl).ok());
+  GrpoTrainerOptions plain = Options("mopd");
+  plain.algorithm.config.distill.reset();
+  ASSERT_TRUE(OneStep(plain, Batch(), &grpo).ok());
+  EXPECT_LT((mopd_rl - grpo).abs().max().item<double>(), 1e-6 * grpo.abs().max().item<double>());
+  // rl_coef 0: the distill loss alone, linear in its coefficient (before clipping).
+  GrpoTrainerOptions d1 = MopdOptions({{"rl_coef", 0.0}, {"distill_coef", 1.0}}), d2 = d1;
+  d1.optimizer.adamw.max_grad_norm = d2.optimizer.adamw.max_grad_norm = 0;  // no clipping
+  d2.algorithm.config.distill->distill_coef = 2.0;
+  ASSERT_TRUE(OneStep(d1, RoutedBatch({t0.get(), t1.get()}), &distill_only).ok());
+  ASSERT_TRUE(OneStep(d2, RoutedBatch({t0.get(), t1.get()}), &distill_twice).ok());
+  EXPECT_GT(distill_only.abs().max().item<double>(), 0);
+  EXPECT_LT((distill_twice - 2 * distill_only).abs().max().item<double>(), 1e-5 * distill_twice.abs().max().item<double>());
+}
+
+TEST(GrpoTrainerMopd, TheStudentMovesTowardItsTeachers) {
+  auto m = TinyModel(3), t0 = TinyModel(11), t1 = TinyModel(12);
+  GrpoTrainerOptions o = MopdOptions({{"rl_coef", 0.0}, {"distill_coef", 1.0}});
+  auto trainer = GrpoTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  const std::vector<Trajectory> routed = RoutedBatch({t0.get(), t1.get()});
+  // On these fixed tokens the loss is stationary where the student's
+  // log-prob is the routed teachers' weighted mean: the mean gap falls.
+  auto gap = [&] {
+    double sum = 0;
+    int n = 0;
+    for (const Trajectory& t : routed) {
+      if (t.route.empty()) continue;
+      const std::vector<float> lp = ResponseLogprobs(*m, t);
+      for (size_t i = 0; i < lp.size(); ++i) {
+        double s = 0, w = 0;
+        for (size_t j = 0; j < t.route.size(); ++j)
+          if (t.route[j] > 0) s += t.route[j] * t.teacher_logprobs[j][i], w += t.route[j];
+        sum += std::abs(lp[i] - s / w), ++n;
+      }
+    }
+    return sum / n;
+  };
+  const double before = gap();
+  for (int step = 0; step < 10; ++step) {
+    std::vector<Trajectory> ts = routed;
+    FillOldLogprobs(*m, ts);
+    auto st = (*trainer)->Step(ts, step / 10.0);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+  }
+  EXPECT_LT(gap(), 0.5 * before) << "the student's log-probs approach the routed teachers'";
+}
+
+TEST(GrpoTrainerMopd, BadRoutesAreDroppedWithTheirReason) {
+  auto m = TinyModel(2), t0 = TinyModel(11), t1 = TinyModel(12);
+  std::vector<Trajectory> ts = RoutedBatch({t0.get(), t1.get()});
+  FillOldLogprobs(*m, ts);
+  ts[0].route = {1};                         // one weight for two teachers
+  ts[1].route = {-1, 0};                     // negative
+  ts[3].teacher_logprobs[0].pop_back();      // one log-prob short
+  ts[4].teacher_logprobs[1][0] = NAN;        // NaN where routed
+  ts[5].teacher_logprobs[0] = {NAN};         // NaN where not routed: ignored
+  GrpoTrainerOptions none = MopdOptions(nlohmann::json::object());
+  none.teachers = 0;
+  auto no_teachers = GrpoTrainer::Create(*m, none);
+  ASSERT_FALSE(no_teachers.ok());
+  EXPECT_NE(no_teachers.status().message().find("needs at least one teacher"), std::string::npos)
+      << no_teachers.status().ToString();
+  auto trainer = GrpoTrainer::Create(*m, MopdOptions(nlohmann::json::object()));
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto st = (*trainer)->Step(ts, 0.0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->dropped.size(), 4u);
+  EXPECT_NE(st->dropped[0].find("a route of 1 weights for 2 teachers"), std::string::npos) << st->dropped[0];
+  EXPECT_NE(st->dropped[1].find("route weight 0 is not a finite number >= 0"), std::string::npos) << st->dropped[1];
+  EXPECT_NE(st->dropped[2].find("teacher 0 has 1 log-probs for 2 response tokens"), std::string::npos) << st->dropped[2];
+  EXPECT_NE(st->dropped[3].find("a non-finite log-prob of teacher 1"), std::string::npos) << st->dropped[3];
+  EXPECT_TRUE(st->updated);
+  EXPECT_TRUE(std::isfinite(st->distill.at("distill_loss")));
 }
 
 }  // namespace
