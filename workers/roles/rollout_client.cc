@@ -1,13 +1,6 @@
 // POST /generate to a rollout (rollout_client.h).
 #include "workers/roles/rollout_client.h"
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http.hpp>
-
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -15,20 +8,8 @@
 #include "common/bounded_json.h"
 
 namespace tandem::roles {
-namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
 using nlohmann::json;
-
-// Runs the io_context until the pending operation completed.
-void Run(boost::asio::io_context& io) {
-  io.run();
-  io.restart();
-}
-
-}  // namespace
 
 std::string GenerateBody(const GenerateCall& call) {
   json sp = {{"temperature", call.temperature}, {"max_new_tokens", call.max_new_tokens}, {"n", call.n}};
@@ -89,40 +70,10 @@ StatusOr<std::vector<RolloutSample>> ParseGenerateAnswer(const std::string& body
 StatusOr<std::vector<RolloutSample>> Generate(const RolloutEndpoint& rollout, const GenerateCall& call,
                                               std::chrono::milliseconds timeout) {
   const std::string where = "rollout " + rollout.Describe() + " /generate";
-  boost::asio::io_context io;
-  beast::tcp_stream stream(io);
-  beast::error_code ec;
-  stream.expires_after(timeout);
-  tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(rollout.host, std::to_string(rollout.port), ec);
-  if (ec) return Unavailable(where + ": resolve: " + ec.message());
-  stream.async_connect(endpoints, [&ec](beast::error_code e, const tcp::endpoint&) { ec = e; });
-  Run(io);
-  if (ec == beast::error::timeout) return DeadlineExceeded(where + ": no connection within the timeout");
-  if (ec) return Unavailable(where + ": connect: " + ec.message());
-
-  http::request<http::string_body> req{http::verb::post, "/generate", 11};
-  req.set(http::field::host, rollout.host);
-  req.set(http::field::content_type, "application/json");
-  req.body() = GenerateBody(call);
-  req.prepare_payload();
-  http::async_write(stream, req, [&ec](beast::error_code e, size_t) { ec = e; });
-  Run(io);
-  if (ec == beast::error::timeout) return DeadlineExceeded(where + ": the request was not taken within the timeout");
-  if (ec) return Unavailable(where + ": write: " + ec.message());
-
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxResponseBytes);
-  http::async_read(stream, buffer, parser, [&ec](beast::error_code e, size_t) { ec = e; });
-  Run(io);
-  if (ec == beast::error::timeout) return DeadlineExceeded(where + ": no answer within the timeout");
-  if (ec) return Unavailable(where + ": read: " + ec.message());
-  const auto& res = parser.get();
-  if (res.result_int() != 200)
-    return Unavailable(where + ": HTTP " + std::to_string(res.result_int()) + ": " + res.body().substr(0, 300));
+  TANDEM_ASSIGN_OR_RETURN(const std::string body,
+                          PostJson(rollout.host, rollout.port, "/generate", GenerateBody(call), timeout, where));
   const size_t expected = call.prompts.size() * static_cast<size_t>(call.n);
-  TANDEM_ASSIGN_OR_RETURN(std::vector<RolloutSample> samples, ParseGenerateAnswer(res.body(), expected), where);
+  TANDEM_ASSIGN_OR_RETURN(std::vector<RolloutSample> samples, ParseGenerateAnswer(body, expected), where);
   return samples;
 }
 

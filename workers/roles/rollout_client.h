@@ -18,10 +18,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "workers/roles/http_post.h"
 
 namespace tandem::roles {
-
-inline constexpr size_t kMaxResponseBytes = 256u << 20;
 
 struct GenerateCall {
   std::vector<std::vector<int32_t>> prompts;

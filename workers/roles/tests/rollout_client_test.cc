@@ -4,13 +4,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "workers/roles/tests/silent_listener.h"
 
 namespace tandem::roles {
 namespace {
@@ -66,27 +67,8 @@ TEST(RolloutClient, RefusesHostileAnswersNamingWhatWasWrong) {
   }
 }
 
-// A TCP listener on a free port that accepts nothing (the kernel completes
-// connections into its backlog; nobody reads or answers).
-struct SilentListener {
-  int fd = -1;
-  int port = 0;
-  SilentListener() {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(fd, 8), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
-  ~SilentListener() { ::close(fd); }
-};
-
 TEST(RolloutClient, ARolloutThatNeverAnswersIsADeadlineNotAHang) {
-  SilentListener silent;
+  testing::SilentListener silent;
   GenerateCall call;
   call.prompts = {{1, 2, 3}};
   const auto t0 = std::chrono::steady_clock::now();
@@ -101,7 +83,7 @@ TEST(RolloutClient, ARolloutThatNeverAnswersIsADeadlineNotAHang) {
 TEST(RolloutClient, ARefusedConnectionIsUnavailable) {
   int port = 0;
   {
-    SilentListener gone;  // a port that was free a moment ago, closed again
+    testing::SilentListener gone;  // a port that was free a moment ago, closed again
     port = gone.port;
   }
   GenerateCall call;
@@ -115,7 +97,7 @@ TEST(RolloutClient, ARefusedConnectionIsUnavailable) {
 TEST(RolloutClient, ABadAnswerIsAnErrorWithItsStatus) {
   for (const std::string& reply : {std::string("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\noops"),
                                   std::string("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{\"a\":")}) {
-    SilentListener l;
+    testing::SilentListener l;
     std::thread server([&] {
       const int c = ::accept(l.fd, nullptr, nullptr);
       char buf[4096];
