@@ -44,7 +44,11 @@ nlohmann::json ActorProgressToJson(const ActorProgress& p) {
   return {{"step", p.step},
           {"optimizer_steps", p.optimizer_steps},
           {"version", p.version},
-          {"sampler_cursor", data::SamplerCursorToJson(p.cursor)},
+          {"sampler_cursors", [&] {
+             nlohmann::json a = nlohmann::json::array();
+             for (const data::SamplerCursor& c : p.cursors) a.push_back(data::SamplerCursorToJson(c));
+             return a;
+           }()},
           {"accuracy_before", p.accuracy_before},
           {"reward_first", p.reward_first},
           {"reward_last", p.reward_last}};
@@ -59,8 +63,14 @@ StatusOr<ActorProgress> ActorProgressFromJson(const nlohmann::json& j) {
   TANDEM_RETURN_IF_ERROR(ReadJsonField(j, "accuracy_before", &p.accuracy_before));
   TANDEM_RETURN_IF_ERROR(ReadJsonField(j, "reward_first", &p.reward_first));
   TANDEM_RETURN_IF_ERROR(ReadJsonField(j, "reward_last", &p.reward_last));
-  if (!j.contains("sampler_cursor")) return InvalidArgument("no \"sampler_cursor\"");
-  TANDEM_ASSIGN_OR_RETURN(p.cursor, data::SamplerCursorFromJson(j["sampler_cursor"]), "sampler_cursor");
+  const auto cursors = j.find("sampler_cursors");
+  if (cursors == j.end() || !cursors->is_array() || cursors->empty())
+    return InvalidArgument("\"sampler_cursors\": expected one cursor per objective");
+  for (size_t i = 0; i < cursors->size(); ++i) {
+    TANDEM_ASSIGN_OR_RETURN(data::SamplerCursor c, data::SamplerCursorFromJson((*cursors)[i]),
+                            "sampler_cursors[" + std::to_string(i) + "]");
+    p.cursors.push_back(c);
+  }
   return p;
 }
 
@@ -69,6 +79,7 @@ nlohmann::json ActorRunFingerprint(const ActorOptions& o) {
           {"dataset", o.dataset},
           {"dataset_options", o.dataset_options},
           {"eval_options", o.eval_options},
+          {"objectives", o.objectives},
           {"eval_problems", o.eval_problems},
           {"algorithm", o.algorithm},
           {"steps", o.steps},

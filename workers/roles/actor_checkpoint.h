@@ -37,7 +37,7 @@ struct ActorProgress {
   int64_t step = 0;              // steps trained
   int64_t optimizer_steps = 0;   // of which made an update (a step whose groups were all dropped makes none)
   int64_t version = 0;           // the weight version the model is published as
-  data::SamplerCursor cursor;    // the prompt stream after them
+  std::vector<data::SamplerCursor> cursors;  // each objective's prompt stream after them (objectives.h order)
   double accuracy_before = 0;    // held-out, before the first step
   double reward_first = 0, reward_last = 0;
 };

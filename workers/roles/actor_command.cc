@@ -19,9 +19,12 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--dataset", o_.dataset, "data set: synthetic-arith, gsm8k, dapo-math")->capture_default_str();
   s->add_option("--dataset-options", dataset_options_, "the data set's options, a JSON object (docs/model.md)");
   s->add_option("--eval-options", eval_options_, "options of the held-out set (default: seed+1, or the last --eval-problems)");
-  s->add_option("--eval-problems", o_.eval_problems, "held-out problems evaluated")->capture_default_str();
+  s->add_option("--objectives", objectives_,
+                "MOPD: objectives with data sets, teachers, weights and routes, a JSON object (docs/mopd.md); "
+                "replaces --dataset, --dataset-options and --eval-options");
+  s->add_option("--eval-problems", o_.eval_problems, "held-out problems evaluated (per objective)")->capture_default_str();
   s->add_option("--eval-every", o_.eval_every, "steps between held-out evals (0: before and after only)")->capture_default_str();
-  s->add_option("--algorithm", algorithm_, "grpo, dr_grpo, dapo, or {\"name\": ..., \"options\": {...}} (docs/rl.md)");
+  s->add_option("--algorithm", algorithm_, "grpo, dr_grpo, dapo, mopd, or {\"name\": ..., \"options\": {...}} (docs/rl.md)");
   s->add_option("--steps", o_.steps, "training steps")->capture_default_str();
   s->add_option("--prompts-per-step", o_.prompts_per_step, "prompts per step")->capture_default_str();
   s->add_option("--group-size", o_.group_size, "samples per prompt")->capture_default_str();
@@ -59,7 +62,8 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
 
 int ActorCommand::Run() {
   if (!ParseJsonFlag("actor", "--dataset-options", dataset_options_, o_.dataset_options) ||
-      !ParseJsonFlag("actor", "--eval-options", eval_options_, o_.eval_options))
+      !ParseJsonFlag("actor", "--eval-options", eval_options_, o_.eval_options) ||
+      !ParseJsonFlag("actor", "--objectives", objectives_, o_.objectives))
     return 2;
   // --algorithm: a bare name, or a JSON object.
   if (!algorithm_.empty() && algorithm_.front() == '{') {

@@ -19,6 +19,9 @@ struct ActorOptions {
   nlohmann::json eval_options;       // held-out set; null: seed + 1 (unbounded) or the last eval_problems (bounded)
   int64_t eval_problems = 64;
   int64_t eval_every = 0;            // steps between held-out evals; 0: before and after only
+  // MOPD's objectives (objectives.h: data sets, teachers, weights, routes);
+  // null: one rl objective over dataset / dataset_options / eval_options.
+  nlohmann::json objectives;
 
   nlohmann::json algorithm = "grpo"; // a name or {"name", "options"} (workers/rl/algorithm_registry.h)
   int64_t steps = 10;

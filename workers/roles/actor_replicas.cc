@@ -34,7 +34,21 @@ const char* KindName(ReplicaMessage::Kind k) {
 }
 
 json TrajectoryToJson(const train::Trajectory& t) {
-  return {{"p", t.prompt}, {"r", t.response}, {"l", t.old_logprobs}, {"w", t.reward}, {"g", t.group}};
+  json j = {{"p", t.prompt}, {"r", t.response}, {"l", t.old_logprobs}, {"w", t.reward}, {"g", t.group}};
+  if (!t.route.empty()) j["o"] = t.route;  // MOPD
+  if (!t.teacher_logprobs.empty()) j["t"] = t.teacher_logprobs;
+  return j;
+}
+
+// An array of numbers at `v` (`where` names it).
+Status Floats(const json& v, const std::string& where, std::vector<float>& out) {
+  if (!v.is_array()) return InvalidArgument(where + ": expected an array of numbers");
+  out.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number()) return InvalidArgument(where + ": expected numbers");
+    out.push_back(x.get<float>());
+  }
+  return Status::Ok();
 }
 
 Status TokenIds(const json& j, const char* key, const std::string& where, std::vector<int32_t>& out) {
@@ -56,10 +70,14 @@ StatusOr<train::Trajectory> TrajectoryFromJson(const json& j, const std::string&
   TANDEM_RETURN_IF_ERROR(TokenIds(j, "p", where, t.prompt));
   TANDEM_RETURN_IF_ERROR(TokenIds(j, "r", where, t.response));
   const auto l = j.find("l");
-  if (l == j.end() || !l->is_array()) return InvalidArgument(where + ".l: expected an array of log-probs");
-  for (const json& v : *l) {
-    if (!v.is_number()) return InvalidArgument(where + ".l: expected numbers");
-    t.old_logprobs.push_back(v.get<float>());
+  if (l == j.end()) return InvalidArgument(where + ".l: expected an array of log-probs");
+  TANDEM_RETURN_IF_ERROR(Floats(*l, where + ".l", t.old_logprobs));
+  if (const auto o = j.find("o"); o != j.end()) TANDEM_RETURN_IF_ERROR(Floats(*o, where + ".o", t.route));
+  if (const auto tl = j.find("t"); tl != j.end()) {
+    if (!tl->is_array()) return InvalidArgument(where + ".t: expected an array per teacher");
+    t.teacher_logprobs.resize(tl->size());
+    for (size_t k = 0; k < tl->size(); ++k)
+      TANDEM_RETURN_IF_ERROR(Floats((*tl)[k], where + ".t[" + std::to_string(k) + "]", t.teacher_logprobs[k]));
   }
   const auto w = j.find("w");
   if (w == j.end() || !w->is_number()) return InvalidArgument(where + ".w: expected the reward, a number");

@@ -23,8 +23,10 @@
 #include "workers/roles/actor_checkpoint.h"
 #include "workers/roles/actor_replicas.h"
 #include "workers/roles/actor_rollouts.h"
+#include "workers/roles/actor_teachers.h"
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
+#include "workers/roles/objectives.h"
 #include "workers/roles/optimizer_tag.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
@@ -75,7 +77,13 @@ struct ActorModel {
   std::unique_ptr<train::GrpoTrainer> trainer;
 };
 
-StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllReduce* dp) {
+// The run's objectives: --objectives, or one rl objective over --dataset.
+StatusOr<Objectives> ActorObjectives(const ActorOptions& o) {
+  if (o.objectives.is_null()) return SingleObjective(o.dataset, o.dataset_options, o.eval_options);
+  return ParseObjectives(o.objectives, "actor: --objectives");
+}
+
+StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, const Objectives& objectives, train::GradientAllReduce* dp) {
   ActorModel m;
   const bool cuda = o.device == "cuda";
   m.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
@@ -84,6 +92,12 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   const rl::AlgorithmRegistry registry = rl::AlgorithmRegistry::WithBuiltins();
   TANDEM_ASSIGN_OR_RETURN(rl::Algorithm algorithm, registry.Resolve(o.algorithm), "actor: --algorithm");
   TANDEM_ASSIGN_OR_RETURN(algorithm.config, rl::WithJobLimits(algorithm.config, o.max_new_tokens), "actor: --algorithm");
+  if (objectives.any_teacher() && !algorithm.config.distill)
+    return InvalidArgument("actor: --objectives names teachers, and --algorithm " + algorithm.name +
+                           " has no distill term (use mopd, or give it options.distill)");
+  if (algorithm.config.distill && !objectives.any_teacher())
+    return InvalidArgument("actor: --algorithm " + algorithm.name +
+                           " has a distill term, and no objective names a teacher (--objectives, docs/mopd.md)");
   if (algorithm.config.loss.kl_coef > 0) {  // the starting model
     TANDEM_ASSIGN_OR_RETURN(m.reference, model::LoadPretrained(o.model_dir, m.device, dtype), "actor: the reference model");
   }
@@ -101,8 +115,34 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, train::GradientAllRe
   topts.tree_packing = o.tree_packing;
   topts.temperature = o.temperature > 0 ? o.temperature : 1.0;
   topts.data_parallel = dp;
+  topts.teachers = static_cast<int64_t>(objectives.teachers.size());
   TANDEM_ASSIGN_OR_RETURN(m.trainer, train::GrpoTrainer::Create(*m.net, topts), "actor");
   return m;
+}
+
+// One objective's data (objectives.h): its data set (and verifier), its
+// held-out problems, the part of it prompts are drawn from.
+struct ObjectiveData {
+  std::unique_ptr<data::Dataset> train;
+  SftHeldOut held;
+  std::unique_ptr<data::PrefixDataset> prefix;  // the training prefix of a bounded set
+  const data::Dataset& prompts() const { return prefix ? *prefix : *train; }
+};
+
+// Held-out accuracy: over every objective's problems, and per objective.
+struct EvalResult {
+  double accuracy = 0;
+  std::vector<double> per_objective;
+};
+
+// The held-out accuracies as metrics ("eval/accuracy", and per objective
+// "eval/<name>/accuracy" when there are several).
+void AddEval(const EvalResult& e, const Objectives& objectives, int64_t problems, json& m) {
+  m["eval/accuracy"] = e.accuracy;
+  m["eval/problems"] = problems;
+  if (objectives.list.size() > 1)
+    for (size_t i = 0; i < objectives.list.size(); ++i)
+      m["eval/" + objectives.list[i].name + "/accuracy"] = e.per_objective[i];
 }
 
 // The handoff's commands that every replica answers alike (its memory: the
@@ -165,7 +205,8 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
   // this hello), which rank 0 asks again.
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> group, JoinActorReplicas(o, hello));
   train::GradientAllReduce& dp = *group;
-  TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, &dp));
+  TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
+  TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, objectives, &dp));
   OptimizerTag tag(m.trainer->optimizer(), o.optimizer.residency == "staged");
   ReplicaControl control(endpoint, hello, tag);
   TANDEM_RETURN_IF_ERROR(control.Start());
@@ -220,25 +261,35 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   std::optional<data::TokenId> end = tok.special_tokens().eos;
   if (!end && format.kind == data::ChatFormat::Kind::kChatMl) end = tok.TokenToId("<|im_end|>");
   if (!end) return FailedPrecondition("actor: the tokenizer names no eos token (tokenizer_config.json eos_token)");
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> train, data::OpenDataset(o.dataset, o.dataset_options), "actor");
   const data::PromptLengthLimit limit{[&tok, &format](const data::Problem& p) { return train::PromptTokenCount(tok, format, p); },
                                       static_cast<size_t>(o.max_prompt_tokens)};
-  SftOptions held_spec;  // the held-out rule is sft's (SftHeldOutProblems)
-  held_spec.dataset = o.dataset;
-  held_spec.dataset_options = o.dataset_options;
-  held_spec.eval_options = o.eval_options;
-  held_spec.eval_problems = o.eval_problems;
-  TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(held_spec, *train, limit), "actor");
-  const std::unique_ptr<data::PrefixDataset> prefix = data::TrainingPrefix(*train, held.train_size);
-  TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream,
-                          data::ProblemStream::Create(prefix ? *prefix : *train, o.seed, limit), "actor");
+  // Each objective's data set, held-out set and prompt stream (seed + its index).
+  TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
+  const size_t n_objectives = objectives.list.size();
+  std::vector<ObjectiveData> data(n_objectives);
+  std::vector<data::ProblemStream> streams;
+  for (size_t i = 0; i < n_objectives; ++i) {
+    const Objective& obj = objectives.list[i];
+    const std::string where = n_objectives > 1 ? "actor: objective " + obj.name : "actor";
+    TANDEM_ASSIGN_OR_RETURN(data[i].train, data::OpenDataset(obj.dataset, obj.dataset_options), where);
+    SftOptions held_spec;  // the held-out rule is sft's (SftHeldOutProblems)
+    held_spec.dataset = obj.dataset;
+    held_spec.dataset_options = obj.dataset_options;
+    held_spec.eval_options = obj.eval_options;
+    held_spec.eval_problems = o.eval_problems;
+    TANDEM_ASSIGN_OR_RETURN(data[i].held, SftHeldOutProblems(held_spec, *data[i].train, limit), where);
+    data[i].prefix = data::TrainingPrefix(*data[i].train, data[i].held.train_size);
+    TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(data[i].prompts(), o.seed + i, limit),
+                            where);
+    streams.push_back(std::move(stream));
+  }
   auto prompt_ids = [&](const data::Problem& p) -> StatusOr<std::vector<int32_t>> {
     TANDEM_ASSIGN_OR_RETURN(data::EncodedChat chat, data::EncodeChat(tok, format, p.prompt, true), "problem " + p.id);
     return std::vector<int32_t>(chat.ids.begin(), chat.ids.end());
   };
 
   // Model, algorithm, trainer, publishers.
-  TANDEM_ASSIGN_OR_RETURN(ActorModel built, BuildActorModel(o, &dp));
+  TANDEM_ASSIGN_OR_RETURN(ActorModel built, BuildActorModel(o, objectives, &dp));
   const at::Device device = built.device;
   std::unique_ptr<model::Transformer>& net = built.net;
   std::unique_ptr<train::GrpoTrainer>& trainer = built.trainer;
@@ -264,8 +315,14 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       resumed = true;
       resumed_from = restored->path;
       progress = restored->progress;
-      TANDEM_ASSIGN_OR_RETURN(stream, data::ProblemStream::Create(prefix ? *prefix : *train, o.seed, limit, progress.cursor),
-                              "actor resume: sampler cursor");
+      if (progress.cursors.size() != n_objectives)
+        return FailedPrecondition("actor resume: " + restored->path + " holds " + std::to_string(progress.cursors.size()) +
+                                  " prompt streams for " + std::to_string(n_objectives) + " objectives");
+      for (size_t i = 0; i < n_objectives; ++i) {
+        TANDEM_ASSIGN_OR_RETURN(streams[i],
+                                data::ProblemStream::Create(data[i].prompts(), o.seed + i, limit, progress.cursors[i]),
+                                "actor resume: sampler cursor");
+      }
       for (const checkpoint::SkippedCheckpoint& k : restored->skipped)
         log::Warn("actor", "resume: skipped {}: {}", k.path, k.why.message());
       log::Info("actor", "resumed from {} (step {}, weight version {})", restored->path, progress.step, progress.version);
@@ -348,14 +405,24 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   TANDEM_ASSIGN_OR_RETURN(std::vector<RolloutEndpoint> rollouts, WaitForRollouts(o, job));
   const auto request_timeout = Millis(o.request_timeout_s);
 
+  std::vector<RolloutEndpoint> teachers;
+  if (objectives.any_teacher()) {
+    TANDEM_ASSIGN_OR_RETURN(teachers, WaitForTeachers(o, objectives, job));
+  }
+
   // Held-out accuracy through the rollouts (greedy); call in a rollout phase.
   std::vector<std::vector<int32_t>> eval_prompts;
-  for (const data::Problem& p : held.problems) {
-    TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
-    eval_prompts.push_back(std::move(ids));
-  }
-  auto evaluate = [&]() -> StatusOr<double> {
-    if (eval_prompts.empty()) return 0.0;
+  std::vector<std::pair<size_t, const data::Problem*>> eval_problems;  // (objective, problem)
+  for (size_t i = 0; i < n_objectives; ++i)
+    for (const data::Problem& p : data[i].held.problems) {
+      TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
+      eval_prompts.push_back(std::move(ids));
+      eval_problems.emplace_back(i, &p);
+    }
+  auto evaluate = [&]() -> StatusOr<EvalResult> {
+    EvalResult e;
+    e.per_objective.assign(n_objectives, 0.0);
+    if (eval_prompts.empty()) return e;
     GenerateCall call;
     call.n = 1;
     call.temperature = 0;
@@ -364,12 +431,20 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
                             GenerateOnAll(o, job, rollouts, eval_prompts, call, progress.version, request_timeout),
                             "actor eval");
-    int64_t correct = 0;
+    std::vector<int64_t> correct(n_objectives, 0), total(n_objectives, 0);
     for (size_t i = 0; i < samples.size(); ++i) {
+      const auto [obj, problem] = eval_problems[i];
       TANDEM_ASSIGN_OR_RETURN(const std::string text, tok.Decode(samples[i].output_ids, {.skip_special_tokens = true}));
-      correct += train->verifier().Verify(text, held.problems[i].answer).reward >= 1.0;
+      correct[obj] += data[obj].train->verifier().Verify(text, problem->answer).reward >= 1.0;
+      ++total[obj];
     }
-    return static_cast<double>(correct) / static_cast<double>(samples.size());
+    int64_t all = 0;
+    for (size_t i = 0; i < n_objectives; ++i) {
+      all += correct[i];
+      e.per_objective[i] = total[i] > 0 ? static_cast<double>(correct[i]) / static_cast<double>(total[i]) : 0.0;
+    }
+    e.accuracy = static_cast<double>(all) / static_cast<double>(samples.size());
+    return e;
   };
 
   // The rollouts must sample from this model. The group's newest version
@@ -387,19 +462,22 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
               progress.version, published);
     TANDEM_RETURN_IF_ERROR(phase("sync", progress.version), "actor: publishing the resumed model");
   }
-  const int64_t eval_problems = static_cast<int64_t>(eval_prompts.size());
+  const int64_t eval_count = static_cast<int64_t>(eval_prompts.size());
   if (!resumed) {
     TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor");
-    TANDEM_ASSIGN_OR_RETURN(progress.accuracy_before, evaluate());
-    metrics.Write({{"step", 0}, {"eval/accuracy", progress.accuracy_before}, {"eval/problems", eval_problems}});
-    log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", progress.accuracy_before,
-              held.problems.size());
+    TANDEM_ASSIGN_OR_RETURN(const EvalResult before, evaluate());
+    progress.accuracy_before = before.accuracy;
+    json line = {{"step", 0}};
+    AddEval(before, objectives, eval_count, line);
+    metrics.Write(line);
+    log::Info("actor", "step 0 eval/accuracy={:.3f} ({} held-out problems)", progress.accuracy_before, eval_count);
   }
 
   int64_t last_checkpoint = resumed ? progress.step : -1;
   auto save_checkpoint = [&]() -> Status {
     if (!writer || last_checkpoint == progress.step) return Status::Ok();
-    progress.cursor = stream.cursor();
+    progress.cursors.clear();
+    for (const data::ProblemStream& st : streams) progress.cursors.push_back(st.cursor());
     progress.optimizer_steps = trainer->steps();
     const Clock::time_point c0 = Clock::now();
     TANDEM_ASSIGN_OR_RETURN(const checkpoint::CommittedCheckpoint c,
@@ -412,15 +490,19 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
 
   for (int64_t step = progress.step + 1; step <= o.steps; ++step) {
     const Clock::time_point t_step = Clock::now();
-    // Prompts.
+    // Prompts, split over the objectives by weight.
     std::vector<data::Problem> problems;
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = 0; i < o.prompts_per_step; ++i) {
-      TANDEM_ASSIGN_OR_RETURN(data::Problem p, stream.Next(), "actor");
-      TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
-      prompts.push_back(std::move(ids));
-      problems.push_back(std::move(p));
-    }
+    std::vector<size_t> objective_of;  // per prompt
+    const std::vector<int64_t> split = SplitPrompts(objectives, o.prompts_per_step);
+    for (size_t obj = 0; obj < n_objectives; ++obj)
+      for (int64_t i = 0; i < split[obj]; ++i) {
+        TANDEM_ASSIGN_OR_RETURN(data::Problem p, streams[obj].Next(), "actor");
+        TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
+        prompts.push_back(std::move(ids));
+        problems.push_back(std::move(p));
+        objective_of.push_back(obj);
+      }
     // ROLLOUT.
     Clock::time_point t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor step " + std::to_string(step));
@@ -435,21 +517,38 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
                             "actor step " + std::to_string(step));
     std::vector<train::Trajectory> trajectories;
     int64_t rewarded = 0, response_tokens = 0, oldest = -1;
+    std::vector<int64_t> rewarded_of(n_objectives, 0), samples_of(n_objectives, 0);
     for (size_t i = 0; i < samples.size(); ++i) {
       const size_t p = i / static_cast<size_t>(o.group_size);
+      const size_t obj = objective_of[p];
       train::Trajectory t;
       t.prompt = prompts[p];
       t.response = samples[i].output_ids;
       t.old_logprobs = samples[i].logprobs;
       t.group = static_cast<int64_t>(p);
+      t.route = objectives.routes[obj];
       StatusOr<std::string> text = tok.Decode(samples[i].output_ids, {.skip_special_tokens = true});
-      t.reward = text.ok() ? train->verifier().Verify(*text, problems[p].answer).reward : 0.0;
+      t.reward = text.ok() ? data[obj].train->verifier().Verify(*text, problems[p].answer).reward : 0.0;
       rewarded += t.reward >= 1.0;
+      rewarded_of[obj] += t.reward >= 1.0;
+      ++samples_of[obj];
       response_tokens += static_cast<int64_t>(t.response.size());
       if (samples[i].weight_version >= 0 && (oldest < 0 || samples[i].weight_version < oldest)) oldest = samples[i].weight_version;
       trajectories.push_back(std::move(t));
     }
     const double rollout_s = Seconds(t0);
+    // TEACHER(k), each teacher on some route in turn.
+    t0 = Clock::now();
+    std::vector<TeacherTurn> turns;
+    if (objectives.any_teacher()) {
+      const double temperature = o.temperature > 0 ? o.temperature : 1.0;  // the trainer's
+      TANDEM_ASSIGN_OR_RETURN(turns,
+                              ScoreWithTeachers(o, job, objectives, teachers,
+                                                [&](const std::string& name) { return phase(name, std::nullopt); },
+                                                temperature, trajectories),
+                              "actor step " + std::to_string(step));
+    }
+    const double teacher_s = Seconds(t0);
     // TRAIN.
     t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("train", std::nullopt), "actor step " + std::to_string(step));
@@ -496,11 +595,19 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
               {"seconds/train", train_s},
               {"seconds/sync", sync_s}};
     for (const auto& [k, v] : st.loss) m["loss/" + k] = v;
+    if (objectives.any_teacher()) {
+      m["seconds/teacher"] = teacher_s;
+      for (const TeacherTurn& turn : turns) m["seconds/teacher/" + turn.teacher] = turn.seconds;
+      for (const auto& [k, v] : st.distill) m["distill/" + k] = v;
+    }
+    if (n_objectives > 1)
+      for (size_t i = 0; i < n_objectives; ++i)
+        m["accuracy/" + objectives.list[i].name] =
+            samples_of[i] > 0 ? static_cast<double>(rewarded_of[i]) / static_cast<double>(samples_of[i]) : 0.0;
     if (o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
       TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor eval");
-      TANDEM_ASSIGN_OR_RETURN(const double acc, evaluate());
-      m["eval/accuracy"] = acc;
-      m["eval/problems"] = eval_problems;
+      TANDEM_ASSIGN_OR_RETURN(const EvalResult e, evaluate());
+      AddEval(e, objectives, eval_count, m);
     }
     m["seconds/step"] = Seconds(t_step);
     if (step == 1) progress.reward_first = st.reward_mean;
@@ -508,8 +615,9 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     progress.step = step;
     metrics.Write(m);
     (void)client.SendMetrics(m, step);
-    log::Info("actor", "step {} reward={:.3f} accuracy={:.3f} grad_norm={:.3f} rollout={:.1f}s train={:.1f}s sync={:.2f}s",
-              step, st.reward_mean, m["accuracy"].get<double>(), st.grad_norm, rollout_s, train_s, sync_s);
+    log::Info("actor", "step {} reward={:.3f} accuracy={:.3f} grad_norm={:.3f} rollout={:.1f}s{} train={:.1f}s sync={:.2f}s",
+              step, st.reward_mean, m["accuracy"].get<double>(), st.grad_norm, rollout_s,
+              objectives.any_teacher() ? fmt::format(" teacher={:.1f}s", teacher_s) : "", train_s, sync_s);
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step != o.steps)
       TANDEM_RETURN_IF_ERROR(save_checkpoint(), "actor step " + std::to_string(step));
   }
@@ -522,11 +630,12 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   result.reward_first = progress.reward_first;
   result.reward_last = progress.reward_last;
   TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor final eval");
-  TANDEM_ASSIGN_OR_RETURN(result.accuracy_after, evaluate());
-  metrics.Write({{"step", result.steps},
-                 {"eval/accuracy", result.accuracy_after},
-                 {"eval/problems", eval_problems},
-                 {"final", true}});
+  TANDEM_ASSIGN_OR_RETURN(const EvalResult after, evaluate());
+  result.accuracy_after = after.accuracy;
+  json last = {{"step", result.steps}};
+  AddEval(after, objectives, eval_count, last);
+  last["final"] = true;
+  metrics.Write(last);
   log::Info("actor", "done: {} steps, held-out accuracy {:.3f} -> {:.3f}, reward {:.3f} -> {:.3f}", result.steps,
             result.accuracy_before, result.accuracy_after, result.reward_first, result.reward_last);
   if (!o.out_dir.empty()) {

@@ -57,24 +57,26 @@ std::string RolloutPortFile(const ActorOptions& o, int64_t rank) {
   return path;
 }
 
+StatusOr<int> WaitForPortFile(const ActorOptions& o, const std::string& path, const std::string& job,
+                              const std::string& what) {
+  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  std::string seen_job;
+  for (;;) {
+    TANDEM_ASSIGN_OR_RETURN(const std::optional<int> port, ReadPortFile(path, job, &seen_job));
+    if (port) return *port;
+    if (Clock::now() > deadline)
+      return DeadlineExceeded("actor: no " + what + " port file " + path + (job.empty() ? "" : " of job " + job) +
+                              " within " + std::to_string(o.phase_timeout_s) + " s" +
+                              (seen_job.empty() ? "" : " (it names job " + seen_job + ")"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o, const std::string& job) {
   std::vector<RolloutEndpoint> out;
-  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
   for (int64_t r = 0; r < o.rollouts; ++r) {
-    const std::string path = RolloutPortFile(o, r);
-    std::string seen_job;
-    for (;;) {
-      TANDEM_ASSIGN_OR_RETURN(const std::optional<int> port, ReadPortFile(path, job, &seen_job));
-      if (port) {
-        out.push_back({o.rollout_host, *port});
-        break;
-      }
-      if (Clock::now() > deadline)
-        return DeadlineExceeded("actor: no rollout port file " + path + (job.empty() ? "" : " of job " + job) + " within " +
-                                std::to_string(o.phase_timeout_s) + " s" +
-                                (seen_job.empty() ? "" : " (it names job " + seen_job + ")"));
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    TANDEM_ASSIGN_OR_RETURN(const int port, WaitForPortFile(o, RolloutPortFile(o, r), job, "rollout"));
+    out.push_back({o.rollout_host, port});
   }
   return out;
 }

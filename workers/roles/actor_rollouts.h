@@ -31,6 +31,11 @@ namespace tandem::roles {
 // rollout_port_file for replica `rank`.
 std::string RolloutPortFile(const ActorOptions& o, int64_t rank);
 
+// Waits up to --phase-timeout for the port file at `path` (`what`: whose,
+// for the error).
+StatusOr<int> WaitForPortFile(const ActorOptions& o, const std::string& path, const std::string& job,
+                              const std::string& what);
+
 // Waits up to --phase-timeout for every rollout's port file.
 StatusOr<std::vector<RolloutEndpoint>> WaitForRollouts(const ActorOptions& o, const std::string& job);
 

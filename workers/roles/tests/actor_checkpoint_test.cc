@@ -66,8 +66,11 @@ class ActorCheckpoint : public ::testing::Test {
     p.accuracy_before = 0.25;
     p.reward_first = 0.5;
     p.reward_last = 0.75;
-    p.cursor.seed = 9;
-    p.cursor.position = 17;
+    p.cursors.resize(2);
+    p.cursors[0].seed = 9;
+    p.cursors[0].position = 17;
+    p.cursors[1].seed = 10;
+    p.cursors[1].position = 3;
     return p;
   }
 
@@ -107,7 +110,7 @@ TEST_F(ActorCheckpoint, RestoresModelOptimizerProgressAndCutsMetricsBack) {
   EXPECT_EQ(p.version, 6);
   EXPECT_EQ(p.accuracy_before, 0.25);
   EXPECT_EQ(p.reward_last, 0.75);
-  EXPECT_EQ(p.cursor, Progress(3).cursor);
+  EXPECT_EQ(p.cursors, Progress(3).cursors);
   EXPECT_TRUE(at::equal(net_->parameters().buffers()[0], want));
   EXPECT_EQ(opt_->steps(), 2);
   ASSERT_FALSE(want_opt.empty());
@@ -155,8 +158,8 @@ TEST_F(ActorCheckpoint, HostileProgressIsRefusedNamingTheKey) {
     nlohmann::json value;  // null: the key removed
   };
   for (const Case& c : {Case{"step", -1}, Case{"step", "4"}, Case{"optimizer_steps", nullptr}, Case{"version", 1.5},
-                        Case{"accuracy_before", "NaN"}, Case{"reward_last", -0.5}, Case{"sampler_cursor", 7},
-                        Case{"sampler_cursor", nullptr}}) {
+                        Case{"accuracy_before", "NaN"}, Case{"reward_last", -0.5}, Case{"sampler_cursors", 7},
+                        Case{"sampler_cursors", nullptr}, Case{"sampler_cursors", nlohmann::json::array()}}) {
     nlohmann::json bad = good;
     if (c.value.is_null()) {
       bad.erase(c.key);

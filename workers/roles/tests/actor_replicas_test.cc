@@ -71,6 +71,8 @@ TEST(ReplicaMessage, RoundTrips) {
   step.shares = {{T(0, 3, 2, std::nan("")), T(0, 3, 1)}, {}};
   step.shares[0][0].prompt[1] = std::numeric_limits<int32_t>::max();
   step.shares[0][0].old_logprobs[1] = -1e-30f;
+  step.shares[0][1].route = {0.3f, 0.7f};  // MOPD: a route and teacher log-probs (one teacher's empty)
+  step.shares[0][1].teacher_logprobs = {{}, {-0.25f}};
   auto back = DecodeReplicaMessage(EncodeReplicaMessage(step), 2);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->kind, ReplicaMessage::Kind::kStep);
@@ -85,6 +87,9 @@ TEST(ReplicaMessage, RoundTrips) {
   EXPECT_EQ(t.response, step.shares[0][0].response);
   EXPECT_EQ(t.old_logprobs, step.shares[0][0].old_logprobs) << "log-probs exact";
   EXPECT_TRUE(std::isnan(t.reward)) << "a NaN reward travels (the trainer drops it)";
+  EXPECT_TRUE(t.route.empty() && t.teacher_logprobs.empty());
+  EXPECT_EQ(back->shares[0][1].route, step.shares[0][1].route);
+  EXPECT_EQ(back->shares[0][1].teacher_logprobs, step.shares[0][1].teacher_logprobs);
 
   for (const ReplicaMessage::Kind k : {ReplicaMessage::Kind::kStart, ReplicaMessage::Kind::kEnd, ReplicaMessage::Kind::kAbort}) {
     ReplicaMessage m;
@@ -127,6 +132,12 @@ TEST(ReplicaMessage, HostileBytesAreErrorsNamingWhat) {
        "shares[0][0].p: expected 32-bit integers"},
       {bytes(with(step, {{"shares", {json::array({with(good_t, {{"l", {"x"}}})}), json::array()}}})),
        "shares[0][0].l: expected numbers"},
+      {bytes(with(step, {{"shares", {json::array({with(good_t, {{"o", {"x"}}})}), json::array()}}})),
+       "shares[0][0].o: expected numbers"},
+      {bytes(with(step, {{"shares", {json::array({with(good_t, {{"t", 1}})}), json::array()}}})),
+       "shares[0][0].t: expected an array per teacher"},
+      {bytes(with(step, {{"shares", {json::array({with(good_t, {{"t", {{-1}, 2}}})}), json::array()}}})),
+       "shares[0][0].t[1]: expected an array of numbers"},
       {bytes(with(step, {{"shares", {json::array({with(good_t, {{"g", 0.5}})}), json::array()}}})),
        "shares[0][0].g"},
       {bytes(with(step, {{"shares", {json::array({1}), json::array()}}})), "shares[0][0]: expected an object"},

@@ -1,0 +1,84 @@
+// The actor's teachers (actor_teachers.h).
+#include "workers/roles/actor_teachers.h"
+
+#include <chrono>
+#include <thread>
+
+#include "common/log.h"
+#include "workers/roles/actor_rollouts.h"
+#include "workers/roles/port_file.h"
+#include "workers/roles/teacher_client.h"
+
+namespace tandem::roles {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
+
+StatusOr<std::vector<RolloutEndpoint>> WaitForTeachers(const ActorOptions& o, const Objectives& objectives,
+                                                       const std::string& job) {
+  std::vector<RolloutEndpoint> out;
+  for (size_t k = 0; k < objectives.teachers.size(); ++k) {
+    TANDEM_ASSIGN_OR_RETURN(const int port,
+                            WaitForPortFile(o, objectives.port_files[k], job, "teacher " + objectives.teachers[k]));
+    out.push_back({o.rollout_host, port});
+  }
+  return out;
+}
+
+StatusOr<std::vector<TeacherTurn>> ScoreWithTeachers(const ActorOptions& o, const std::string& job,
+                                                     const Objectives& objectives,
+                                                     std::vector<RolloutEndpoint>& teachers,
+                                                     const std::function<Status(const std::string&)>& phase,
+                                                     double temperature, std::vector<train::Trajectory>& trajectories) {
+  std::vector<TeacherTurn> turns;
+  for (size_t k = 0; k < objectives.teachers.size(); ++k) {
+    const std::string& name = objectives.teachers[k];
+    std::vector<size_t> routed;
+    ScoreCall call;
+    call.temperature = temperature;
+    for (size_t i = 0; i < trajectories.size(); ++i) {
+      train::Trajectory& t = trajectories[i];
+      t.teacher_logprobs.resize(objectives.teachers.size());
+      if (t.route.size() != objectives.teachers.size() || !(t.route[k] > 0)) continue;
+      std::vector<int32_t> s = t.prompt;
+      s.insert(s.end(), t.response.begin(), t.response.end());
+      call.sequences.push_back(std::move(s));
+      call.score_from.push_back(static_cast<int32_t>(t.prompt.size()));
+      routed.push_back(i);
+    }
+    if (routed.empty()) continue;
+    const Clock::time_point t0 = Clock::now();
+    TANDEM_RETURN_IF_ERROR(phase("teacher:" + name), "teacher " + name);
+    const Clock::time_point deadline = t0 + Millis(o.phase_timeout_s);
+    StatusOr<std::vector<std::vector<float>>> scored = Unavailable("not asked");
+    for (int attempt = 1;; ++attempt) {
+      scored = Score(teachers[k], call, Millis(o.request_timeout_s));
+      if (scored.ok() || scored.status().code() != StatusCode::kUnavailable) break;
+      if (Clock::now() > deadline)
+        return Unavailable("teacher " + name + ": " + scored.status().message() + " (asked " + std::to_string(attempt) +
+                           " times in " + std::to_string(o.phase_timeout_s) + " s)");
+      if (attempt == 1) log::Warn("actor", "teacher {}: {}; asking again until it is back", name, scored.status().message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      std::string ignored;
+      StatusOr<std::optional<int>> port = ReadPortFile(objectives.port_files[k], job, &ignored);
+      if (port.ok() && *port) teachers[k].port = **port;
+    }
+    if (!scored.ok()) return scored.status().WithContext("teacher " + name);
+    TeacherTurn turn{name, static_cast<int64_t>(routed.size()), 0, 0};
+    for (size_t r = 0; r < routed.size(); ++r) {
+      turn.tokens += static_cast<int64_t>((*scored)[r].size());
+      trajectories[routed[r]].teacher_logprobs[k] = std::move((*scored)[r]);
+    }
+    turn.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    turns.push_back(std::move(turn));
+  }
+  return turns;
+}
+
+}  // namespace tandem::roles
