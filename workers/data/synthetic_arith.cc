@@ -1,7 +1,9 @@
 // Procedural arithmetic word problems (synthetic_arith.h).
 #include "workers/data/synthetic_arith.h"
 
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <string_view>
 
 #include "workers/data/dataset_options.h"
@@ -14,6 +16,11 @@ constexpr std::array<std::string_view, 8> kNames{"Mia", "Leo", "Ava", "Sam", "Zo
 constexpr std::array<std::string_view, 8> kItems{"apples", "books", "coins", "cards", "shells", "pens", "stamps", "marbles"};
 
 enum class Op { kAdd, kSub, kMul, kDiv };
+constexpr std::array<std::string_view, 4> kOpNames{"+", "-", "*", "/"};
+
+// The operations a problem may use ("ops"), by Op.
+using OpSet = std::array<bool, 4>;
+bool Allows(const OpSet& ops, Op op) { return ops[static_cast<size_t>(op)]; }
 
 struct Step {
   Op op;
@@ -46,32 +53,43 @@ std::string Count(int64_t n, const std::string& items) {
 
 class SyntheticArith final : public Dataset {
  public:
-  SyntheticArith(uint64_t seed, std::vector<int> levels, bool word_style, std::optional<std::string> system,
+  SyntheticArith(uint64_t seed, std::vector<int> levels, OpSet ops, bool word_style, std::optional<std::string> system,
                  std::unique_ptr<Verifier> verifier)
-      : seed_(seed), levels_(std::move(levels)), word_(word_style), system_(std::move(system)), verifier_(std::move(verifier)) {}
+      : seed_(seed), levels_(std::move(levels)), ops_(ops), word_(word_style), system_(std::move(system)),
+        verifier_(std::move(verifier)) {}
 
   std::string_view name() const override { return "synthetic-arith"; }
   std::optional<size_t> size() const override { return std::nullopt; }
   const Verifier& verifier() const override { return *verifier_; }
 
+  // With every op allowed (the default) the draws are those of the data
+  // set before "ops" existed: the same problems. With fewer, a step whose
+  // op is not allowed is drawn again, and a problem that cannot go on (a
+  // subtraction-only total at 0) is drawn again whole.
   StatusOr<Problem> Get(size_t index) const override {
     SeededRandom rng(seed_, static_cast<uint64_t>(index));
-    const int level = levels_[rng.Below(levels_.size())];
-    const Level& lv = kLevels[static_cast<size_t>(level - 1)];
-    int64_t start = rng.Between(lv.start_lo, lv.start_hi);
-    std::vector<Step> steps;
-    if (level == 2 && rng.Below(3) == 0) {  // a product of two digits
-      start = rng.Between(2, 9);
-      steps.push_back({Op::kMul, rng.Between(2, 9)});
-    } else {
-      int64_t total = start;
-      for (int s = 0; s < lv.steps; ++s) {
-        const Step step = DrawStep(rng, lv, level, total);
-        total = Apply(total, step);
-        steps.push_back(step);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      const int level = levels_[rng.Below(levels_.size())];
+      const Level& lv = kLevels[static_cast<size_t>(level - 1)];
+      int64_t start = rng.Between(lv.start_lo, lv.start_hi);
+      std::vector<Step> steps;
+      const bool add_or_sub = Allows(ops_, Op::kAdd) || Allows(ops_, Op::kSub);
+      if (level == 2 && Allows(ops_, Op::kMul) && (!add_or_sub || rng.Below(3) == 0)) {  // a product of two digits
+        start = rng.Between(2, 9);
+        steps.push_back({Op::kMul, rng.Between(2, 9)});
+      } else {
+        int64_t total = start;
+        for (int s = 0; s < lv.steps; ++s) {
+          const std::optional<Step> step = DrawStep(rng, lv, level, total);
+          if (!step) break;
+          total = Apply(total, *step);
+          steps.push_back(*step);
+        }
+        if (static_cast<int>(steps.size()) < lv.steps) continue;
       }
+      return MakeProblem(index, rng, start, steps);
     }
-    return MakeProblem(index, rng, start, steps);
+    return Internal("synthetic-arith: no problem " + std::to_string(index) + " with these levels and ops in 1000 draws");
   }
 
  private:
@@ -85,22 +103,24 @@ class SyntheticArith final : public Dataset {
     return total;
   }
 
-  // A step valid from `total`: subtraction never goes below zero, division
-  // is exact, products stay small.
-  static Step DrawStep(SeededRandom& rng, const Level& lv, int level, int64_t total) {
+  // A step valid from `total` with an allowed op: subtraction never goes
+  // below zero, division is exact, products stay small; none after 256 draws.
+  std::optional<Step> DrawStep(SeededRandom& rng, const Level& lv, int level, int64_t total) const {
     const int64_t lo = level == 1 ? 0 : (level == 2 ? 10 : 1);
-    for (;;) {
+    for (int tries = 0; tries < 256; ++tries) {
       const uint64_t kind = rng.Below(lv.division ? 4 : (lv.mul_hi > 0 ? 3 : 2));
-      if (kind == 0) return {Op::kAdd, rng.Between(lo, lv.add_hi)};
-      if (kind == 1 && total >= lo) return {Op::kSub, rng.Between(lo, std::min(total, lv.add_hi))};
-      if (kind == 2 && total <= 200) return {Op::kMul, rng.Between(2, lv.mul_hi)};
+      if (!Allows(ops_, static_cast<Op>(kind))) continue;
+      if (kind == 0) return Step{Op::kAdd, rng.Between(lo, lv.add_hi)};
+      if (kind == 1 && total >= lo) return Step{Op::kSub, rng.Between(lo, std::min(total, lv.add_hi))};
+      if (kind == 2 && total <= 200) return Step{Op::kMul, rng.Between(2, lv.mul_hi)};
       if (kind == 3 && total >= 2) {
         std::vector<int64_t> divisors;
         for (int64_t d = 2; d <= 9; ++d)
           if (total % d == 0) divisors.push_back(d);
-        if (!divisors.empty()) return {Op::kDiv, divisors[rng.Below(divisors.size())]};
+        if (!divisors.empty()) return Step{Op::kDiv, divisors[rng.Below(divisors.size())]};
       }
     }
+    return std::nullopt;
   }
 
   Problem MakeProblem(size_t index, SeededRandom& rng, int64_t start, const std::vector<Step>& steps) const {
@@ -150,6 +170,7 @@ class SyntheticArith final : public Dataset {
 
   uint64_t seed_;
   std::vector<int> levels_;
+  OpSet ops_;
   bool word_;
   std::optional<std::string> system_;
   std::unique_ptr<Verifier> verifier_;
@@ -176,18 +197,42 @@ StatusOr<std::vector<int>> ParseLevels(const nlohmann::json& v) {
   return out;
 }
 
+// "ops": a non-empty list of "+", "-", "*", "/" (default all), each level
+// in `levels` able to use one of them (1: + -; 2, 3: + - *; 4, 5: all).
+StatusOr<OpSet> ParseOps(const nlohmann::json& v, const std::vector<int>& levels) {
+  if (v.is_null()) return OpSet{true, true, true, true};
+  const std::string expected = "key 'ops': expected a non-empty list of \"+\", \"-\", \"*\", \"/\"";
+  if (!v.is_array() || v.empty() || v.size() > 4) return InvalidArgument("synthetic-arith options: " + expected);
+  OpSet ops{};
+  for (const nlohmann::json& x : v) {
+    const auto it = x.is_string() ? std::find(kOpNames.begin(), kOpNames.end(), x.get<std::string>()) : kOpNames.end();
+    if (it == kOpNames.end()) return InvalidArgument("synthetic-arith options: " + expected);
+    ops[static_cast<size_t>(it - kOpNames.begin())] = true;
+  }
+  for (const int level : levels) {
+    const Level& lv = kLevels[static_cast<size_t>(level - 1)];
+    const bool any = Allows(ops, Op::kAdd) || Allows(ops, Op::kSub) || (lv.mul_hi > 0 && Allows(ops, Op::kMul)) ||
+                     (level == 2 && Allows(ops, Op::kMul)) || (lv.division && Allows(ops, Op::kDiv));
+    if (!any)
+      return InvalidArgument("synthetic-arith options: key 'ops': level " + std::to_string(level) +
+                             " uses none of them (level 1: + -; 2, 3: + - *; 4, 5: + - * /)");
+  }
+  return ops;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Dataset>> OpenSyntheticArith(const nlohmann::json& options) {
   TANDEM_ASSIGN_OR_RETURN(const DatasetOptions opts, DatasetOptions::Make("synthetic-arith", options,
-                                                                          {"seed", "level", "style", "system", "verifier"}));
+                                                                          {"seed", "level", "ops", "style", "system", "verifier"}));
   TANDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> seed, opts.Unsigned("seed"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int> levels, ParseLevels(opts.Raw("level")));
+  TANDEM_ASSIGN_OR_RETURN(const OpSet ops, ParseOps(opts.Raw("ops"), levels));
   TANDEM_ASSIGN_OR_RETURN(const std::string style, opts.Choice("style", {"word", "plain"}));
   TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> system, opts.String("system"));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Verifier> verifier, MakeVerifier("synthetic-arith", opts.Raw("verifier")),
                           "synthetic-arith options: key 'verifier'");
-  return std::unique_ptr<Dataset>(std::make_unique<SyntheticArith>(seed.value_or(0), std::move(levels), style == "word",
+  return std::unique_ptr<Dataset>(std::make_unique<SyntheticArith>(seed.value_or(0), std::move(levels), ops, style == "word",
                                                                    std::move(system), std::move(verifier)));
 }
 

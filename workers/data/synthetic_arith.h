@@ -12,7 +12,9 @@
 // "Answer: 7", which the synthetic-arith verifier requires.
 //
 // Options: {"seed": integer (default 0), "level": 1..5 or a list of levels
-// (each problem's level drawn uniformly; default 1), "style": "word"
+// (each problem's level drawn uniformly; default 1), "ops": a list of "+",
+// "-", "*", "/" the problems may use (default all; level 2 with only "*"
+// is the digit products, with only "+" the two-digit sums), "style": "word"
 // (default: "Mia has 3 apples. Mia finds 4 more apples. How many apples does
 // Mia have now?") | "plain" ("What is 3 + 4?"), "system": a system prompt,
 // "verifier": options of the synthetic-arith verifier}.

@@ -138,6 +138,45 @@ TEST(SyntheticArith, LevelsHaveExactAnswersAndSolvedReferences) {
   EXPECT_EQ(p.prompt[1].content.rfind("What is ", 0), 0u) << p.prompt[1].content;
 }
 
+TEST(SyntheticArith, OpsRestrictTheSkill) {
+  const uint64_t seed = std::random_device{}();
+  auto ops_of = [](const Problem& p) {
+    std::string ops;
+    std::istringstream in(*p.reference_solution);
+    for (std::string line; std::getline(in, line) && line.rfind("Answer", 0) != 0;) {
+      int64_t x = 0;
+      char op = 0;
+      std::istringstream(line) >> x >> op;
+      ops += op;
+    }
+    return ops;
+  };
+  struct Case {
+    nlohmann::json level;
+    std::vector<std::string> ops;
+    std::string allowed;
+  };
+  for (const Case& c : {Case{2, {"*"}, "*"}, Case{2, {"+"}, "+"}, Case{1, {"-"}, "-"}, Case{{3, 4, 5}, {"-", "/"}, "-/"},
+                        Case{{3, 4}, {"*"}, "*"}}) {
+    auto d = Open("synthetic-arith", {{"seed", seed}, {"level", c.level}, {"ops", c.ops}, {"style", "plain"}});
+    ASSERT_TRUE(d) << c.level << " " << nlohmann::json(c.ops);
+    for (size_t i = 0; i < 200; ++i) {
+      auto p = d->Get(i);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      CheckSolution(*p);
+      for (const char op : ops_of(*p)) EXPECT_NE(c.allowed.find(op), std::string::npos) << *p->reference_solution;
+    }
+  }
+  // Every op allowed: the problems are those without the option.
+  auto all = Open("synthetic-arith", {{"seed", seed}, {"level", {1, 2, 3, 4, 5}}, {"ops", {"+", "-", "*", "/"}}});
+  auto plain = Open("synthetic-arith", {{"seed", seed}, {"level", {1, 2, 3, 4, 5}}});
+  for (size_t i = 0; i < 100; ++i) EXPECT_EQ(all->Get(i)->reference_solution, plain->Get(i)->reference_solution);
+  EXPECT_NE(OpenError("synthetic-arith", {{"ops", {"^"}}}).find("key 'ops': expected a non-empty list"), std::string::npos);
+  EXPECT_NE(OpenError("synthetic-arith", {{"ops", nlohmann::json::array()}}).find("key 'ops'"), std::string::npos);
+  EXPECT_NE(OpenError("synthetic-arith", {{"level", 1}, {"ops", {"*"}}}).find("key 'ops': level 1 uses none of them"),
+            std::string::npos);
+}
+
 TEST(SyntheticArith, OptionErrors) {
   EXPECT_NE(OpenError("synthetic-arith", {{"level", 6}}).find("key 'level': expected an integer 1..5"), std::string::npos);
   EXPECT_NE(OpenError("synthetic-arith", {{"level", nlohmann::json::array()}}).find("key 'level'"), std::string::npos);
