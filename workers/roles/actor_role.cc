@@ -266,20 +266,20 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   // Each objective's data set, held-out set and prompt stream (seed + its index).
   TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
   const size_t n_objectives = objectives.list.size();
-  std::vector<ObjectiveData> data(n_objectives);
+  std::vector<ObjectiveData> sets(n_objectives);
   std::vector<data::ProblemStream> streams;
   for (size_t i = 0; i < n_objectives; ++i) {
     const Objective& obj = objectives.list[i];
     const std::string where = n_objectives > 1 ? "actor: objective " + obj.name : "actor";
-    TANDEM_ASSIGN_OR_RETURN(data[i].train, data::OpenDataset(obj.dataset, obj.dataset_options), where);
+    TANDEM_ASSIGN_OR_RETURN(sets[i].train, data::OpenDataset(obj.dataset, obj.dataset_options), where);
     SftOptions held_spec;  // the held-out rule is sft's (SftHeldOutProblems)
     held_spec.dataset = obj.dataset;
     held_spec.dataset_options = obj.dataset_options;
     held_spec.eval_options = obj.eval_options;
     held_spec.eval_problems = o.eval_problems;
-    TANDEM_ASSIGN_OR_RETURN(data[i].held, SftHeldOutProblems(held_spec, *data[i].train, limit), where);
-    data[i].prefix = data::TrainingPrefix(*data[i].train, data[i].held.train_size);
-    TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(data[i].prompts(), o.seed + i, limit),
+    TANDEM_ASSIGN_OR_RETURN(sets[i].held, SftHeldOutProblems(held_spec, *sets[i].train, limit), where);
+    sets[i].prefix = data::TrainingPrefix(*sets[i].train, sets[i].held.train_size);
+    TANDEM_ASSIGN_OR_RETURN(data::ProblemStream stream, data::ProblemStream::Create(sets[i].prompts(), o.seed + i, limit),
                             where);
     streams.push_back(std::move(stream));
   }
@@ -320,7 +320,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
                                   " prompt streams for " + std::to_string(n_objectives) + " objectives");
       for (size_t i = 0; i < n_objectives; ++i) {
         TANDEM_ASSIGN_OR_RETURN(streams[i],
-                                data::ProblemStream::Create(data[i].prompts(), o.seed + i, limit, progress.cursors[i]),
+                                data::ProblemStream::Create(sets[i].prompts(), o.seed + i, limit, progress.cursors[i]),
                                 "actor resume: sampler cursor");
       }
       for (const checkpoint::SkippedCheckpoint& k : restored->skipped)
@@ -414,7 +414,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   std::vector<std::vector<int32_t>> eval_prompts;
   std::vector<std::pair<size_t, const data::Problem*>> eval_problems;  // (objective, problem)
   for (size_t i = 0; i < n_objectives; ++i)
-    for (const data::Problem& p : data[i].held.problems) {
+    for (const data::Problem& p : sets[i].held.problems) {
       TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(p));
       eval_prompts.push_back(std::move(ids));
       eval_problems.emplace_back(i, &p);
@@ -435,7 +435,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     for (size_t i = 0; i < samples.size(); ++i) {
       const auto [obj, problem] = eval_problems[i];
       TANDEM_ASSIGN_OR_RETURN(const std::string text, tok.Decode(samples[i].output_ids, {.skip_special_tokens = true}));
-      correct[obj] += data[obj].train->verifier().Verify(text, problem->answer).reward >= 1.0;
+      correct[obj] += sets[obj].train->verifier().Verify(text, problem->answer).reward >= 1.0;
       ++total[obj];
     }
     int64_t all = 0;
@@ -528,7 +528,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       t.group = static_cast<int64_t>(p);
       t.route = objectives.routes[obj];
       StatusOr<std::string> text = tok.Decode(samples[i].output_ids, {.skip_special_tokens = true});
-      t.reward = text.ok() ? data[obj].train->verifier().Verify(*text, problems[p].answer).reward : 0.0;
+      t.reward = text.ok() ? sets[obj].train->verifier().Verify(*text, problems[p].answer).reward : 0.0;
       rewarded += t.reward >= 1.0;
       rewarded_of[obj] += t.reward >= 1.0;
       ++samples_of[obj];

@@ -1,6 +1,7 @@
 // AdamW with native or staged state (adamw.h).
 #include "workers/train/adamw.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -22,8 +23,15 @@ Status Validate(const AdamWOptions& options) {
 
 StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
   try {
+    // In float64, a chunk at a time: a whole buffer in float64 (and its
+    // square) would be 16 bytes a parameter of device memory.
+    constexpr int64_t kChunk = int64_t{1} << 24;
     double sq = 0;
-    for (const at::Tensor& g : params.grad_buffers()) sq += g.to(at::kDouble).square().sum().item<double>();
+    for (const at::Tensor& g : params.grad_buffers()) {
+      const at::Tensor flat = g.reshape({-1});
+      for (int64_t i = 0; i < flat.numel(); i += kChunk)
+        sq += flat.slice(0, i, std::min(flat.numel(), i + kChunk)).to(at::kDouble).square().sum().item<double>();
+    }
     const double norm = std::sqrt(sq);
     if (!std::isfinite(norm)) return Internal("non-finite gradient");
     if (max_grad_norm > 0 && norm > max_grad_norm) {
@@ -62,7 +70,7 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
                           "adamw");
   try {
     params.EnableGrad();
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     if (o->master_) {
       for (size_t i = 0; i < o->slabs_->items().size(); ++i)
         o->slabs_->View(2, i).copy_(params.slots()[o->slabs_->items()[i].slot].leaf.detach().reshape({-1}));
@@ -96,7 +104,7 @@ void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>
 StatusOr<double> AdamW::Step(double lr) {
   TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, adamw_.max_grad_norm));
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) { Update(piece, state, lr); });
   } catch (const std::exception& e) {
     return Internal(std::string("adamw step: ") + e.what());
@@ -145,7 +153,7 @@ Status AdamW::Restore(const OptimizerState& in) {
     }
   }
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t i = 0; i < owned; ++i) {
       const std::string& name = items[i].name;
       auto put = [&](int kind, const std::string& key) {

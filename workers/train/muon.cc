@@ -1,6 +1,7 @@
 // Muon's update (muon.h).
 #include "workers/train/muon.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -122,7 +123,7 @@ StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const 
     o->owner_ = MuonOwners(sizes, dp->world_size());
   }
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t i = 0; o->master_ && i < o->slabs_->items().size(); ++i)
       o->slabs_->View(1, i).copy_(params.slots()[o->slabs_->items()[i].slot].leaf.detach().reshape({-1}));
   } catch (const std::exception& e) {
@@ -134,7 +135,7 @@ StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const 
 StatusOr<double> Muon::Step(double lr) {
   TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, max_grad_norm_), "muon step");
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) {
       const StateSlabs::Item& item = slabs_->items()[piece.item];
       const model::ParameterSet::Slot& s = params_.slots()[item.slot];
@@ -210,7 +211,7 @@ Status Muon::Restore(const OptimizerState& in) {
   }
   TANDEM_RETURN_IF_ERROR(rest_->Restore(rest));
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t i = 0; i < items.size(); ++i) {
       if (in.steps == 0) {
         slabs_->View(0, i).zero_();
@@ -263,7 +264,7 @@ Status Muon::GatherOwned() {
     if (st.ok() && !mine && master_) p.copy_(w);
   };
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto flat = [&](size_t item, int64_t begin, int64_t length) {
       return params_.slots()[slabs_->items()[item].slot].leaf.detach().view({-1}).narrow(0, begin, length);
     };

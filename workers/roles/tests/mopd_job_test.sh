@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # examples/mopd.json under `tandem run` on the embedded local backend, CPU,
 # made small (tiny models of two sft steps, three MOPD steps; the checks
-# are on the job's mechanics, docs/mopd.md has the learning run):
+# are on the job's mechanics, docs/mopd.md has the learning run), both
+# teachers serving the student's own starting model:
 #   - the job ends by itself, exit 0, every task exit 0;
 #   - each step runs ROLLOUT -> TEACHER(add's) -> TEACHER(mul's) -> TRAIN ->
 #     SYNC: each teacher's weights resumed in its own phase only, released
@@ -9,7 +10,10 @@
 #     the ledger never holds two teachers at once (residency.jsonl);
 #   - metrics.jsonl has the distill loss over every response token (every
 #     prompt is routed), seconds/teacher per teacher, and the held-out
-#     accuracy per objective;
+#     accuracy per objective; at step 1 (the student still its starting
+#     model) the teachers' log-probs are the rollouts' to float rounding:
+#     teacher_log_ratio ~ 0, so the tokens, positions and prompts the
+#     teachers score are the student's own;
 #   - a teacher killed (SIGKILL) is a failed job naming it, never a hang.
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=mopd-job
@@ -25,6 +29,7 @@ jq '
   .roles |= with_entries(
     if .value.worker == "sft" then .value.args |= (setarg("--preset"; "tiny") | setarg("--max-steps"; "2")
                                                    | setarg("--eval-problems"; "2") | setarg("--eval-max-new-tokens"; "4"))
+    elif .value.worker == "teacher" then .value.args |= setarg("--model"; "base")
     elif .key == "actor" then .value.args |= (setarg("--steps"; "3") | setarg("--prompts-per-step"; "4")
                                               | setarg("--max-new-tokens"; "8") | setarg("--eval-problems"; "4")
                                               | setarg("--eval-every"; "0") | setarg("--wait-for-model"; "120"))
@@ -65,6 +70,8 @@ for key in distill/distill_loss distill/teacher_log_ratio distill/tokens seconds
 done
 jq -e -s 'map(select(.["reward/mean"] != null)) | all(.["distill/tokens"] > 0)' "$m" >/dev/null ||
   fail "no routed tokens: $(grep -m1 reward "$m")"
+jq -e -s 'map(select(.step == 1 and .["reward/mean"] != null))[0] | (.["distill/teacher_log_ratio"] | fabs) < 1e-4' \
+  "$m" >/dev/null || fail "step 1: the teachers (the student's own start) disagree with the rollouts: $(grep -m1 reward "$m")"
 jq -e -s 'map(select(.final == true)) | length == 1 and (.[0] | has("eval/add/accuracy") and has("eval/mul/accuracy"))' \
   "$m" >/dev/null || fail "the final line lacks eval/<objective>/accuracy: $(tail -1 "$m")"
 grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/mopd.err

@@ -18,6 +18,7 @@
 //   ns_s, ns_matmul_s  Newton–Schulz (5 steps, bf16) on a 4096 x 11008
 //                    matrix, and the same 15 matrix multiplies alone
 // One JSON object on stdout.
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -82,12 +83,14 @@ int main(int argc, char** argv) {
   double target = 1e9;
   int slots = 2, steps = 3;
   int64_t slot_mib = 128;
+  bool bf16 = false;  // --dtype bf16: bf16 parameters, fp32 masters in the state
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--params") target = std::atof(argv[i + 1]);
     else if (flag == "--slots") slots = std::atoi(argv[i + 1]);
     else if (flag == "--slot-mib") slot_mib = std::atoll(argv[i + 1]);
     else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (flag == "--dtype") bf16 = std::string(argv[i + 1]) == "bf16";
     else { std::fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
   }
   if (c10::cuda::device_count() == 0) { std::fprintf(stderr, "no GPU\n"); return 1; }
@@ -98,7 +101,7 @@ int main(int argc, char** argv) {
   {
     const int64_t n = int64_t{1} << 28;  // floats
     at::Tensor host_in = at::empty({n}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true)).fill_(1);
-    at::Tensor host_out = at::empty_like(host_in);
+    at::Tensor host_out = at::empty({n}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));  // empty_like would not pin
     at::Tensor dev_in = at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(gpu)), dev_out = at::empty_like(dev_in);
     const int64_t bytes = n * 4;
     const double h2d = Time(3, [&] { dev_in.copy_(host_in, true); }).first;
@@ -136,10 +139,10 @@ int main(int argc, char** argv) {
   }
 
   const model::ModelConfig config = ConfigFor(target);
-  model::ParameterSet params = model::ParameterSet::Create(config, gpu, at::kFloat);
+  model::ParameterSet params = model::ParameterSet::Create(config, gpu, bf16 ? at::kBFloat16 : at::kFloat);
   params.EnableGrad();
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (const at::Tensor& b : params.buffers()) b.normal_(0, 0.02);
     for (const at::Tensor& g : params.grad_buffers()) g.normal_(0, 1e-3);
   }
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   out["params"] = n;
   out["layers"] = config.num_hidden_layers;
   out["hidden"] = config.hidden_size;
+  out["dtype"] = bf16 ? "bf16" : "fp32";
   train::AdamWOptions adamw;
   adamw.max_grad_norm = 0;  // the update alone
   auto run = [&](const std::string& name, const std::function<tandem::StatusOr<std::unique_ptr<train::Optimizer>>()>& make) {
@@ -156,9 +160,16 @@ int main(int argc, char** argv) {
       out[name + "_error"] = o.status().ToString();
       return;
     }
+    std::string error;
     const auto [s, peak] = Time(steps, [&] {
-      if (const auto st = (*o)->Step(1e-4); !st.ok()) std::fprintf(stderr, "%s: %s\n", name.c_str(), st.status().ToString().c_str());
+      if (!error.empty()) return;
+      if (const auto st = (*o)->Step(1e-4); !st.ok()) error = st.status().ToString();
     });
+    if (!error.empty()) {  // no time for a step that failed
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), error.substr(0, 400).c_str());
+      out[name + "_error"] = error.substr(0, 400);
+      return;
+    }
     out[name + "_s"] = s;
     out[name + "_gpu_peak_bytes"] = peak;
     out[name + "_device_bytes"] = (*o)->device_bytes();
@@ -188,8 +199,8 @@ int main(int argc, char** argv) {
     TANDEM_ASSIGN_OR_RETURN(auto o, train::Muon::Create(params, muon, muon_staged));
     return std::unique_ptr<train::Optimizer>(std::move(o));
   });
-  // AdamW's state: two fp32 moments each way (fp32 parameters: no master).
-  const double bytes = 8.0 * static_cast<double>(n);
+  // AdamW's state each way: two fp32 moments, and the fp32 master of bf16 parameters.
+  const double bytes = (bf16 ? 12.0 : 8.0) * static_cast<double>(n);
   const double bound = bytes / (out["duplex_gbps"].get<double>() * 1e9);
   out["pcie_bound_s"] = bound;
   if (out.contains("adamw_staged_s")) out["staged_vs_bound"] = bound / out["adamw_staged_s"].get<double>();

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -33,7 +34,7 @@ const model::ModelConfig& Config() {
 model::ParameterSet Params(at::ScalarType dtype = at::kFloat) {
   model::ParameterSet p = model::ParameterSet::Create(Config(), at::Device(at::kCPU), dtype);
   at::manual_seed(7);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const model::ParameterSet::Slot& s : p.slots()) s.leaf.detach().copy_(at::randn(s.leaf.sizes()) * 0.3);
   return p;
 }

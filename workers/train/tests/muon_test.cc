@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -147,7 +148,7 @@ model::ParameterSet TinyParams() {
   static const model::ModelConfig c = model::testing::TinyConfig(/*moe=*/true, /*layers=*/3);
   model::ParameterSet p = model::ParameterSet::Create(c, at::Device(at::kCPU), at::kFloat);
   at::manual_seed(11);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const model::ParameterSet::Slot& s : p.slots()) s.leaf.detach().copy_(at::randn(s.leaf.sizes()) * 0.2);
   p.EnableGrad();
   return p;
@@ -184,7 +185,7 @@ TEST(MuonOptimizer, MuonOnTheMatricesAdamWOnTheRest) {
     ASSERT_TRUE(n1.ok() && n2.ok());
     EXPECT_EQ(*n1, *n2);
     ASSERT_TRUE(ClipGradNorm(c, ao.max_grad_norm).ok());
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t k = 0; k < (*muon)->muon_slots().size(); ++k) {
       const model::ParameterSet::Slot& s = c.slots()[(*muon)->muon_slots()[k]];
       const auto ws = MuonMatrices(s.name, s.leaf.detach()), gs = MuonMatrices(s.name, s.leaf.grad()),

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -31,7 +32,7 @@ model::ParameterSet Params(at::Device device, at::ScalarType dtype) {
   static const model::ModelConfig c = model::testing::TinyConfig(/*moe=*/true, /*layers=*/3);
   model::ParameterSet p = model::ParameterSet::Create(c, device, dtype);
   at::manual_seed(7);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const model::ParameterSet::Slot& s : p.slots()) s.leaf.detach().copy_(at::randn(s.leaf.sizes()) * 0.3);
   return p;
 }
