@@ -39,6 +39,12 @@ bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 status=0
 timeout 300 "$(bin train_optimizers_test)" >"$OUT/tests.log" 2>&1 || status=1
 grep -E '^\[cuda\]|^\[  PASSED  \]|^\[  FAILED  \]|Failure' "$OUT/tests.log" | head -30
+# The CPU staged cases under each of LibTorch's CPU kernels (vectorised
+# tails differ): which ones agree with native.
+for cap in default avx2 avx512; do
+  ATEN_CPU_CAPABILITY=$cap timeout 120 "$(bin train_optimizers_test)" --gtest_filter='AdamW.Staged*:AdamW.Restore*:OptimizersCuda.NativeAdamW*' 2>&1 |
+    grep -E '^\[(adamw|cuda)\]|OK \]|FAILED \]' | sed "s/^/[$cap] /"
+done
 
 : >"$OUT/optimizers.json"
 for n in $SIZES; do

@@ -90,7 +90,7 @@ ParameterSet ParameterSet::Create(const ModelConfig& config, at::Device device, 
                 device.str(), " of at least ", total, " elements");
     ps.buffers_.push_back(buffer.narrow(0, 0, total));
   } else {
-    ps.buffers_.push_back(at::empty({total}, at::TensorOptions().dtype(dtype).device(device)));
+    ps.buffers_.push_back(at::zeros({total}, at::TensorOptions().dtype(dtype).device(device)));
   }
   const at::Tensor& flat = ps.buffers_[0];
   for (size_t i = 0; i < layout.size(); ++i) {

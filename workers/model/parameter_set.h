@@ -62,10 +62,12 @@ class ParameterSet {
   };
 
   // Lays out every parameter of `config` (which must be valid) in one
-  // uninitialised buffer of `dtype` on `device`: `buffer` when defined (a
-  // flat contiguous tensor of that dtype and device with at least
-  // BufferNumel elements, e.g. over a tagged-memory pool, which the caller
-  // keeps mapped while the set is used), else a new one.
+  // buffer of `dtype` on `device`: `buffer` when defined (a flat contiguous
+  // tensor of that dtype and device with at least BufferNumel elements,
+  // e.g. over a tagged-memory pool, which the caller keeps mapped while the
+  // set is used; its contents are left as they are), else a new one of
+  // zeros (the alignment padding too: a buffer compared, summed or copied
+  // whole is the same on every run).
   static ParameterSet Create(const ModelConfig& config, at::Device device, at::ScalarType dtype,
                              const at::Tensor& buffer = {});
   // Elements of the one buffer Create lays `config` out in (alignment padding included).

@@ -186,12 +186,13 @@ int main(int argc, char** argv) {
     TANDEM_ASSIGN_OR_RETURN(auto o, train::AdamW::Create(params, staged));
     return std::unique_ptr<train::Optimizer>(std::move(o));
   });
-  // Muon's buffers hold its largest matrix whole (fp32 momentum).
+  // Muon's buffers hold its largest matrix's state whole.
   int64_t largest = 0;
   for (const model::ParameterSet::Slot& s : params.slots())
     if (train::MuonTakes(s.name, s.leaf.sizes())) largest = std::max(largest, s.leaf.numel());
   train::AdamWOptions muon_staged = staged;
-  muon_staged.staging.slot_bytes = std::max(staged.staging.slot_bytes, ((largest * 4 >> 20) + 1) << 20);
+  const int64_t muon_kinds = bf16 ? 2 : 1;  // the momentum, and the fp32 master of bf16 parameters
+  muon_staged.staging.slot_bytes = std::max(staged.staging.slot_bytes, ((largest * 4 * muon_kinds >> 20) + 1) << 20);
   out["muon_slot_mib"] = muon_staged.staging.slot_bytes >> 20;
   run("muon_staged", [&]() -> tandem::StatusOr<std::unique_ptr<train::Optimizer>> {
     train::MuonOptions muon;
