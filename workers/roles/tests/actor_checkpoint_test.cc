@@ -42,6 +42,7 @@ class ActorCheckpoint : public ::testing::Test {
     auto net = model::Transformer::Create(model::testing::TinyConfig(/*moe=*/false, 1), at::kCPU, at::kFloat);
     ASSERT_TRUE(net.ok()) << net.status().ToString();
     net_ = std::move(*net);
+    net_->InitRandom(3, 0.2);  // Create leaves zeros: a zero model gets zero gradients below
     auto opt = train::AdamW::Create(net_->parameters(), {});
     ASSERT_TRUE(opt.ok()) << opt.status().ToString();
     opt_ = std::move(*opt);
