@@ -75,9 +75,7 @@ for _ in $(seq 1800); do
   kill -0 "$run_pid" 2>/dev/null || fail "fault: the job ended before step 3"
   sleep 0.1
 done
-job=$(sed -n 's/^\[run\] job \([^ ]*\)  run dir.*/\1/p' runs/fault.err | head -1)
-replica=$(curl -sS --unix-socket "$state/tandemd.sock" "http://localhost/v1/jobs/$job/residency" |
-  jq -r '.groups[].workers[] | select(.role == "actor" and .rank == 1) | .pid // empty')
+replica=$(worker_pid runs/fault.err actor 1)
 [[ $replica =~ ^[0-9]+$ ]] || fail "fault: no pid for actor replica 1"
 kill -KILL "$replica"
 echo "[actor-dp] killed replica 1 (pid $replica) after step 3"

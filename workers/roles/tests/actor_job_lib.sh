@@ -11,7 +11,12 @@
 #                  looks for it;
 #   run_job SPEC NAME [SECONDS]  `tandem run SPEC` into runs/NAME.{out,err},
 #                  up to SECONDS (240); fails unless it exits 0. The caller
-#                  sets run_pid= and stops a run left running at exit.
+#                  sets run_pid= and stops a run left running at exit;
+#   wait_line LOG PATTERN  waits (120 s) for a line of LOG matching the
+#                  regex PATTERN while the run $run_pid lives;
+#   worker_pid LOG ROLE RANK  prints the pid of a worker of the job that
+#                  `tandem run` named in LOG (its stderr), as tandemd's
+#                  residency API knows it (its control connection's peer).
 set -euo pipefail
 BIN=${TANDEM_BIN_DIR:?}
 SRC=${TANDEM_SOURCE_DIR:?}
@@ -46,5 +51,19 @@ run_job() {
   wait "$run_pid" || rc=$?
   run_pid=
   ((rc == 0)) || fail "$2: tandem run exited $rc"
+}
+wait_line() {
+  for _ in $(seq 1200); do
+    grep -qE "$2" "$1" && return 0
+    kill -0 "$run_pid" 2>/dev/null || fail "the run ended before a line /$2/ in $1: $(tail -3 "$1")"
+    sleep 0.1
+  done
+  fail "no line /$2/ in $1 within 120 s"
+}
+worker_pid() {
+  local job
+  job=$(sed -n 's/^\[run\] job \([^ ]*\)  run dir.*/\1/p' "$1" | head -1)
+  curl -sS --unix-socket "$state/tandemd.sock" "http://localhost/v1/jobs/$job/residency" |
+    jq -r --arg r "$2" --argjson k "$3" '.groups[].workers[] | select(.role == $r and .rank == $k) | .pid // empty'
 }
 cd "$work"

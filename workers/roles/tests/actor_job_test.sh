@@ -84,11 +84,7 @@ grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/grpo.err
 for r in 0 1; do printf '1\ngrpo-000000\n' >"$run/rollout.$r.port"; done
 "$BIN/tandem" run "$SRC/examples/grpo.json" --state-dir "$state" --gpus 0,1 >runs/cancel.out 2>runs/cancel.err &
 run_pid=$!
-for _ in $(seq 1200); do
-  grep -q '^\[run\] actor/0 step 1:' runs/cancel.err && break
-  kill -0 "$run_pid" 2>/dev/null || fail "the second run ended early: $(tail -3 runs/cancel.err)"
-  sleep 0.1
-done
+wait_line runs/cancel.err '^\[run\] actor/0 step 1:'
 name=$(sed -n 's|.*loaded weights version 1 from shm:/\(tandem-.*-v\)1$|\1|p' "$run"/tasks/rollout.0.err | head -1)
 [[ -n $name ]] || fail "no segment name in rollout 0's log"
 segment=${name%.actor.0-v}  # tandem-<job>-<job>

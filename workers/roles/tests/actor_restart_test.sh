@@ -41,22 +41,17 @@ wait_step() {  # STEP: until metrics.jsonl has that step's line
   done
   fail "no step $1 in 180 s"
 }
-pid_of() {  # ROLE RANK: the worker's own pid (its control connection's peer)
-  curl -sS --unix-socket "$state/tandemd.sock" "http://localhost/v1/jobs/$job/residency" |
-    jq -r --arg r "$1" --argjson k "$2" '.groups[].workers[] | select(.role == $r and .rank == $k) | .pid // empty'
-}
 
 "$BIN/tandem" run restart.json --state-dir "$state" --gpus 0,1 >runs/restart.out 2>runs/restart.err &
 run_pid=$!
 wait_step 3
-job=$(sed -n 's/^\[run\] job \([^ ]*\)  run dir.*/\1/p' runs/restart.err | head -1)
-actor=$(pid_of actor 0)
+actor=$(worker_pid runs/restart.err actor 0)
 [[ $actor =~ ^[0-9]+$ ]] || fail "no pid for actor 0"
 kill -KILL "$actor"
 echo "[actor-restart] killed the actor (pid $actor) after step 3"
 wait_step 5
 grep -q "resumed from .*step-0*2" "$run/tasks/actor.0.err" || fail "the actor did not resume from step 2"
-rollout=$(pid_of rollout 1)
+rollout=$(worker_pid runs/restart.err rollout 1)
 [[ $rollout =~ ^[0-9]+$ ]] || fail "no pid for rollout.1"
 kill -KILL "$rollout"
 echo "[actor-restart] killed rollout 1 (pid $rollout) after step 5"

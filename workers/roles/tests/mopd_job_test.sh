@@ -80,14 +80,8 @@ grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/mopd.err
 jq '.roles.actor.args |= (index("--steps") as $i | .[$i + 1] = "50")' "$small" >"$work/mopd-kill.json"
 "$BIN/tandem" run "$work/mopd-kill.json" --state-dir "$state" --gpus 0,1 >runs/kill.out 2>runs/kill.err &
 run_pid=$!
-for _ in $(seq 1200); do
-  grep -q '^\[run\] actor/0 step 1:' runs/kill.err && break
-  kill -0 "$run_pid" 2>/dev/null || fail "the second run ended early: $(tail -3 runs/kill.err)"
-  sleep 0.1
-done
-job=$(sed -n 's/^\[run\] job \([^ ]*\)  run dir.*/\1/p' runs/kill.err | head -1)
-pid=$(curl -sS --unix-socket "$state/tandemd.sock" "http://localhost/v1/jobs/$job/residency" |
-      jq -r '.groups[].workers[] | select(.role == "teacher_mul" and .rank == 0) | .pid // empty')
+wait_line runs/kill.err '^\[run\] actor/0 step 1:'
+pid=$(worker_pid runs/kill.err teacher_mul 0)
 [[ $pid =~ ^[0-9]+$ ]] || fail "no pid of teacher_mul.0"
 kill -9 "$pid"
 timeout 200 tail --pid="$run_pid" -f /dev/null || fail "the job did not end within 200 s of the teacher's SIGKILL"
