@@ -22,33 +22,39 @@ std::chrono::milliseconds Millis(double seconds) {
 StatusOr<std::vector<RolloutSample>> GenerateShare(const ActorOptions& o, const std::string& job, int64_t rank,
                                                    RolloutEndpoint* endpoint, const GenerateCall& call, int64_t version,
                                                    std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
-  for (int attempt = 1;; ++attempt) {
-    StatusOr<std::vector<RolloutSample>> r = Generate(*endpoint, call, timeout);
-    std::string why;
-    if (r.ok()) {
-      auto stale = std::find_if(r->begin(), r->end(), [version](const RolloutSample& x) {
-        return version >= 0 && x.weight_version >= 0 && x.weight_version != version;
-      });
-      if (stale == r->end()) return r;
-      why = "samples of weight version " + std::to_string(stale->weight_version) + ", not " + std::to_string(version);
-    } else if (r.status().code() == StatusCode::kUnavailable) {
-      why = r.status().message();
-    } else {
-      return r.status();
-    }
-    if (Clock::now() > deadline)
-      return Unavailable("rollout " + std::to_string(rank) + ": " + why + " (asked " + std::to_string(attempt) +
-                         " times in " + std::to_string(o.phase_timeout_s) + " s)");
-    if (attempt == 1) log::Warn("actor", "rollout {}: {}; asking again until it is back", rank, why);
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    std::string ignored;
-    StatusOr<std::optional<int>> port = ReadPortFile(RolloutPortFile(o, rank), job, &ignored);
-    if (port.ok() && *port) endpoint->port = **port;
-  }
+  std::vector<RolloutSample> out;
+  TANDEM_RETURN_IF_ERROR(AskAgainWhileDown(o, job, RolloutPortFile(o, rank), endpoint, "rollout " + std::to_string(rank),
+                                           [&]() -> Status {
+                                             TANDEM_ASSIGN_OR_RETURN(out, Generate(*endpoint, call, timeout));
+                                             auto stale = std::find_if(out.begin(), out.end(), [version](const RolloutSample& x) {
+                                               return version >= 0 && x.weight_version >= 0 && x.weight_version != version;
+                                             });
+                                             if (stale == out.end()) return Status::Ok();
+                                             return Unavailable("samples of weight version " +
+                                                                std::to_string(stale->weight_version) + ", not " +
+                                                                std::to_string(version));
+                                           }));
+  return out;
 }
 
 }  // namespace
+
+Status AskAgainWhileDown(const ActorOptions& o, const std::string& job, const std::string& port_file,
+                         RolloutEndpoint* endpoint, const std::string& who, const std::function<Status()>& attempt) {
+  const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
+  for (int tries = 1;; ++tries) {
+    const Status st = attempt();
+    if (st.code() != StatusCode::kUnavailable) return st;
+    if (Clock::now() > deadline)
+      return Unavailable(who + ": " + st.message() + " (asked " + std::to_string(tries) + " times in " +
+                         std::to_string(o.phase_timeout_s) + " s)");
+    if (tries == 1) log::Warn("actor", "{}: {}; asking again until it is back", who, st.message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::string ignored;
+    StatusOr<std::optional<int>> port = ReadPortFile(port_file, job, &ignored);
+    if (port.ok() && *port) endpoint->port = **port;
+  }
+}
 
 std::string RolloutPortFile(const ActorOptions& o, int64_t rank) {
   std::string path = o.rollout_port_file;

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,14 @@
 #include "workers/roles/rollout_client.h"
 
 namespace tandem::roles {
+
+// Calls `attempt` until it returns anything but Unavailable (a server down
+// or coming back, or an answer it chose to ask again about), for at most
+// --phase-timeout: between tries (250 ms) the port `port_file` names by
+// then is put in *endpoint. Past the deadline: Unavailable naming `who`,
+// the last reason and the tries.
+Status AskAgainWhileDown(const ActorOptions& o, const std::string& job, const std::string& port_file,
+                         RolloutEndpoint* endpoint, const std::string& who, const std::function<Status()>& attempt);
 
 // rollout_port_file for replica `rank`.
 std::string RolloutPortFile(const ActorOptions& o, int64_t rank);

@@ -2,11 +2,8 @@
 #include "workers/roles/actor_teachers.h"
 
 #include <chrono>
-#include <thread>
 
-#include "common/log.h"
 #include "workers/roles/actor_rollouts.h"
-#include "workers/roles/port_file.h"
 #include "workers/roles/teacher_client.h"
 
 namespace tandem::roles {
@@ -55,25 +52,17 @@ StatusOr<std::vector<TeacherTurn>> ScoreWithTeachers(const ActorOptions& o, cons
     if (routed.empty()) continue;
     const Clock::time_point t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("teacher:" + name), "teacher " + name);
-    const Clock::time_point deadline = t0 + Millis(o.phase_timeout_s);
-    StatusOr<std::vector<std::vector<float>>> scored = Unavailable("not asked");
-    for (int attempt = 1;; ++attempt) {
-      scored = Score(teachers[k], call, Millis(o.request_timeout_s));
-      if (scored.ok() || scored.status().code() != StatusCode::kUnavailable) break;
-      if (Clock::now() > deadline)
-        return Unavailable("teacher " + name + ": " + scored.status().message() + " (asked " + std::to_string(attempt) +
-                           " times in " + std::to_string(o.phase_timeout_s) + " s)");
-      if (attempt == 1) log::Warn("actor", "teacher {}: {}; asking again until it is back", name, scored.status().message());
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-      std::string ignored;
-      StatusOr<std::optional<int>> port = ReadPortFile(objectives.port_files[k], job, &ignored);
-      if (port.ok() && *port) teachers[k].port = **port;
-    }
-    if (!scored.ok()) return scored.status().WithContext("teacher " + name);
+    std::vector<std::vector<float>> scored;
+    TANDEM_RETURN_IF_ERROR(AskAgainWhileDown(o, job, objectives.port_files[k], &teachers[k], "teacher " + name,
+                                             [&]() -> Status {
+                                               TANDEM_ASSIGN_OR_RETURN(scored,
+                                                                       Score(teachers[k], call, Millis(o.request_timeout_s)));
+                                               return Status::Ok();
+                                             }));
     TeacherTurn turn{name, static_cast<int64_t>(routed.size()), 0, 0};
     for (size_t r = 0; r < routed.size(); ++r) {
-      turn.tokens += static_cast<int64_t>((*scored)[r].size());
-      trajectories[routed[r]].teacher_logprobs[k] = std::move((*scored)[r]);
+      turn.tokens += static_cast<int64_t>(scored[r].size());
+      trajectories[routed[r]].teacher_logprobs[k] = std::move(scored[r]);
     }
     turn.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     turns.push_back(std::move(turn));
