@@ -181,17 +181,41 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
   if (options.return_hidden) out.hidden = hidden;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   if (batch.num_pairs() == 0) {
+    TORCH_CHECK(!options.extra_pairs.defined() || options.extra_pairs.numel() == 0, kFn,
+                ": extra_pairs for a batch without pairs");
     out.logprob = at::empty({0}, f32);
     out.entropy = at::empty({0}, f32);
+    if (options.extra_pairs.defined()) out.extra_logprob = at::empty({0}, f32);
     return out;
   }
   TORCH_CHECK(batch.head_rows.device() == device_ && batch.pair_head.device() == device_ &&
                   batch.labels.device() == device_,
               kFn, ": head_rows, pair_head and labels must be on ", device_);
   const at::Tensor rows = hidden.index_select(0, batch.head_rows);
+  at::Tensor pair_head = batch.pair_head, labels = batch.labels;
+  const bool extra = options.extra_pairs.defined() || options.extra_labels.defined();
+  if (extra) {
+    const at::Tensor& ep = options.extra_pairs;
+    const at::Tensor& el = options.extra_labels;
+    TORCH_CHECK(ep.defined() && el.defined() && ep.dim() == 1 && ep.sizes() == el.sizes() &&
+                    ep.scalar_type() == at::kLong && el.scalar_type() == at::kLong,
+                kFn, ": extra_pairs and extra_labels must both be int64 [E]");
+    TORCH_CHECK(ep.device() == device_ && el.device() == device_, kFn, ": extra_pairs and extra_labels must be on ",
+                device_);
+    if (ep.numel() > 0) {
+      TORCH_CHECK(ep.min().item<int64_t>() >= 0 && ep.max().item<int64_t>() < batch.num_pairs(), kFn,
+                  ": extra_pairs must index the batch's ", batch.num_pairs(), " pairs");
+      TORCH_CHECK(el.min().item<int64_t>() >= 0 && el.max().item<int64_t>() < config_.vocab_size, kFn,
+                  ": extra_labels must lie in [0, ", config_.vocab_size, ")");
+    }
+    pair_head = at::cat({pair_head, pair_head.index_select(0, ep)});
+    labels = at::cat({labels, el});
+  }
   const ops::LmHeadLossOutput head =
-      ops::LmHeadLoss(rows, HeadWeight(), batch.pair_head, batch.labels, options.temperature, options.chunk_rows);
-  out.logprob = head.logprob;
+      ops::LmHeadLoss(rows, HeadWeight(), pair_head, labels, options.temperature, options.chunk_rows);
+  const int64_t m = batch.num_pairs();
+  out.logprob = extra ? head.logprob.narrow(0, 0, m) : head.logprob;
+  if (extra) out.extra_logprob = head.logprob.narrow(0, m, head.logprob.size(0) - m);
   out.entropy = head.entropy.index_select(0, batch.pair_head);
   if (options.top_k > 0) TopLogprobs(rows, batch.pair_head, options, out);
   return out;

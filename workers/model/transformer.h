@@ -56,6 +56,15 @@ struct ForwardOptions {
   // rows at a time are built for it; not differentiable (run under
   // c10::NoGradGuard). At most vocab_size.
   int64_t top_k = 0;
+  // More labels scored at the rows of some pairs (MOPD's teacher top-k:
+  // the student's log-prob of each token the teacher ranks high at that
+  // position): extra_pairs [E] int64, each a pair index in [0, M) whose row
+  // is used, and extra_labels [E] int64 in [0, vocab_size), on the model's
+  // device. Fills ForestOutput::extra_logprob, differentiable like logprob,
+  // in the same LM-head call (a row's logits are built once for all its
+  // labels). Both undefined (the default) or both defined.
+  at::Tensor extra_pairs;
+  at::Tensor extra_labels;
 };
 
 struct ForestOutput {
@@ -66,6 +75,7 @@ struct ForestOutput {
   std::vector<RouterStats> router;       // one per MoE layer, in layer order
   at::Tensor top_logprobs;  // [M, top_k] fp32, descending (top_k > 0)
   at::Tensor top_ids;       // [M, top_k] int64, their token ids
+  at::Tensor extra_logprob;  // [E] fp32: log p(extra_labels[e] | row of pair extra_pairs[e]) (extra_pairs)
 };
 
 struct DecodeOutput {

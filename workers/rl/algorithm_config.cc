@@ -115,14 +115,19 @@ Status ApplyDistill(const json& j, const std::string& where, std::optional<Disti
     return Status::Ok();
   }
   if (!j.is_object())
-    return InvalidArgument(where + ": expected null or an object {rl_coef, distill_coef, ratio_cap}, got " +
+    return InvalidArgument(where + ": expected null or an object {rl_coef, distill_coef, ratio_cap, top_k, top_k_coef}, got " +
                            j.dump(-1, ' ', false, json::error_handler_t::replace));
   StrictObject o(j, where);
-  TANDEM_RETURN_IF_ERROR(o.Known({"rl_coef", "distill_coef", "ratio_cap"}));
+  TANDEM_RETURN_IF_ERROR(o.Known({"rl_coef", "distill_coef", "ratio_cap", "top_k", "top_k_coef"}));
   DistillConfig d = out->value_or(DistillConfig{});
   TANDEM_RETURN_IF_ERROR(o.Number("rl_coef", &d.rl_coef, NonNegative, ">= 0"));
   TANDEM_RETURN_IF_ERROR(o.Number("distill_coef", &d.distill_coef, NonNegative, ">= 0"));
   TANDEM_RETURN_IF_ERROR(o.Number("ratio_cap", &d.loss.ratio_cap, [](double v) { return v >= 1; }, ">= 1"));
+  TANDEM_RETURN_IF_ERROR(o.Integer("top_k", &d.top_k, 0));
+  if (d.top_k > kMaxDistillTopK)
+    return InvalidArgument(where + ".top_k: expected an integer in [0, " + std::to_string(kMaxDistillTopK) + "], got " +
+                           std::to_string(d.top_k));
+  TANDEM_RETURN_IF_ERROR(o.Number("top_k_coef", &d.top_k_coef, NonNegative, ">= 0"));
   *out = d;
   return Status::Ok();
 }
@@ -142,6 +147,11 @@ Status Validate(const AlgorithmConfig& c) {
     if (!(c.distill->rl_coef >= 0 && std::isfinite(c.distill->rl_coef)) ||
         !(c.distill->distill_coef >= 0 && std::isfinite(c.distill->distill_coef)))
       return InvalidArgument("distill: rl_coef and distill_coef must be finite numbers >= 0");
+    if (c.distill->top_k < 0 || c.distill->top_k > kMaxDistillTopK)
+      return InvalidArgument("distill.top_k: expected an integer in [0, " + std::to_string(kMaxDistillTopK) + "], got " +
+                             std::to_string(c.distill->top_k));
+    if (!(c.distill->top_k_coef >= 0 && std::isfinite(c.distill->top_k_coef)))
+      return InvalidArgument("distill.top_k_coef: expected a finite number >= 0");
   }
   return Status::Ok();
 }
@@ -213,7 +223,9 @@ json AlgorithmOptionsJson(const AlgorithmConfig& c) {
   }
   j["distill"] = c.distill ? json{{"rl_coef", c.distill->rl_coef},
                                   {"distill_coef", c.distill->distill_coef},
-                                  {"ratio_cap", c.distill->loss.ratio_cap}}
+                                  {"ratio_cap", c.distill->loss.ratio_cap},
+                                  {"top_k", c.distill->top_k},
+                                  {"top_k_coef", c.distill->top_k_coef}}
                            : json(nullptr);
   return j;
 }

@@ -43,10 +43,18 @@
 namespace tandem::rl {
 
 // MOPD's term beside the policy loss.
+// The most top-k tokens a teacher is asked for per position (the teacher's
+// own default bound on top_logprobs_num).
+inline constexpr int64_t kMaxDistillTopK = 64;
+
 struct DistillConfig {
   double rl_coef = 1.0;       // the policy loss's weight, >= 0
-  double distill_coef = 1.0;  // the distill loss's weight, >= 0
+  double distill_coef = 1.0;  // the distill loss's (sampled tokens) weight, >= 0
   DistillLossOptions loss;    // ratio_cap
+  // The teacher top-k term (distill_loss.h): each teacher returns its top_k
+  // most likely tokens at each position; 0 = off. In [0, kMaxDistillTopK].
+  int64_t top_k = 0;
+  double top_k_coef = 1.0;    // its weight, >= 0 (used when top_k > 0)
 };
 
 struct AlgorithmConfig {

@@ -24,14 +24,18 @@ Status Validate(const DistillLossOptions& o) {
 }
 
 std::vector<std::string> DistillLossMetrics::Names() {
-  return {"distill_loss", "teacher_log_ratio", "ratio_capped_frac", "tokens"};
+  return {"distill_loss", "teacher_log_ratio", "ratio_capped_frac", "tokens",
+          "topk_loss", "topk_teacher_mass", "topk_student_mass"};
 }
 
 std::vector<std::pair<std::string, double>> DistillLossMetrics::ToHost() const {
   return ScalarsToHost({{"distill_loss", &distill_loss},
                         {"teacher_log_ratio", &teacher_log_ratio},
                         {"ratio_capped_frac", &ratio_capped_frac},
-                        {"tokens", &tokens}});
+                        {"tokens", &tokens},
+                        {"topk_loss", &topk_loss},
+                        {"topk_teacher_mass", &topk_teacher_mass},
+                        {"topk_student_mass", &topk_student_mass}});
 }
 
 StatusOr<DistillLossOutput> ComputeDistillLoss(const DistillLossInputs& in, const DistillLossOptions& o) {
@@ -47,6 +51,17 @@ StatusOr<DistillLossOutput> ComputeDistillLoss(const DistillLossInputs& in, cons
   if (k < 1) return InvalidArgument("teacher_logprobs: expected at least one teacher, got [0, ...]");
   TANDEM_RETURN_IF_ERROR(CheckFloating("teacher_logprobs", in.teacher_logprobs, {k, bt[0], bt[1]}));
   TANDEM_RETURN_IF_ERROR(CheckFloating("route", in.route, {bt[0], k}), "route ([B, K])");
+  const bool top = in.teacher_top_logprobs.defined() || in.top_logprobs.defined();
+  if (top) {
+    TANDEM_RETURN_IF_ERROR(CheckFloatingRank("teacher_top_logprobs", in.teacher_top_logprobs, 4),
+                           "teacher_top_logprobs ([K, B, T, k])");
+    const int64_t top_k = in.teacher_top_logprobs.size(3);
+    if (top_k < 1) return InvalidArgument("teacher_top_logprobs: expected k >= 1, got [..., 0]");
+    TANDEM_RETURN_IF_ERROR(CheckFloating("teacher_top_logprobs", in.teacher_top_logprobs, {k, bt[0], bt[1], top_k}));
+    TANDEM_RETURN_IF_ERROR(CheckFloating("top_logprobs", in.top_logprobs, {k, bt[0], bt[1], top_k}));
+    TANDEM_RETURN_IF_ERROR(CheckDevice("teacher_top_logprobs", in.teacher_top_logprobs, dev));
+    TANDEM_RETURN_IF_ERROR(CheckDevice("top_logprobs", in.top_logprobs, dev));
+  }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"old_logprobs", &in.old_logprobs},
                                 {"teacher_logprobs", &in.teacher_logprobs},
                                 {"route", &in.route},
@@ -82,8 +97,21 @@ StatusOr<DistillLossOutput> ComputeDistillLoss(const DistillLossInputs& in, cons
     const at::Tensor per_token = at::where(counted, -rho * at::exp(logp - sg) * r, zero);
 
     DistillLossOutput out;
-    out.loss = internal::AggregateUnchecked(per_token, maskf, LossAggregation::kTokenMean,
-                                            AggregationScale{in.batch_tokens, 0, 0});
+    const AggregationScale scale{in.batch_tokens, 0, 0};
+    out.loss = internal::AggregateUnchecked(per_token, maskf, LossAggregation::kTokenMean, scale);
+    at::Tensor teacher_mass, student_mass;  // [B, T], route-weighted sums over j
+    if (top) {
+      const at::Tensor scored4 = scored.unsqueeze(3);  // [K, B, T, 1]
+      const at::Tensor lq = at::where(scored4, in.teacher_top_logprobs.detach().to(type), zero);
+      const at::Tensor lp = at::where(scored4, in.top_logprobs.to(type), zero);
+      const at::Tensor q = at::where(scored4, at::exp(lq), zero);
+      const at::Tensor wk4 = wk.unsqueeze(3);          // [K, B, 1, 1]
+      const at::Tensor d = (wk4 * q * (lq - lp)).sum(3).sum(0);  // [B, T]
+      out.topk_loss = internal::AggregateUnchecked(at::where(counted, d, zero), maskf, LossAggregation::kTokenMean, scale);
+      c10::AutoGradMode no_grad(false);
+      teacher_mass = (wk4 * q).sum(3).sum(0);
+      student_mass = (wk4 * at::where(scored4, at::exp(lp.detach()), zero)).sum(3).sum(0);
+    }
     {
       c10::AutoGradMode no_grad(false);
       const at::Tensor n = maskf.sum();
@@ -93,6 +121,12 @@ StatusOr<DistillLossOutput> ComputeDistillLoss(const DistillLossInputs& in, cons
       mt.teacher_log_ratio = (at::where(counted, -r / at::clamp_min(weight, 1e-30), zero)).sum() / denom;
       mt.ratio_capped_frac = ((log_ratio > std::log(o.ratio_cap)) & counted).to(type).sum() / denom;
       mt.tokens = n;
+      if (top) {
+        const at::Tensor per_w = at::clamp_min(weight, 1e-30);
+        mt.topk_loss = out.topk_loss.detach();
+        mt.topk_teacher_mass = at::where(counted, teacher_mass / per_w, zero).sum() / denom;
+        mt.topk_student_mass = at::where(counted, student_mass / per_w, zero).sum() / denom;
+      }
     }
     return out;
   });

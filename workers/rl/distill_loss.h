@@ -19,6 +19,20 @@
 // sum_j w_j KL(pi_theta || pi_Tj) (tests: against finite differences of the
 // exact reverse KL). The trainer's total is rl_coef * L_RL + distill_coef * L.
 //
+// The teacher top-k term (optional; docs/mopd.md "Top-k"): with each
+// teacher's k most likely tokens at each position, its log-probs lq_ji
+// there and the student's log-probs lp_ji of the same tokens,
+//
+//   d   = sum_j w_j * sum_i exp(lq_ji) * (lq_ji - lp_ji)
+//   L_k = token mean of d over the same counted tokens
+//
+// the forward KL from each teacher's top-k to the student, truncated to
+// those tokens (the teacher's mass outside them is not seen). Its gradient
+// raises every token the teacher ranks high in proportion to the teacher's
+// probability, also the ones the student did not sample: what the sampled
+// term above cannot do for a student that rarely samples the right token.
+// The trainer's total adds top_k_coef * L_k.
+//
 // Masked positions, and a teacher's log-probs where its weight is 0 (it did
 // not score that sequence), are replaced by 0 before any arithmetic: NaN or
 // inf there reach neither the loss nor any gradient. Gradients flow to
@@ -52,6 +66,9 @@ struct DistillLossInputs {
   // The whole batch's counted tokens when this call is one micro-batch of
   // it; 0 = this call's.
   double batch_tokens = 0;
+  // The top-k term, both defined or both undefined (no term):
+  at::Tensor teacher_top_logprobs;  // [K, B, T, k], teacher j's k largest log-probs at each position
+  at::Tensor top_logprobs;          // [K, B, T, k], the student's log-probs of those tokens (requires grad when training)
 };
 
 // What a trainer logs: 0-dim detached tensors (no host sync here).
@@ -60,12 +77,18 @@ struct DistillLossMetrics {
   at::Tensor teacher_log_ratio;  // token mean of (W sg(logp) - S) / W: the weighted reverse-KL estimate
   at::Tensor ratio_capped_frac;  // tokens whose logp - old > log c
   at::Tensor tokens;             // the counted tokens of this call
+  // With the top-k term (else undefined): L_k, and the token means of the
+  // route-weighted mass the teacher and the student put on the teacher's top-k.
+  at::Tensor topk_loss;
+  at::Tensor topk_teacher_mass;
+  at::Tensor topk_student_mass;
   std::vector<std::pair<std::string, double>> ToHost() const;  // ("distill_loss", v), ...
   static std::vector<std::string> Names();                      // ToHost's names, in its order
 };
 
 struct DistillLossOutput {
-  at::Tensor loss;  // 0-dim, differentiable
+  at::Tensor loss;       // 0-dim, differentiable
+  at::Tensor topk_loss;  // 0-dim, differentiable; undefined without the top-k inputs
   DistillLossMetrics metrics;
 };
 

@@ -17,8 +17,9 @@
 namespace tandem::train {
 namespace {
 
-// Why the MOPD part of `t` (its route over `teachers`) is unusable, or "".
-std::string RouteDefect(const Trajectory& t, int64_t teachers) {
+// Why the MOPD part of `t` (its route over `teachers`, with `top_k` top
+// tokens per position, or none) is unusable, or "".
+std::string RouteDefect(const Trajectory& t, int64_t teachers, int64_t top_k, int64_t vocab) {
   if (t.route.empty()) return "";
   if (static_cast<int64_t>(t.route.size()) != teachers)
     return "a route of " + std::to_string(t.route.size()) + " weights for " + std::to_string(teachers) + " teachers";
@@ -31,6 +32,19 @@ std::string RouteDefect(const Trajectory& t, int64_t teachers) {
              std::to_string(t.response.size()) + " response tokens";
     for (const float lp : t.teacher_logprobs[j])
       if (!std::isfinite(lp)) return "a non-finite log-prob of teacher " + std::to_string(j);
+    if (top_k == 0) continue;
+    const size_t cells = t.response.size() * static_cast<size_t>(top_k);
+    if (j >= t.teacher_top_ids.size() || j >= t.teacher_top_logprobs.size() || t.teacher_top_ids[j].size() != cells ||
+        t.teacher_top_logprobs[j].size() != cells)
+      return "teacher " + std::to_string(j) + " lacks its top " + std::to_string(top_k) + " tokens at each of " +
+             std::to_string(t.response.size()) + " response tokens";
+    for (size_t c = 0; c < cells; ++c) {
+      if (!std::isfinite(t.teacher_top_logprobs[j][c]))
+        return "a non-finite top log-prob of teacher " + std::to_string(j);
+      if (t.teacher_top_ids[j][c] < 0 || t.teacher_top_ids[j][c] >= vocab)
+        return "teacher " + std::to_string(j) + "'s top token id " + std::to_string(t.teacher_top_ids[j][c]) +
+               " outside [0, " + std::to_string(vocab) + ")";
+    }
   }
   return "";
 }
@@ -43,8 +57,8 @@ double RoutedTokens(const Trajectory& t) {
 }
 
 // Why trajectory `t` cannot be trained on, or "" when it can (`teachers`:
-// K with MOPD, else 0 and the route is not looked at).
-std::string Defect(const Trajectory& t, int64_t vocab, int64_t teachers) {
+// K with MOPD, else 0 and the route is not looked at; `top_k` its top-k).
+std::string Defect(const Trajectory& t, int64_t vocab, int64_t teachers, int64_t top_k) {
   if (t.prompt.empty()) return "an empty prompt";
   if (t.response.empty()) return "an empty response";
   for (const auto* ids : {&t.prompt, &t.response})
@@ -56,7 +70,7 @@ std::string Defect(const Trajectory& t, int64_t vocab, int64_t teachers) {
   for (const float lp : t.old_logprobs)
     if (!std::isfinite(lp)) return "a non-finite old log-prob";
   if (!std::isfinite(t.reward)) return "a non-finite reward";
-  return teachers > 0 ? RouteDefect(t, teachers) : "";
+  return teachers > 0 ? RouteDefect(t, teachers, top_k, vocab) : "";
 }
 
 // A loss term of the policy loss's metrics ("pg_loss", "kl_loss", ...).
@@ -107,24 +121,52 @@ std::map<std::string, double> UnpackMetrics(const std::vector<double>& v, size_t
   return m;
 }
 
-// The teacher log-probs [K, B, width] and routes [B, K] of the sequences
-// valid[samples[b]] (the rest of DistillLossInputs left to the caller).
-rl::DistillLossInputs TeacherInputs(const std::vector<const Trajectory*>& valid, const std::vector<int64_t>& samples,
-                                    int64_t k, int64_t width, const at::Device& device) {
+// The teachers' part of the distill loss for the sequences valid[samples[b]]
+// of a micro-batch: log-probs [K, B, width], routes [B, K] and, with the
+// top-k term, the teachers' top log-probs [K, B, width, top_k] and the
+// extra (pair, label) the student scores for them (ForwardOptions), whose
+// results go to cells `top_cells` of the [K, B, width, top_k] grid.
+struct TeacherBatch {
+  rl::DistillLossInputs inputs;  // teacher_logprobs, route, teacher_top_logprobs
+  at::Tensor extra_pairs, extra_labels, top_cells;
+};
+
+TeacherBatch TeacherInputs(const std::vector<const Trajectory*>& valid, const std::vector<int64_t>& samples,
+                           int64_t k, int64_t width, int64_t top_k, const model::ForestBatch& batch,
+                           const at::Device& device) {
   const int64_t b = static_cast<int64_t>(samples.size());
   std::vector<float> teacher(static_cast<size_t>(k * b * width), 0.0f), route(static_cast<size_t>(b * k), 0.0f);
+  std::vector<float> top(static_cast<size_t>(k * b * width * top_k), 0.0f);
+  std::vector<int64_t> pairs, labels, cells;
   for (int64_t s = 0; s < b; ++s) {
     const Trajectory& t = *valid[samples[s]];
     if (t.route.empty()) continue;
     for (int64_t j = 0; j < k; ++j) {
       route[s * k + j] = t.route[j];
-      if (t.route[j] > 0) std::copy(t.teacher_logprobs[j].begin(), t.teacher_logprobs[j].end(), &teacher[(j * b + s) * width]);
+      if (!(t.route[j] > 0)) continue;
+      std::copy(t.teacher_logprobs[j].begin(), t.teacher_logprobs[j].end(), &teacher[(j * b + s) * width]);
+      // Response token p of sequence s is its pair pair_offsets[s] + p (scored from the prompt's end).
+      for (int64_t p = 0; p < static_cast<int64_t>(t.response.size()) && top_k > 0; ++p) {
+        for (int64_t i = 0; i < top_k; ++i) {
+          const int64_t cell = ((j * b + s) * width + p) * top_k + i;
+          top[cell] = t.teacher_top_logprobs[j][p * top_k + i];
+          pairs.push_back(batch.pair_offsets[s] + p);
+          labels.push_back(t.teacher_top_ids[j][p * top_k + i]);
+          cells.push_back(cell);
+        }
+      }
     }
   }
-  rl::DistillLossInputs in;
-  in.teacher_logprobs = at::tensor(teacher).view({k, b, width}).to(device);
-  in.route = at::tensor(route).view({b, k}).to(device);
-  return in;
+  TeacherBatch out;
+  out.inputs.teacher_logprobs = at::tensor(teacher).view({k, b, width}).to(device);
+  out.inputs.route = at::tensor(route).view({b, k}).to(device);
+  if (top_k > 0) {
+    out.inputs.teacher_top_logprobs = at::tensor(top).view({k, b, width, top_k}).to(device);
+    out.extra_pairs = at::tensor(pairs, at::kLong).to(device);
+    out.extra_labels = at::tensor(labels, at::kLong).to(device);
+    out.top_cells = at::tensor(cells, at::kLong).to(device);
+  }
+  return out;
 }
 
 // FailedPrecondition unless every replica holds the same parameters (their
@@ -216,7 +258,9 @@ Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const s
         return InvalidArgument(where + ": the trajectories of group " + std::to_string(t.group) + " are not contiguous");
     }
     if (i == 0 || t.group != trajectories[i - 1].group) seen_groups.push_back(t.group);
-    if (std::string why = Defect(t, model_.config().vocab_size, config.distill ? options_.teachers : 0); !why.empty()) {
+    if (std::string why = Defect(t, model_.config().vocab_size, config.distill ? options_.teachers : 0,
+                                 config.distill ? config.distill->top_k : 0);
+        !why.empty()) {
       st.dropped.push_back("trajectory " + std::to_string(i) + " (group " + std::to_string(t.group) + "): " + why);
       continue;
     }
@@ -329,7 +373,16 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
         }
         adv_index.push_back(samples[s]);
       }
-      const model::ForestOutput out = model_.Forward(batch, {.temperature = options_.temperature});
+      const bool distilling = config.distill && global.distill_tokens > 0;
+      const int64_t top_k = distilling ? config.distill->top_k : 0;
+      TeacherBatch teachers;
+      model::ForwardOptions forward{.temperature = options_.temperature};
+      if (distilling) {
+        teachers = TeacherInputs(valid, samples, options_.teachers, width, top_k, batch, device);
+        forward.extra_pairs = teachers.extra_pairs;
+        forward.extra_labels = teachers.extra_labels;
+      }
+      const model::ForestOutput out = model_.Forward(batch, forward);
       const at::Tensor index = at::tensor(cells).to(device);
       auto grid = [&](const at::Tensor& flat) {
         return at::zeros({b * width}, flat.options()).index_copy(0, index, flat).view({b, width});
@@ -348,15 +401,20 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
       in.batch_sequences = global.sequences;
       TANDEM_ASSIGN_OR_RETURN(const rl::PolicyLossOutput loss, options_.algorithm.loss(in, config), where);
       at::Tensor total = loss.loss;
-      if (config.distill && global.distill_tokens > 0) {
-        rl::DistillLossInputs din = TeacherInputs(valid, samples, options_.teachers, width, device);
+      if (distilling) {
+        rl::DistillLossInputs& din = teachers.inputs;
         din.logprobs = in.logprobs;
         din.old_logprobs = in.old_logprobs;
         din.mask = in.mask;
         din.batch_tokens = global.distill_tokens;
+        if (top_k > 0)
+          din.top_logprobs = at::zeros({options_.teachers * b * width * top_k}, out.extra_logprob.options())
+                                 .index_copy(0, teachers.top_cells, out.extra_logprob)
+                                 .view({options_.teachers, b, width, top_k});
         TANDEM_ASSIGN_OR_RETURN(const rl::DistillLossOutput distill, rl::ComputeDistillLoss(din, config.distill->loss),
                                 where);
         total = config.distill->rl_coef * loss.loss + config.distill->distill_coef * distill.loss;
+        if (top_k > 0) total = total + config.distill->top_k_coef * distill.topk_loss;
         double routed = 0;
         for (const int64_t i : samples) routed += RoutedTokens(*valid[i]);
         Accumulate(distill.metrics.ToHost(), routed, st.distill);

@@ -25,7 +25,9 @@
 //      With the algorithm's distill term (MOPD, docs/mopd.md) the step's
 //      loss is rl_coef * that + distill_coef * the distill loss over the
 //      trajectories' routes and teacher log-probs (rl/distill_loss.h), whose
-//      token mean is over the whole batch's routed tokens.
+//      token mean is over the whole batch's routed tokens; with its top_k,
+//      plus top_k_coef * the top-k term, the student's log-probs of each
+//      teacher's top-k tokens scored in the same LM-head call.
 //   4. One optimizer update (optimizer.h: AdamW, or Muon) at the schedule's rate.
 // A batch with nothing left to train on (every group dropped) makes no
 // update and says so (stats.updated false). Errors: Status values.
@@ -72,6 +74,11 @@ struct Trajectory {
   // each response token (the others' may be empty).
   std::vector<float> route;
   std::vector<std::vector<float>> teacher_logprobs;
+  // With the distill top-k term (DistillConfig::top_k = k > 0), for each
+  // teacher whose weight is > 0: its k most likely tokens at each response
+  // position and their log-probs, row-major [response.size() * k].
+  std::vector<std::vector<int32_t>> teacher_top_ids;
+  std::vector<std::vector<float>> teacher_top_logprobs;
 };
 
 struct GrpoTrainerOptions {

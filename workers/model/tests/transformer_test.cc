@@ -268,6 +268,65 @@ TEST_P(TransformerDecodeTest, TopLogprobsAreEachRowsBest) {
   EXPECT_THROW(model->Forward(*batch, o), c10::Error);
 }
 
+// extra_pairs/extra_labels: more labels at the rows of some pairs give the
+// row's full log_softmax at those labels, and their gradient equals that of
+// the same log-probs built from the hidden states and the head by hand.
+TEST_P(TransformerDecodeTest, ExtraLabelsScoreMoreTokensAtAPairsRowWithGradients) {
+  const ModelConfig c = TinyConfig(GetParam(), 2);
+  auto model = MakeModel(c);
+  ASSERT_TRUE(model);
+  const uint64_t seed = kernels::testing::FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  RandomizeParameters(*model, seed);
+  auto seqs = RandomSequences(rng, {9, 9, 4}, c.vocab_size);
+  for (int i = 0; i < 5; ++i) seqs[1][static_cast<size_t>(i)] = seqs[0][static_cast<size_t>(i)];
+  auto batch = BuildForestBatch(seqs, {5, 5, 2}, c.vocab_size, at::Device(at::kCPU));
+  ASSERT_TRUE(batch.ok());
+  const int64_t m = batch->num_pairs();
+  std::vector<int64_t> pairs, labels;
+  for (int64_t e = 0; e < 3 * m; ++e) {
+    pairs.push_back(e % m);
+    labels.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(c.vocab_size)));
+  }
+  ForwardOptions o;
+  o.temperature = 0.7;
+  o.chunk_rows = 3;
+  o.extra_pairs = at::tensor(pairs);
+  o.extra_labels = at::tensor(labels);
+  o.return_hidden = true;
+  const at::Tensor weights = at::rand({3 * m}, at::TensorOptions().dtype(at::kFloat));
+  ParameterSet& p = model->parameters();
+  p.EnableGrad();
+  p.ZeroGrad();
+  const ForestOutput out = model->Forward(*batch, o);
+  ASSERT_EQ(out.extra_logprob.sizes(), at::IntArrayRef({3 * m}));
+  ASSERT_EQ(out.logprob.sizes(), at::IntArrayRef({m}));
+  (out.extra_logprob * weights).sum().backward();
+  const at::Tensor got = p.grad_buffers()[0].clone();
+
+  p.ZeroGrad();
+  const ForestOutput plain = model->Forward(*batch, {.temperature = 0.7, .return_hidden = true});
+  EXPECT_EQ(Close(plain.logprob.detach(), out.logprob.detach(), OutTol(plain.logprob)), "");
+  const at::Tensor& head = p.Leaf(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const at::Tensor rows = at::tensor(std::vector<int64_t>(batch->pair_rows.begin(), batch->pair_rows.end()));
+  const at::Tensor logp = at::log_softmax(at::matmul(plain.hidden.index_select(0, rows), head.t()) / 0.7, 1);
+  const at::Tensor want = logp.index_select(0, o.extra_pairs).gather(1, o.extra_labels.unsqueeze(1)).squeeze(1);
+  EXPECT_EQ(Close(out.extra_logprob.detach(), want.detach(), OutTol(want)), "");
+  (want * weights).sum().backward();
+  const at::Tensor ref = p.grad_buffers()[0];
+  EXPECT_EQ(Close(got, ref, OutTol(ref)), "");
+
+  c10::NoGradGuard no_grad;
+  o.extra_labels = at::tensor(std::vector<int64_t>(3 * static_cast<size_t>(m), c.vocab_size));
+  EXPECT_THROW(model->Forward(*batch, o), c10::Error);  // a label outside the vocabulary
+  o.extra_labels = at::tensor(labels);
+  o.extra_pairs = at::full({3 * m}, m, at::TensorOptions().dtype(at::kLong));
+  EXPECT_THROW(model->Forward(*batch, o), c10::Error);  // a pair index past the pairs
+  o.extra_pairs = at::Tensor();
+  EXPECT_THROW(model->Forward(*batch, o), c10::Error);  // labels without pairs
+}
+
 // Prefill two prompts of different lengths through the forest (return_kv),
 // copy their K/V into one cache with garbage past each row's length, then
 // decode the next token of each: the forest's logits of the longer sequences.

@@ -67,6 +67,10 @@ TEST(AlgorithmRegistryTest, BuiltinDefaults) {
   EXPECT_EQ(mopd.config.distill->rl_coef, 0.0);
   EXPECT_EQ(mopd.config.distill->distill_coef, 1.0);
   EXPECT_EQ(mopd.config.distill->loss.ratio_cap, 5.0);
+  EXPECT_EQ(mopd.config.distill->top_k, 0) << "the top-k term is off unless asked for";
+  const Algorithm topk = MustResolve(r, json{{"name", "mopd"}, {"options", {{"distill", {{"top_k", 8}, {"top_k_coef", 0.5}}}}}});
+  EXPECT_EQ(topk.config.distill->top_k, 8);
+  EXPECT_EQ(topk.config.distill->top_k_coef, 0.5);
   EXPECT_EQ(dapo.config.overlong->max_length, 0);  // the job's
 }
 
@@ -146,9 +150,17 @@ TEST(AlgorithmRegistryTest, RefusalsNameTheKey) {
   EXPECT_EQ(Refusal(with(R"({"distill": {"ratio_cap": 0.5}})")),
             "algorithm dapo: options.distill.ratio_cap: expected a number >= 1, got 0.5");
   EXPECT_EQ(Refusal(with(R"({"distill": {"teachers": 2}})")),
-            "algorithm dapo: options.distill: unknown key \"teachers\" (known: rl_coef, distill_coef, ratio_cap)");
+            "algorithm dapo: options.distill: unknown key \"teachers\" (known: rl_coef, distill_coef, ratio_cap, top_k, "
+            "top_k_coef)");
+  EXPECT_EQ(Refusal(with(R"({"distill": {"top_k": 65}})")),
+            "algorithm dapo: options.distill.top_k: expected an integer in [0, 64], got 65");
+  EXPECT_EQ(Refusal(with(R"({"distill": {"top_k": 2.5}})")),
+            "algorithm dapo: options.distill.top_k: expected an integer >= 0, got 2.5");
+  EXPECT_EQ(Refusal(with(R"({"distill": {"top_k_coef": -1}})")),
+            "algorithm dapo: options.distill.top_k_coef: expected a number >= 0, got -1");
   EXPECT_EQ(Refusal(with(R"({"distill": true})")),
-            "algorithm dapo: options.distill: expected null or an object {rl_coef, distill_coef, ratio_cap}, got true");
+            "algorithm dapo: options.distill: expected null or an object {rl_coef, distill_coef, ratio_cap, top_k, "
+            "top_k_coef}, got true");
   EXPECT_EQ(Refusal(json{{"name", "grpo"}, {"options", {{"overlong_shaping", {{"penalty", 1}}}}}}),
             "algorithm grpo: options.overlong_shaping.cache: required (the tokens before max_length where the "
             "penalty grows)");

@@ -8,6 +8,8 @@
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
@@ -128,6 +130,90 @@ TEST(DistillLossTest, GradientIsTheWeightedReverseKlsByFiniteDifferences) {
   EXPECT_EQ(Close(grad, fd, {1e-8, 1e-6}), "");
 }
 
+// The top-k term against a direct computation: two sequences of two
+// tokens, two teachers, k = 2. Seq 0 routed to teacher 0 (w 1; teacher 1's
+// entries NaN), its second token padding (NaN); seq 1 to both (0.3 / 0.7).
+// d = sum_j w_j sum_i exp(lq_ji) (lq_ji - lp_ji); L_k = sum d / 3 tokens.
+TEST(DistillLossTest, TopKTermIsTheTruncatedForwardKlTokenMean) {
+  const at::Tensor logp = T({-1.0, kNaN, -0.5, -0.7}, {2, 2});
+  const at::Tensor teachers = T({-1.0, kNaN, -0.4, -0.6, kNaN, kNaN, -0.8, -0.2}, {2, 2, 2});
+  const at::Tensor route = T({1.0, 0.0, 0.3, 0.7}, {2, 2});
+  const at::Tensor mask = testing::Ints({1, 0, 1, 1}, {2, 2});
+  // [K, B, T, k]
+  const std::vector<double> lq = {-0.2, -1.9, kNaN, kNaN, -0.3, -1.5, -0.1, -2.5,    // teacher 0
+                                  kNaN, kNaN, kNaN, kNaN, -0.05, -3.2, -0.4, -1.2};  // teacher 1
+  const std::vector<double> lp = {-1.2, -0.6, kNaN, kNaN, -0.9, -0.8, -0.3, -1.4,
+                                  kNaN, kNaN, kNaN, kNaN, -0.6, -2.0, -1.1, -0.5};
+  const at::Tensor student = T(lp, {2, 2, 2, 2}).requires_grad_(true);
+  DistillLossInputs in{logp, logp, teachers, route, mask};
+  in.teacher_top_logprobs = T(lq, {2, 2, 2, 2});
+  in.top_logprobs = student;
+  const DistillLossOutput out = Loss(in);
+  const double w[2][2] = {{1.0, 0.0}, {0.3, 0.7}};  // [b][j]
+  const int cells[3][2] = {{0, 0}, {1, 0}, {1, 1}};  // the counted (b, t)
+  double sum = 0, tmass = 0, smass = 0;
+  std::vector<double> grad(16, 0.0);
+  for (const auto& [b, t] : cells) {
+    for (int j = 0; j < 2; ++j) {
+      if (w[b][j] == 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        const size_t at = static_cast<size_t>(((j * 2 + b) * 2 + t) * 2 + i);
+        sum += w[b][j] * std::exp(lq[at]) * (lq[at] - lp[at]);
+        tmass += w[b][j] * std::exp(lq[at]);
+        smass += w[b][j] * std::exp(lp[at]);
+        grad[at] = -w[b][j] * std::exp(lq[at]) / 3;
+      }
+    }
+  }
+  ASSERT_TRUE(out.topk_loss.defined());
+  EXPECT_EQ(Close(testing::D(out.topk_loss), sum / 3), "");
+  EXPECT_EQ(Close(testing::Grad(out.topk_loss, student), T(grad, {2, 2, 2, 2})), "") << "NaN never reaches a gradient";
+  auto m = Metrics(out);
+  EXPECT_EQ(Close(m["topk_loss"], sum / 3), "");
+  EXPECT_EQ(Close(m["topk_teacher_mass"], tmass / 3), "") << "W = 1 for both sequences";
+  EXPECT_EQ(Close(m["topk_student_mass"], smass / 3), "");
+  EXPECT_FALSE(Loss({logp, logp, teachers, route, mask}).topk_loss.defined());
+  EXPECT_EQ(Metrics(Loss({logp, logp, teachers, route, mask})).count("topk_loss"), 0u);
+}
+
+// The top-k term's meaning: at one position, with the student's
+// log-probs of each teacher's top-k tokens taken from its log_softmax, the
+// gradient with respect to the logits is that of sum_j a_j sum_{i in top_j}
+// q_ji (log q_ji - log p_i), by finite differences: every token the teacher
+// ranks high is pulled up, sampled or not.
+TEST(DistillLossTest, TopKGradientIsTheTruncatedForwardKlsByFiniteDifferences) {
+  const uint64_t seed = kernels::testing::FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t v = 9, top = 3;
+  const std::vector<double> a = {0.3, 0.7};
+  const at::Tensor z = testing::Random(rng, {v}, -2, 2).requires_grad_(true);
+  std::vector<at::Tensor> teacher_top, teacher_ids;
+  for (size_t j = 0; j < a.size(); ++j) {
+    auto [values, ids] = at::log_softmax(testing::Random(rng, {v}, -2, 2), 0).topk(top);
+    teacher_top.push_back(values);
+    teacher_ids.push_back(ids);
+  }
+  const at::Tensor logp_all = at::log_softmax(z, 0);
+  const at::Tensor lq = at::stack(teacher_top).view({2, 1, 1, top});
+  const at::Tensor lp = at::stack({logp_all.index_select(0, teacher_ids[0]), logp_all.index_select(0, teacher_ids[1])})
+                            .view({2, 1, 1, top});
+  DistillLossInputs in{logp_all.detach().narrow(0, 0, 1).view({1, 1}), logp_all.detach().narrow(0, 0, 1).view({1, 1}),
+                       at::zeros({2, 1, 1}, at::kDouble), T({a[0], a[1]}, {1, 2}), at::ones({1, 1}, at::kBool)};
+  in.teacher_top_logprobs = lq;
+  in.top_logprobs = lp;
+  const DistillLossOutput out = Loss(in);
+  const at::Tensor grad = testing::Grad(out.topk_loss, z);
+  auto kl = [&](const at::Tensor& logits) {
+    const at::Tensor l = at::log_softmax(logits, 0);
+    double sum = 0;
+    for (size_t j = 0; j < a.size(); ++j)
+      sum += a[j] * testing::D((teacher_top[j].exp() * (teacher_top[j] - l.index_select(0, teacher_ids[j]))).sum());
+    return sum;
+  };
+  EXPECT_EQ(Close(grad, testing::FiniteDifferences(kl, z), {1e-8, 1e-6}), "");
+}
+
 TEST(DistillLossTest, Bf16InputsComputeInFloat32) {
   const at::Tensor logp = T({-1.0, -2.0}, {1, 2}, at::kBFloat16).requires_grad_(true);
   const DistillLossOutput out =
@@ -151,6 +237,14 @@ TEST(DistillLossTest, BadInputsAreNamed) {
   EXPECT_NE(error({logp, logp, teachers, -route, mask}).find("route: expected finite weights >= 0"), std::string::npos);
   EXPECT_NE(error({logp, at::zeros({3, 2}, at::kDouble), teachers, route, mask}).find("old_logprobs"), std::string::npos);
   EXPECT_NE(error({logp, logp, teachers, route, mask}, {0.5}).find("ratio_cap"), std::string::npos);
+  DistillLossInputs top{logp, logp, teachers, route, mask};
+  top.teacher_top_logprobs = at::zeros({1, 2, 3, 4}, at::kDouble);
+  EXPECT_NE(error(top).find("top_logprobs"), std::string::npos) << "the student's top log-probs are missing";
+  top.top_logprobs = at::zeros({1, 2, 3, 5}, at::kDouble);
+  EXPECT_NE(error(top).find("top_logprobs"), std::string::npos);
+  top.top_logprobs = at::zeros({1, 2, 3, 4}, at::kDouble);
+  top.teacher_top_logprobs = at::zeros({1, 2, 3}, at::kDouble);
+  EXPECT_NE(error(top).find("teacher_top_logprobs ([K, B, T, k])"), std::string::npos);
 }
 
 }  // namespace

@@ -183,14 +183,36 @@ TEST(GrpoTrainer, RewardedResponsesGainProbability) {
 // MOPD (docs/mopd.md): Batch() routed over two teachers: group 0 to teacher
 // 0, group 1 half to teacher 1 and half to a 0.3 / 0.7 mix; trajectory 7
 // to none. Teacher j's log-probs are those of `teachers[j]`.
-std::vector<Trajectory> RoutedBatch(const std::vector<const model::Transformer*>& teachers) {
+// The model's `k` most likely tokens at each response position of `t`:
+// ids and log-probs, row-major [response * k].
+std::pair<std::vector<int32_t>, std::vector<float>> ResponseTopK(const model::Transformer& m, const Trajectory& t,
+                                                                 int64_t k) {
+  at::NoGradGuard no_grad;
+  std::vector<int32_t> s = t.prompt;
+  s.insert(s.end(), t.response.begin(), t.response.end());
+  auto batch = model::BuildForestBatch({s}, {static_cast<int32_t>(t.prompt.size())}, m.config().vocab_size, m.device());
+  EXPECT_TRUE(batch.ok());
+  const model::ForestOutput out = m.Forward(*batch, {.top_k = k});
+  const at::Tensor ids = out.top_ids.to(at::kInt).contiguous(), lps = out.top_logprobs.contiguous();
+  return {{ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel()},
+          {lps.data_ptr<float>(), lps.data_ptr<float>() + lps.numel()}};
+}
+
+// Batch() routed to two teachers (top_k > 0: with their top-k tokens).
+std::vector<Trajectory> RoutedBatch(const std::vector<const model::Transformer*>& teachers, int64_t top_k = 0) {
   std::vector<Trajectory> ts = Batch();
   const std::vector<std::vector<float>> routes = {{1, 0}, {1, 0}, {1, 0}, {1, 0}, {0, 1}, {0, 1}, {0.3f, 0.7f}, {}};
   for (size_t i = 0; i < ts.size(); ++i) {
     ts[i].route = routes[i];
     ts[i].teacher_logprobs.resize(teachers.size());
-    for (size_t j = 0; j < routes[i].size(); ++j)
-      if (routes[i][j] > 0) ts[i].teacher_logprobs[j] = ResponseLogprobs(*teachers[j], ts[i]);
+    ts[i].teacher_top_ids.resize(teachers.size());
+    ts[i].teacher_top_logprobs.resize(teachers.size());
+    for (size_t j = 0; j < routes[i].size(); ++j) {
+      if (!(routes[i][j] > 0)) continue;
+      ts[i].teacher_logprobs[j] = ResponseLogprobs(*teachers[j], ts[i]);
+      if (top_k > 0)
+        std::tie(ts[i].teacher_top_ids[j], ts[i].teacher_top_logprobs[j]) = ResponseTopK(*teachers[j], ts[i], top_k);
+    }
   }
   return ts;
 }
@@ -279,6 +301,98 @@ TEST(GrpoTrainerMopd, TheStudentMovesTowardItsTeachers) {
     ASSERT_TRUE(st.ok()) << st.status().ToString();
   }
   EXPECT_LT(gap(), 0.5 * before) << "the student's log-probs approach the routed teachers'";
+}
+
+// The top-k term: packing and micro-batches leave its update alone (the
+// extra labels follow each response token's row through the forest), and
+// top_k_coef weighs it linearly.
+TEST(GrpoTrainerMopd, TopKTermIsTheSameUpdatePackedFlatOrSplit) {
+  auto t0 = TinyModel(11), t1 = TinyModel(12);
+  GrpoTrainerOptions o = MopdOptions({{"rl_coef", 0.0}, {"distill_coef", 0.0}, {"top_k", 4}});
+  o.optimizer.adamw.max_grad_norm = 0;  // no clipping: the gradient is linear in the coefficient
+  at::Tensor whole, flat, split, twice;
+  auto a = OneStep(o, RoutedBatch({t0.get(), t1.get()}, 4), &whole);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_GT(a->distill.at("topk_loss"), 1e-3) << "a random student is far from random teachers";
+  EXPECT_GT(a->distill.at("topk_teacher_mass"), a->distill.at("topk_student_mass"));
+  EXPECT_LE(a->distill.at("topk_teacher_mass"), 1.0 + 1e-6);
+  EXPECT_GT(whole.abs().max().item<double>(), 0) << "the top-k term alone trains";
+  o.tree_packing = false;
+  ASSERT_TRUE(OneStep(o, RoutedBatch({t0.get(), t1.get()}, 4), &flat).ok());
+  o.tree_packing = true;
+  o.micro_batch_tokens = 8;
+  auto c = OneStep(o, RoutedBatch({t0.get(), t1.get()}, 4), &split);
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->micro_batches, 2);
+  EXPECT_NEAR(c->distill.at("topk_loss"), a->distill.at("topk_loss"), 1e-5);
+  const double scale = whole.abs().max().item<double>();
+  EXPECT_LT((flat - whole).abs().max().item<double>(), 1e-5 * scale);
+  EXPECT_LT((split - whole).abs().max().item<double>(), 1e-5 * scale);
+  o.micro_batch_tokens = 0;
+  o.algorithm.config.distill->top_k_coef = 2.0;
+  ASSERT_TRUE(OneStep(o, RoutedBatch({t0.get(), t1.get()}, 4), &twice).ok());
+  EXPECT_LT((twice - 2 * whole).abs().max().item<double>(), 1e-5 * scale);
+}
+
+// With the top-k term the student's distribution moves toward its teachers'
+// at every position, also on tokens it never sampled: the teachers' top-1
+// token gains probability on the fixed batch.
+TEST(GrpoTrainerMopd, TopKTermRaisesTheTeachersTopTokens) {
+  auto m = TinyModel(3), t0 = TinyModel(11), t1 = TinyModel(12);
+  GrpoTrainerOptions o = MopdOptions({{"rl_coef", 0.0}, {"distill_coef", 0.0}, {"top_k", 4}});
+  auto trainer = GrpoTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  const std::vector<Trajectory> routed = RoutedBatch({t0.get(), t1.get()}, 4);
+  auto student_mass = [&] {  // the student's mean mass on the routed teachers' top-4 tokens
+    double sum = 0;
+    int n = 0;
+    for (const Trajectory& t : routed) {
+      for (size_t j = 0; j < t.route.size(); ++j) {
+        if (!(t.route[j] > 0)) continue;
+        at::NoGradGuard no_grad;
+        std::vector<int32_t> s = t.prompt;
+        s.insert(s.end(), t.response.begin(), t.response.end());
+        auto batch = model::BuildForestBatch({s}, {static_cast<int32_t>(t.prompt.size())}, m->config().vocab_size,
+                                             m->device());
+        EXPECT_TRUE(batch.ok());
+        const at::Tensor pairs = at::arange(static_cast<int64_t>(t.response.size())).repeat_interleave(4);
+        const at::Tensor ids = at::tensor(std::vector<int64_t>(t.teacher_top_ids[j].begin(), t.teacher_top_ids[j].end()));
+        const model::ForestOutput out = m->Forward(*batch, {.extra_pairs = pairs, .extra_labels = ids});
+        sum += out.extra_logprob.exp().sum().item<double>();
+        n += static_cast<int>(t.response.size());
+      }
+    }
+    return sum / n;
+  };
+  const double before = student_mass();
+  for (int step = 0; step < 10; ++step) {
+    std::vector<Trajectory> ts = routed;
+    FillOldLogprobs(*m, ts);
+    auto st = (*trainer)->Step(ts, step / 10.0);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+  }
+  EXPECT_GT(student_mass(), before + 0.2) << "the student's mass moves onto its teachers' top tokens (from " << before
+                                         << ")";
+}
+
+TEST(GrpoTrainerMopd, BadTopKTokensAreDroppedWithTheirReason) {
+  auto m = TinyModel(2), t0 = TinyModel(11), t1 = TinyModel(12);
+  std::vector<Trajectory> ts = RoutedBatch({t0.get(), t1.get()}, 2);
+  FillOldLogprobs(*m, ts);
+  ts[0].teacher_top_ids[0].pop_back();          // one id short
+  ts[1].teacher_top_ids[0][1] = 1 << 20;        // outside the vocabulary
+  ts[2].teacher_top_logprobs[0][0] = INFINITY;  // not finite
+  ts[4].teacher_top_ids[0] = {-7};              // garbage where not routed: ignored
+  auto trainer = GrpoTrainer::Create(*m, MopdOptions({{"top_k", 2}}));
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto st = (*trainer)->Step(ts, 0.0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->dropped.size(), 3u);
+  EXPECT_NE(st->dropped[0].find("teacher 0 lacks its top 2 tokens at each of 3 response tokens"), std::string::npos)
+      << st->dropped[0];
+  EXPECT_NE(st->dropped[1].find("teacher 0's top token id 1048576 outside [0, "), std::string::npos) << st->dropped[1];
+  EXPECT_NE(st->dropped[2].find("a non-finite top log-prob of teacher 0"), std::string::npos) << st->dropped[2];
+  EXPECT_TRUE(std::isfinite(st->distill.at("topk_loss")));
 }
 
 TEST(GrpoTrainerMopd, BadRoutesAreDroppedWithTheirReason) {
