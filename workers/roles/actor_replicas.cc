@@ -37,6 +37,8 @@ json TrajectoryToJson(const train::Trajectory& t) {
   json j = {{"p", t.prompt}, {"r", t.response}, {"l", t.old_logprobs}, {"w", t.reward}, {"g", t.group}};
   if (!t.route.empty()) j["o"] = t.route;  // MOPD
   if (!t.teacher_logprobs.empty()) j["t"] = t.teacher_logprobs;
+  if (!t.teacher_top_ids.empty()) j["ti"] = t.teacher_top_ids;  // the distill loss's top-k
+  if (!t.teacher_top_logprobs.empty()) j["tl"] = t.teacher_top_logprobs;
   return j;
 }
 
@@ -51,16 +53,34 @@ Status Floats(const json& v, const std::string& where, std::vector<float>& out) 
   return Status::Ok();
 }
 
+// An array of 32-bit integers at `v` (`where` names it).
+Status Ints(const json& v, const std::string& where, std::vector<int32_t>& out) {
+  if (!v.is_array()) return InvalidArgument(where + ": expected an array of token ids");
+  out.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+        x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      return InvalidArgument(where + ": expected 32-bit integers");
+    out.push_back(x.get<int32_t>());
+  }
+  return Status::Ok();
+}
+
 Status TokenIds(const json& j, const char* key, const std::string& where, std::vector<int32_t>& out) {
   const auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return InvalidArgument(where + "." + key + ": expected an array of token ids");
-  out.reserve(it->size());
-  for (const json& v : *it) {
-    if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
-        v.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      return InvalidArgument(where + "." + key + ": expected 32-bit integers");
-    out.push_back(v.get<int32_t>());
-  }
+  if (it == j.end()) return InvalidArgument(where + "." + key + ": expected an array of token ids");
+  return Ints(*it, where + "." + key, out);
+}
+
+// The optional per-teacher arrays at j[key] (`parse` reads one of them).
+template <typename T, typename Parse>
+Status PerTeacher(const json& j, const char* key, const std::string& where, Parse parse, std::vector<std::vector<T>>& out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return Status::Ok();
+  const std::string at = where + "." + key;
+  if (!it->is_array()) return InvalidArgument(at + ": expected an array per teacher");
+  out.resize(it->size());
+  for (size_t k = 0; k < it->size(); ++k) TANDEM_RETURN_IF_ERROR(parse((*it)[k], at + "[" + std::to_string(k) + "]", out[k]));
   return Status::Ok();
 }
 
@@ -73,12 +93,9 @@ StatusOr<train::Trajectory> TrajectoryFromJson(const json& j, const std::string&
   if (l == j.end()) return InvalidArgument(where + ".l: expected an array of log-probs");
   TANDEM_RETURN_IF_ERROR(Floats(*l, where + ".l", t.old_logprobs));
   if (const auto o = j.find("o"); o != j.end()) TANDEM_RETURN_IF_ERROR(Floats(*o, where + ".o", t.route));
-  if (const auto tl = j.find("t"); tl != j.end()) {
-    if (!tl->is_array()) return InvalidArgument(where + ".t: expected an array per teacher");
-    t.teacher_logprobs.resize(tl->size());
-    for (size_t k = 0; k < tl->size(); ++k)
-      TANDEM_RETURN_IF_ERROR(Floats((*tl)[k], where + ".t[" + std::to_string(k) + "]", t.teacher_logprobs[k]));
-  }
+  TANDEM_RETURN_IF_ERROR(PerTeacher(j, "t", where, Floats, t.teacher_logprobs));
+  TANDEM_RETURN_IF_ERROR(PerTeacher(j, "ti", where, Ints, t.teacher_top_ids));
+  TANDEM_RETURN_IF_ERROR(PerTeacher(j, "tl", where, Floats, t.teacher_top_logprobs));
   const auto w = j.find("w");
   if (w == j.end() || !w->is_number()) return InvalidArgument(where + ".w: expected the reward, a number");
   t.reward = w->get<double>();  // NaN travels: the trainer drops it with its reason

@@ -75,6 +75,7 @@ struct ActorModel {
   at::Device device = at::kCPU;
   std::unique_ptr<model::Transformer> net, reference;
   std::unique_ptr<train::GrpoTrainer> trainer;
+  int64_t distill_top_k = 0;  // the teachers' top-k tokens per position the distill loss needs
 };
 
 // The run's objectives: --objectives, or one rl objective over --dataset.
@@ -117,6 +118,7 @@ StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, const Objectives& ob
   topts.data_parallel = dp;
   topts.teachers = static_cast<int64_t>(objectives.teachers.size());
   TANDEM_ASSIGN_OR_RETURN(m.trainer, train::GrpoTrainer::Create(*m.net, topts), "actor");
+  if (algorithm.config.distill) m.distill_top_k = algorithm.config.distill->top_k;
   return m;
 }
 
@@ -545,7 +547,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       TANDEM_ASSIGN_OR_RETURN(turns,
                               ScoreWithTeachers(o, job, objectives, teachers,
                                                 [&](const std::string& name) { return phase(name, std::nullopt); },
-                                                temperature, trajectories),
+                                                {temperature, built.distill_top_k}, trajectories),
                               "actor step " + std::to_string(step));
     }
     const double teacher_s = Seconds(t0);

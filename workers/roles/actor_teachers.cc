@@ -32,16 +32,22 @@ StatusOr<std::vector<TeacherTurn>> ScoreWithTeachers(const ActorOptions& o, cons
                                                      const Objectives& objectives,
                                                      std::vector<RolloutEndpoint>& teachers,
                                                      const std::function<Status(const std::string&)>& phase,
-                                                     double temperature, std::vector<train::Trajectory>& trajectories) {
+                                                     const TeacherScoring& scoring,
+                                                     std::vector<train::Trajectory>& trajectories) {
   std::vector<TeacherTurn> turns;
   for (size_t k = 0; k < objectives.teachers.size(); ++k) {
     const std::string& name = objectives.teachers[k];
     std::vector<size_t> routed;
     ScoreCall call;
-    call.temperature = temperature;
+    call.temperature = scoring.temperature;
+    call.top_k = scoring.top_k;
     for (size_t i = 0; i < trajectories.size(); ++i) {
       train::Trajectory& t = trajectories[i];
       t.teacher_logprobs.resize(objectives.teachers.size());
+      if (scoring.top_k > 0) {
+        t.teacher_top_ids.resize(objectives.teachers.size());
+        t.teacher_top_logprobs.resize(objectives.teachers.size());
+      }
       if (t.route.size() != objectives.teachers.size() || !(t.route[k] > 0)) continue;
       std::vector<int32_t> s = t.prompt;
       s.insert(s.end(), t.response.begin(), t.response.end());
@@ -52,20 +58,21 @@ StatusOr<std::vector<TeacherTurn>> ScoreWithTeachers(const ActorOptions& o, cons
     if (routed.empty()) continue;
     const Clock::time_point t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("teacher:" + name), "teacher " + name);
-    std::vector<std::vector<float>> scored;
+    std::vector<TeacherScore> scored;
     TANDEM_RETURN_IF_ERROR(AskAgainWhileDown(o, job, objectives.port_files[k], &teachers[k], "teacher " + name,
                                              [&]() -> Status {
                                                TANDEM_ASSIGN_OR_RETURN(scored,
                                                                        Score(teachers[k], call, Millis(o.request_timeout_s)));
                                                return Status::Ok();
                                              }));
-    TeacherTurn turn{name, static_cast<int64_t>(routed.size()), 0, 0};
     for (size_t r = 0; r < routed.size(); ++r) {
-      turn.tokens += static_cast<int64_t>(scored[r].size());
-      trajectories[routed[r]].teacher_logprobs[k] = std::move(scored[r]);
+      train::Trajectory& t = trajectories[routed[r]];
+      t.teacher_logprobs[k] = std::move(scored[r].logprobs);
+      if (scoring.top_k == 0) continue;
+      t.teacher_top_ids[k] = std::move(scored[r].top_ids);
+      t.teacher_top_logprobs[k] = std::move(scored[r].top_logprobs);
     }
-    turn.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    turns.push_back(std::move(turn));
+    turns.push_back({name, std::chrono::duration<double>(Clock::now() - t0).count()});
   }
   return turns;
 }

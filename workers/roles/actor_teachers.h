@@ -1,6 +1,7 @@
 // The actor's teachers (MOPD; issue #18 item 2; docs/mopd.md "Teacher
 // phases"): after ROLLOUT, each teacher on some trajectory's route scores
-// the student's tokens in its own TEACHER phase.
+// the student's tokens in its own TEACHER phase (and, with the distill
+// loss's top-k term, returns its top-k tokens at each position).
 //
 // ScoreWithTeachers, for each teacher of the objectives in their order
 // that some trajectory is routed to (route weight > 0): asks tandemd for
@@ -32,16 +33,21 @@ StatusOr<std::vector<RolloutEndpoint>> WaitForTeachers(const ActorOptions& o, co
 
 struct TeacherTurn {
   std::string teacher;
-  int64_t sequences = 0, tokens = 0;  // scored
-  double seconds = 0;                 // the phase and the scoring
+  double seconds = 0;  // the phase and the scoring
+};
+
+struct TeacherScoring {
+  double temperature = 1.0;  // the trainer's
+  int64_t top_k = 0;         // > 0: also each teacher's top_k tokens per position
 };
 
 // `trajectories[i].route` set (objectives.routes of its objective); fills
-// teacher_logprobs. `phase(name)` asks tandemd for a phase.
+// teacher_logprobs (and teacher_top_*). `phase(name)` asks tandemd for a phase.
 StatusOr<std::vector<TeacherTurn>> ScoreWithTeachers(const ActorOptions& o, const std::string& job,
                                                      const Objectives& objectives,
                                                      std::vector<RolloutEndpoint>& teachers,
                                                      const std::function<Status(const std::string&)>& phase,
-                                                     double temperature, std::vector<train::Trajectory>& trajectories);
+                                                     const TeacherScoring& scoring,
+                                                     std::vector<train::Trajectory>& trajectories);
 
 }  // namespace tandem::roles

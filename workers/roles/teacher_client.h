@@ -4,8 +4,9 @@
 //
 // The answer is read as hostile: at most kMaxResponseBytes, a 200 with
 // exactly one result per sequence, each with len - score_from finite
-// token_logprobs; anything else is an error naming the teacher and what was
-// wrong. A call of many sequences goes out in bodies of at most
+// token_logprobs and, when top_k > 0, as many top_logprobs rows of exactly
+// top_k [finite log-prob, token id >= 0, ...] entries; anything else is an
+// error naming the teacher and what was wrong. A call of many sequences goes out in bodies of at most
 // kScoreSequencesPerBody, one after the other, within one deadline.
 // Torch-free; blocking; thread-compatible.
 #pragma once
@@ -26,16 +27,23 @@ struct ScoreCall {
   std::vector<std::vector<int32_t>> sequences;  // prompt + response
   std::vector<int32_t> score_from;              // per sequence, in [1, len]: the prompt's length
   double temperature = 1.0;                     // log-probs of softmax(logits / temperature)
+  int64_t top_k = 0;                            // > 0: also the k most likely tokens at each position
 };
 
-// Per sequence, the teacher's log-prob of each token from score_from on.
-StatusOr<std::vector<std::vector<float>>> Score(const RolloutEndpoint& teacher, const ScoreCall& call,
-                                                std::chrono::milliseconds timeout);
+// One sequence's scores, from score_from on.
+struct TeacherScore {
+  std::vector<float> logprobs;      // the teacher's log-prob of each token
+  std::vector<int32_t> top_ids;     // top_k > 0: [tokens * top_k] row-major, most likely first
+  std::vector<float> top_logprobs;  // their log-probs
+};
+
+StatusOr<std::vector<TeacherScore>> Score(const RolloutEndpoint& teacher, const ScoreCall& call,
+                                          std::chrono::milliseconds timeout);
 
 // The request body of sequences [begin, end) of `call` (exposed for tests).
 std::string ScoreBody(const ScoreCall& call, size_t begin, size_t end);
 // Parses a /score answer to sequences [begin, end) of `call` (exposed for tests).
-StatusOr<std::vector<std::vector<float>>> ParseScoreAnswer(const std::string& body, const ScoreCall& call, size_t begin,
-                                                           size_t end);
+StatusOr<std::vector<TeacherScore>> ParseScoreAnswer(const std::string& body, const ScoreCall& call, size_t begin,
+                                                     size_t end);
 
 }  // namespace tandem::roles

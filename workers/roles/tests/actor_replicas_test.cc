@@ -73,6 +73,8 @@ TEST(ReplicaMessage, RoundTrips) {
   step.shares[0][0].old_logprobs[1] = -1e-30f;
   step.shares[0][1].route = {0.3f, 0.7f};  // MOPD: a route and teacher log-probs (one teacher's empty)
   step.shares[0][1].teacher_logprobs = {{}, {-0.25f}};
+  step.shares[0][1].teacher_top_ids = {{}, {7, 0}};  // and the teacher's top-2
+  step.shares[0][1].teacher_top_logprobs = {{}, {-0.125f, -3.5f}};
   auto back = DecodeReplicaMessage(EncodeReplicaMessage(step), 2);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->kind, ReplicaMessage::Kind::kStep);
@@ -90,6 +92,9 @@ TEST(ReplicaMessage, RoundTrips) {
   EXPECT_TRUE(t.route.empty() && t.teacher_logprobs.empty());
   EXPECT_EQ(back->shares[0][1].route, step.shares[0][1].route);
   EXPECT_EQ(back->shares[0][1].teacher_logprobs, step.shares[0][1].teacher_logprobs);
+  EXPECT_EQ(back->shares[0][1].teacher_top_ids, step.shares[0][1].teacher_top_ids);
+  EXPECT_EQ(back->shares[0][1].teacher_top_logprobs, step.shares[0][1].teacher_top_logprobs);
+  EXPECT_TRUE(t.teacher_top_ids.empty() && t.teacher_top_logprobs.empty());
 
   for (const ReplicaMessage::Kind k : {ReplicaMessage::Kind::kStart, ReplicaMessage::Kind::kEnd, ReplicaMessage::Kind::kAbort}) {
     ReplicaMessage m;
@@ -138,6 +143,10 @@ TEST(ReplicaMessage, HostileBytesAreErrorsNamingWhat) {
        "shares[0][0].t: expected an array per teacher"},
       {bytes(with(step, {{"shares", {json::array({with(good_t, {{"t", {{-1}, 2}}})}), json::array()}}})),
        "shares[0][0].t[1]: expected an array of numbers"},
+      {bytes(with(step, {{"shares", {json::array({with(good_t, {{"ti", {{1, 2.5}}}})}), json::array()}}})),
+       "shares[0][0].ti[0]: expected 32-bit integers"},
+      {bytes(with(step, {{"shares", {json::array({with(good_t, {{"tl", {"x"}}})}), json::array()}}})),
+       "shares[0][0].tl[0]: expected an array of numbers"},
       {bytes(with(step, {{"shares", {json::array({with(good_t, {{"g", 0.5}})}), json::array()}}})),
        "shares[0][0].g"},
       {bytes(with(step, {{"shares", {json::array({1}), json::array()}}})), "shares[0][0]: expected an object"},
