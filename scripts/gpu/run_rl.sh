@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # The RL job on the H200 (issue #16 "Performance"; docs/benchmarks.md "The
 # RL job on the H200"), one device call:
-#   1. unpacks .gpu-deps/serving.tar.xz (scripts/gpu/stage_deps.sh --serving:
-#      ICU, tandem and tandem-exec built here, Qwen3's tokenizer) and
-#      .gpu-deps/gsm8k/train.jsonl (copied from ../shared/data by
-#      stage_deps.sh --rl);
-#   2. builds tandem-worker there (workers/standalone, the machine's LibTorch);
+#   1-2. builds tandem-worker there (scripts/gpu/lib.sh: unpacks
+#      .gpu-deps/serving.tar.xz); the prompts are .gpu-deps/gsm8k/train.jsonl
+#      (copied from ../shared/data by stage_deps.sh --rl);
 #   3. saves a random Qwen3-MoE of ~0.5B parameters (scripts/gpu/make_moe_model.py,
 #      bf16, Qwen3's vocabulary and tokenizer);
 #   4. runs the GRPO job under `tandem run` (examples of the spec below: an
@@ -28,31 +26,14 @@ STEPS=${RL_STEPS:-3}
 PROMPTS=${RL_PROMPTS:-32}
 NEW=${RL_NEW_TOKENS:-1024}
 MB=${RL_MICRO_BATCH_TOKENS:-16384}
-mkdir -p "$OUT" "$DEPS" "$WORK" "$BIN"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
-command -v jq >/dev/null && rm -f "$DEPS"/orch/lib/libjq.so* "$DEPS"/orch/lib/libonig.so*
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-
+mkdir -p "$WORK"
 start=$(date +%s)
-TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_BUILD_TESTS=OFF \
-  -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target tandem-worker -- -k 0 >>"$OUT/build.log" 2>&1
-rc=$?
-echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
-if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
-cp "$(find "$BUILD" -name tandem-worker -type f -perm -u+x | head -1)" "$BIN/"
-cp "$DEPS/orch/bin/tandem" "$DEPS/orch/bin/tandem-exec" "$BIN/"
-export LD_LIBRARY_PATH="$DEPS/orch/lib:$DEPS/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-"$BIN/tandem" --version && "$BIN/tandem-worker" --list-workers | tr '\n' ' ' && echo || exit 1
+. scripts/gpu/lib.sh
+gpu_worker_build "$DEPS" "$BUILD" "$BIN" || exit 1
 
 model=$WORK/moe
 python3 scripts/gpu/make_moe_model.py "$model" --tokenizer-dir "$DEPS/qwen3" 2>&1 | grep -v Warning | tail -3
 [[ -f $model/config.json ]] || exit 1
-# tandem and tandem-exec may be a sanitized build (stage_deps.sh's TANDEM_ORCH_BIN).
-export ASAN_OPTIONS=detect_leaks=0
 
 # The job: actor + one rollout on GPU 0 (the device's memory is the ledger's capacity).
 job() {  # NAME EXTRA_ACTOR_ARGS...

@@ -2,10 +2,8 @@
 # A rollout and a teacher colocated on the H200 under `tandem run`, driven
 # through `tandem phase` (issue #14 item 7; docs/inference.md "A colocated
 # rollout and teacher"), one device call:
-#   1. unpacks .gpu-deps/serving.tar.xz (scripts/gpu/stage_deps.sh --serving:
-#      ICU, tandem and tandem-exec built here with the libraries they need,
-#      Qwen3's tokenizer);
-#   2. builds tandem-worker there (workers/standalone, the machine's LibTorch);
+#   1-2. builds tandem-worker there (scripts/gpu/lib.sh: unpacks
+#      .gpu-deps/serving.tar.xz);
 #   3. saves a random ~0.35B Qwen3 (bf16, Qwen3's vocabulary and tokenizer)
 #      with transformers' save_pretrained;
 #   4. teacher_check.py: the teacher's /score against transformers (bf16, fp32);
@@ -23,28 +21,10 @@ DEPS=/tmp/tandem-serving-deps
 BUILD=${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-serving-build}
 WORK=/tmp/tandem-serving-work
 BIN=/tmp/tandem-serving-bin
-mkdir -p "$OUT" "$DEPS" "$WORK/runs" "$BIN"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
+mkdir -p "$WORK/runs"
 for t in curl jq; do command -v $t >/dev/null || echo "[gpu] missing: $t"; done
-# The machine's own jq, when it has one, must not load the carried libjq.
-if command -v jq >/dev/null; then rm -f "$DEPS"/orch/lib/libjq.so* "$DEPS"/orch/lib/libonig.so*
-else cp "$DEPS/orch/bin/jq" "$BIN/" && export PATH=$BIN:$PATH; fi
-
-start=$(date +%s)
-TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
-  -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target tandem-worker >>"$OUT/build.log" 2>&1
-rc=$?
-echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
-if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
-cp "$(find "$BUILD" -name tandem-worker -type f -perm -u+x | head -1)" "$BIN/"
-cp "$DEPS/orch/bin/tandem" "$DEPS/orch/bin/tandem-exec" "$BIN/"
-# libicuuc finds libicudata through the path too (it has no RUNPATH).
-export LD_LIBRARY_PATH="$DEPS/orch/lib:$DEPS/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-"$BIN/tandem" --version && "$BIN/tandem-worker" --list-workers | tr '\n' ' ' && echo || exit 1
+. scripts/gpu/lib.sh
+gpu_worker_build "$DEPS" "$BUILD" "$BIN" || exit 1
 
 python3 - "$WORK/runs/serving-model" <<'PY' || exit 1
 import sys, torch

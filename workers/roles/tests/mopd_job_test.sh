@@ -13,7 +13,9 @@
 #     accuracy per objective; at step 1 (the student still its starting
 #     model) the teachers' log-probs are the rollouts' to float rounding:
 #     teacher_log_ratio ~ 0, so the tokens, positions and prompts the
-#     teachers score are the student's own;
+#     teachers score are the student's own; and the top-k term ~ 0 with
+#     the student's mass on the teachers' top-k their own, so each top-k
+#     row lines up with the student's position (its extra labels);
 #   - a teacher killed (SIGKILL) is a failed job naming it, never a hang.
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=mopd-job
@@ -63,7 +65,7 @@ both=$(jq -s '[foreach (.[] | select(.tag == "weights" and (.role | startswith("
 m=$run/metrics.jsonl
 steps=$(jq -s -c '[.[] | select(.["reward/mean"] != null) | .step]' "$m")
 [[ $steps == "[1,2,3]" ]] || fail "metrics.jsonl steps $steps, expected [1,2,3]"
-for key in distill/distill_loss distill/teacher_log_ratio distill/tokens seconds/teacher seconds/teacher/teacher_add \
+for key in distill/distill_loss distill/teacher_log_ratio distill/tokens distill/topk_loss seconds/teacher seconds/teacher/teacher_add \
            seconds/teacher/teacher_mul accuracy/add accuracy/mul; do
   jq -e -s --arg k "$key" 'map(select(.["reward/mean"] != null)) | all(has($k))' "$m" >/dev/null ||
     fail "a step line lacks $key: $(grep -m1 reward "$m")"
@@ -72,6 +74,10 @@ jq -e -s 'map(select(.["reward/mean"] != null)) | all(.["distill/tokens"] > 0)' 
   fail "no routed tokens: $(grep -m1 reward "$m")"
 jq -e -s 'map(select(.step == 1 and .["reward/mean"] != null))[0] | (.["distill/teacher_log_ratio"] | fabs) < 1e-4' \
   "$m" >/dev/null || fail "step 1: the teachers (the student's own start) disagree with the rollouts: $(grep -m1 reward "$m")"
+jq -e -s 'map(select(.step == 1 and .["reward/mean"] != null))[0]
+          | (.["distill/topk_loss"] | fabs) < 1e-4 and .["distill/topk_teacher_mass"] > 0
+            and ((.["distill/topk_student_mass"] - .["distill/topk_teacher_mass"]) | fabs) < 1e-4' \
+  "$m" >/dev/null || fail "step 1: the teachers' top-k and the student's disagree: $(grep -m1 reward "$m")"
 jq -e -s 'map(select(.final == true)) | length == 1 and (.[0] | has("eval/add/accuracy") and has("eval/mul/accuracy"))' \
   "$m" >/dev/null || fail "the final line lacks eval/<objective>/accuracy: $(tail -1 "$m")"
 grep -E '^\[run\] (actor/0 step|job .* succeeded)' runs/mopd.err

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# MOPD on the H200 (issue #18 item 5; docs/mopd.md "On the H200"), one
+# device call: builds tandem-worker (scripts/gpu/lib.sh), then runs, under
+# `tandem run` on GPU 0, a CUDA copy of examples/mopd.json at a larger
+# scale (MOPD_PRESET, default `base`: 16 layers, hidden 768):
+#   1. three sft roles train the two teachers (sums, products) and the
+#      student's base (subtraction: it knows the format, not the skills),
+#      each for at most MOPD_SFT_SECONDS;
+#   2. the student distills from both teachers (mopd, top-k term, no task
+#      reward) for MOPD_STEPS steps; with MOPD_GRPO=1, then the same
+#      student trained by GRPO alone (the verifier's reward on the same
+#      prompts, no teachers) for the same steps, for the comparison the
+#      issue asks for.
+# Results under $OUT: <job>.metrics.jsonl, <job>.err (tandem run's output),
+# <job>.actor.log, mopd.json (held-out accuracy per skill at each eval of each
+# job, the teachers' and the base's, per-phase step times).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/tandem-gpu-out}
+WORK=/tmp/tandem-mopd-work
+STEPS=${MOPD_STEPS:-150}
+PRESET=${MOPD_PRESET:-base}
+SFT_S=${MOPD_SFT_SECONDS:-120}
+. scripts/gpu/lib.sh
+mkdir -p "$WORK"
+gpu_worker_build /tmp/tandem-mopd-deps "${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-mopd-build}" /tmp/tandem-mopd-bin || exit 1
+
+# The job: examples/mopd.json on one GPU, every role --device cuda.
+job() {  # NAME ALGORITHM(mopd|grpo)
+  local name=$1 algo=$2
+  python3 - examples/mopd.json "$WORK/$name.json" "$name" "$algo" "$STEPS" "$PRESET" "$SFT_S" <<'PY' || return 1
+import json, sys
+src, out, name, algo, steps, preset, sft_s = sys.argv[1:]
+spec = json.load(open(src))
+spec["name"], spec["devices"], spec["run_dir"] = name, {"count": 1}, "runs/mopd-gpu"
+spec["handoff"].pop("gpu_memory", None)  # the device's memory is the ledger's capacity
+spec["handoff"]["timeout_s"] = 600
+spec.pop("env", None)
+roles = spec["roles"]
+def arg(role, flag, value):
+    a = roles[role]["args"]
+    if flag in a: a[a.index(flag) + 1] = value
+    else: a += [flag, value]
+for r in roles.values():
+    r["args"] += ["--device", "cuda"]
+    if "--threads" in r["args"]: i = r["args"].index("--threads"); del r["args"][i:i + 2]
+for r in ["add_sft", "mul_sft", "base"]:
+    arg(r, "--preset", preset); arg(r, "--max-steps", "100000"); arg(r, "--time-limit", sft_s)
+    arg(r, "--lr", "1e-3"); arg(r, "--eval-problems", "512")
+# The student's base knows the format (subtraction), not the two skills.
+arg("base", "--dataset-options", json.dumps({"level": 1, "ops": ["-"], "style": "plain"}))
+arg("rollout", "--kv-cache-mib", "4096")
+objectives = json.loads(roles["actor"]["args"][roles["actor"]["args"].index("--objectives") + 1])
+if algo == "grpo":  # the same prompts, the verifier's reward, no teachers
+    for o in objectives.values(): o["kind"] = "rl"; o.pop("teacher", None)
+    del roles["teacher_add"], roles["teacher_mul"]
+    arg("actor", "--algorithm", json.dumps({"name": "grpo", "options": {"kl_coef": 0}}))
+    arg("actor", "--group-size", "8"); arg("actor", "--prompts-per-step", "32")
+else:
+    arg("actor", "--algorithm", json.dumps({"name": "mopd", "options": {"distill": {"rl_coef": 0, "distill_coef": 0, "top_k": 8}}}))
+    arg("actor", "--group-size", "1"); arg("actor", "--prompts-per-step", "256")
+arg("actor", "--objectives", json.dumps(objectives))
+arg("actor", "--steps", steps); arg("actor", "--lr", "1e-4" if algo == "grpo" else "3e-4")
+arg("actor", "--eval-every", "25"); arg("actor", "--eval-problems", "256"); arg("actor", "--warmup-steps", "10")
+json.dump(spec, open(out, "w"), indent=1)
+PY
+  local t0 rc; t0=$(date +%s)
+  (cd "$WORK" && timeout "${MOPD_JOB_TIMEOUT:-420}" tandem run "$WORK/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
+  rc=$?
+  echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
+  cp "$WORK/runs/mopd-gpu/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  for t in actor add_sft mul_sft base; do tail -n 30 "$WORK/runs/mopd-gpu/tasks/$t.0.err" >"$OUT/$name.$t.log" 2>/dev/null; done
+  grep -h '"eval"' "$WORK/runs/mopd-gpu/tasks/"{add_sft,mul_sft,base}.0.out 2>/dev/null | tail -3 >"$OUT/$name.sft.jsonl"
+  grep -E '^\[run\] actor/0 step' "$OUT/$name.err" | tail -3
+  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
+  return $rc
+}
+job mopd-gpu mopd
+[[ ${MOPD_GRPO:-0} == 1 ]] && job grpo-gpu grpo
+python3 - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+res = {}
+for name in ["mopd-gpu", "grpo-gpu"]:
+    p = os.path.join(out, name + ".metrics.jsonl")
+    if not os.path.exists(p): continue
+    rows = [json.loads(l) for l in open(p)]
+    evals = [{k: r[k] for k in r if k.startswith("eval/") or k == "step"} for r in rows if "eval/accuracy" in r]
+    steps = [r for r in rows if "seconds/step" in r][1:]
+    keys = [k for k in (steps[0] if steps else {}) if k.startswith("seconds/")]
+    res[name] = {"evals": evals, "phases": {k: sum(r[k] for r in steps) / len(steps) for k in keys}}
+    s = os.path.join(out, name + ".sft.jsonl")
+    if os.path.exists(s): res[name]["sft"] = [json.loads(l) for l in open(s) if l.strip()]
+json.dump(res, open(os.path.join(out, "mopd.json"), "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY
