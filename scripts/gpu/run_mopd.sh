@@ -60,7 +60,7 @@ else:
     arg("actor", "--algorithm", json.dumps({"name": "mopd", "options": {"distill": {"rl_coef": 0, "distill_coef": 0, "top_k": 8}}}))
     arg("actor", "--group-size", "1"); arg("actor", "--prompts-per-step", "256")
 arg("actor", "--objectives", json.dumps(objectives))
-arg("actor", "--steps", steps); arg("actor", "--lr", "1e-4" if algo == "grpo" else "3e-4")
+arg("actor", "--steps", steps); arg("actor", "--lr", "1e-4" if algo == "grpo" else "1e-3")
 arg("actor", "--eval-every", "25"); arg("actor", "--eval-problems", "256"); arg("actor", "--warmup-steps", "10")
 json.dump(spec, open(out, "w"), indent=1)
 PY

@@ -2,6 +2,7 @@
 // LibTorch so that the command line parses in any build.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -10,6 +11,11 @@
 #include "workers/roles/optimizer_flags.h"
 
 namespace tandem::roles {
+
+// An option's seconds as a timeout.
+inline std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
 struct ActorOptions {
   std::string model_dir;             // required: the HF directory to start from (its tokenizer too)

@@ -19,10 +19,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 const char* KindName(ReplicaMessage::Kind k) {
   switch (k) {
     case ReplicaMessage::Kind::kStart: return "start";

@@ -66,10 +66,6 @@ Status CheckOptions(const ActorOptions& o) {
   return Status::Ok();
 }
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 // What every replica builds: the model, the KL term's reference, the trainer.
 struct ActorModel {
   at::Device device = at::kCPU;

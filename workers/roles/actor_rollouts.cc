@@ -13,10 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 // One rollout's share of a generate call (actor_rollouts.h: what is asked
 // again and for how long).
 StatusOr<std::vector<RolloutSample>> GenerateShare(const ActorOptions& o, const std::string& job, int64_t rank,

@@ -11,10 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::chrono::milliseconds Millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
 }  // namespace
 
 StatusOr<std::vector<RolloutEndpoint>> WaitForTeachers(const ActorOptions& o, const Objectives& objectives,
