@@ -171,9 +171,9 @@ StatusOr<std::optional<std::string>> ParseContent(const Json& v, std::string_vie
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string p = At(path, i);
     if (!v[i].is_object()) return WrongType(p, "a content part object", v[i]);
-    TANDEM_RETURN_IF_ERROR(OnlyKnown(v[i], p, std::array<std::string_view, 2>{"type", "text"}));
     TANDEM_ASSIGN_OR_RETURN(const std::string type, AsString(Field(v[i], "type"), Dot(p, "type")));
     if (type != "text") return Unsupported(Dot(p, "type"), "only text parts are served, got " + Quote(type));
+    TANDEM_RETURN_IF_ERROR(OnlyKnown(v[i], p, std::array<std::string_view, 2>{"type", "text"}));
     TANDEM_ASSIGN_OR_RETURN(const std::string t, AsString(Field(v[i], "text"), Dot(p, "text")));
     text += t;
   }

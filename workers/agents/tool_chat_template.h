@@ -45,10 +45,11 @@ struct RenderOptions {
   std::optional<bool> enable_thinking;  // false: the generation prompt closes an empty think block
 };
 
-// The parts of messages[begin, end) as the whole conversation renders them
-// (a tool message's turn opener and closer depend on its neighbours), the
-// tools' system turn first when begin == 0, then the generation prompt when
-// asked. Rendering [0, k) and then [k, n) gives the parts of [0, n).
+// The parts of messages[begin, n) as the whole conversation renders them
+// (a tool message's turn opener and closer, and whether an assistant turn
+// keeps its think block, depend on the others), the tools' system turn first
+// when begin == 0, then the generation prompt when asked: a suffix of the
+// whole conversation's text.
 std::vector<TemplatePart> RenderParts(const std::vector<Message>& messages, const std::vector<Tool>& tools,
                                       size_t begin, const RenderOptions& options);
 std::string JoinParts(const std::vector<TemplatePart>& parts);
