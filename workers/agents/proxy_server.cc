@@ -100,6 +100,7 @@ struct Proxy::Impl {
   bool stopping = false;  // io thread
   std::atomic<bool> started{false}, stopped{false}, paused{false};
   std::atomic<size_t> n_calls{0}, n_paused{0};
+  std::atomic<uint64_t> n_retried{0};
 
   // --- answers (io thread)
   void Forget(const std::shared_ptr<CallState>& c) {
@@ -268,6 +269,7 @@ struct Proxy::Impl {
       if (f->aborted) {
         log::Info("proxy", "call aborted by the rollout, sent again call={}", c->key);
         c->tried.assign(replicas.size(), false);
+        ++n_retried;
         return Dispatch(c);
       }
       Forget(c);
@@ -325,6 +327,7 @@ struct Proxy::Impl {
         c->last_error = "replica " + std::to_string(r) + ": " + res.error;
         log::Warn("proxy", "replica failed a call, trying another call={} replica={} error={}", c->key, r, res.error);
         c->tried[r] = true;
+        ++n_retried;
         return Dispatch(c);
       case O::kTimeout:
         return RespondStatus(c, DeadlineExceeded("rollout replica " + std::to_string(r) + ": " + res.error));
@@ -449,5 +452,6 @@ Status Proxy::CloseSession(const std::string& id) {
 size_t Proxy::open_sessions() const { return impl_->sessions.sessions(); }
 size_t Proxy::calls_in_flight() const { return impl_->n_calls; }
 size_t Proxy::calls_paused() const { return impl_->n_paused; }
+uint64_t Proxy::calls_retried() const { return impl_->n_retried; }
 
 }  // namespace tandem::agents

@@ -88,6 +88,8 @@ class Proxy {
   // Calls accepted and not yet answered; calls waiting while paused.
   size_t calls_in_flight() const;
   size_t calls_paused() const;
+  // Calls sent again to a replica after one failed them (down, 503, abort).
+  uint64_t calls_retried() const;
 
   struct Impl;
 
