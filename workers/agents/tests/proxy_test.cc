@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "workers/agents/proxy_role.h"
 #include "workers/agents/proxy_server.h"
 #include "workers/agents/tests/fake_rollout.h"
 #include "workers/agents/tool_chat_template.h"
@@ -314,6 +315,37 @@ TEST_F(ProxyTest, StopsPromptlyWithCallsInFlightAndWaiting) {
   proxy_->Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   for (auto& c : calls) EXPECT_EQ(c.wait_for(5s), std::future_status::ready);
+}
+
+TEST_F(ProxyTest, TheRoleFindsItsReplicasByRankAndWritesItsPortFile) {
+  auto files = ReplicaPortFiles("/run/rollout.{rank}.port", 3);
+  ASSERT_TRUE(files.ok());
+  EXPECT_EQ(*files, (std::vector<std::string>{"/run/rollout.0.port", "/run/rollout.1.port", "/run/rollout.2.port"}));
+  EXPECT_FALSE(ReplicaPortFiles("/run/rollout.port", 2).ok());
+  EXPECT_FALSE(ReplicaPortFiles("/run/rollout.{rank}.port", 0).ok());
+
+  for (size_t i = 0; i < 2; ++i) {
+    rollouts_.push_back(std::make_unique<FakeRollout>(reply_));
+    rollouts_.back()->WritePortFile(dir_ + "/rollout." + std::to_string(i) + ".port");
+  }
+  ASSERT_TRUE(data::WriteByteTokenizer(dir_ + "/model").ok());
+  ProxyRoleOptions o;
+  o.rollout_port_file = dir_ + "/rollout.{rank}.port";
+  o.replicas = 2;
+  o.tokenizer_dir = dir_ + "/model";
+  o.port_file = dir_ + "/proxy.port";
+  EXPECT_EQ(StartProxyRole(ProxyRoleOptions{}).status().code(), StatusCode::kInvalidArgument);
+  ProxyRoleOptions no_tokenizer = o;
+  no_tokenizer.tokenizer_dir = dir_ + "/nothing";
+  EXPECT_EQ(StartProxyRole(no_tokenizer).status().code(), StatusCode::kInvalidArgument);
+  auto role = StartProxyRole(o);
+  ASSERT_TRUE(role.ok()) << role.status().ToString();
+  std::string seen;
+  auto written = roles::ReadPortFile(dir_ + "/proxy.port", "", &seen);
+  ASSERT_TRUE(written.ok() && written->has_value());
+  EXPECT_EQ(**written, (*role)->port());
+  EXPECT_EQ(http::Request((*role)->port(), "GET", "/health").status, 200);
+  EXPECT_EQ(Post((*role)->port(), "/v1/chat/completions", kHi).status, 200);
 }
 
 }  // namespace
