@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/bounded_json.h"
+#include "workers/agents/ordered_json.h"
 
 namespace tandem::agents {
 namespace {
@@ -80,7 +80,7 @@ StatusOr<int64_t> IntIn(const Json& v, std::string_view path, int64_t lo, int64_
 StatusOr<Json> ParseBody(std::string_view text, size_t max_depth) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return InvalidArgument("body: empty; expected a JSON object");
-  auto parsed = ParseJsonBounded<Json>(text, max_depth);
+  auto parsed = ParseOrderedJson(text, max_depth);
   if (!parsed.ok()) return parsed.status().WithContext("body");
   if (!parsed->is_object()) return WrongType("body", "a JSON object", *parsed);
   return parsed;

@@ -50,7 +50,9 @@ struct ProxyOptions {
   int port = 0;                    // 0 picks one
   bool allow_remote = false;
   std::string model = "tandem";    // GET /v1/models; answers echo the request's model when it names one
-  inference::HttpLimits http;
+  // The server's limits; a whole answer is queued at once when streamed
+  // (proxy_server.cc), so the stream bound is an answer's size.
+  inference::HttpLimits http = {.max_stream_queue_bytes = 256u << 20};
   RequestLimits request;
   SessionLimits sessions;
   ReplicaOptions replicas;

@@ -3,7 +3,7 @@
 
 #include <random>
 
-#include "common/bounded_json.h"
+#include "workers/agents/ordered_json.h"
 #include "workers/agents/python_json.h"
 
 namespace tandem::agents {
@@ -19,7 +19,7 @@ std::string_view Trim(std::string_view s) {
 }
 
 std::optional<ToolCall> ParseBlock(std::string_view inner) {
-  auto parsed = ParseJsonBounded<nlohmann::ordered_json>(Trim(inner), 64);
+  auto parsed = ParseOrderedJson(Trim(inner), 64);
   if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
   const auto name = parsed->find("name");
   if (name == parsed->end() || !name->is_string() || name->get<std::string>().empty()) return std::nullopt;

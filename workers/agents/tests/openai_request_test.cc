@@ -3,6 +3,7 @@
 // shape naming the field (openai_error.h).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,18 @@ TEST(ChatRequest, HostileBodiesAreRefusedNamingTheField) {
     // FailedPrecondition (an OpenAI field not honoured) is a 400 too.
     ExpectRefused(ParseChatRequest(body, {}), bad);
   }
+}
+
+TEST(ChatRequest, AnObjectOfManyKeysIsRefusedInLinearTime) {
+  // ordered_json builds an object of n keys in O(n^2): 200k keys would take
+  // minutes; the SAX bound refuses them first.
+  std::string keys;
+  for (int i = 0; i < 200000; ++i) keys += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = ParseChatRequest(With(R"("metadata": {)" + keys + "}"), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 4096 keys"), std::string::npos) << r.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 TEST(CompletionRequest, HostileBodiesAreRefusedNamingTheField) {
