@@ -24,21 +24,23 @@ std::string GenerateBody(const PreparedCall& c, std::optional<int32_t> turn_end)
   return json{{"input_ids", c.prompt_ids}, {"sampling_params", sp}, {"return_logprob", true}}.dump();
 }
 
-// Opens the session (when named) for `tokens` more.
-Status OpenSession(PreparedCall* c, const std::string& header_session, const CallContext& ctx, size_t tokens) {
-  if (!header_session.empty()) {
-    TANDEM_RETURN_IF_ERROR(CheckSessionId(header_session, "X-Session-Id"));
-    c->session_id = header_session;
-  }
-  if (c->session_id.empty()) return Status::Ok();
-  TANDEM_ASSIGN_OR_RETURN(c->serial, ctx.sessions->Open(c->session_id, tokens));
+// The session named by the header (it wins) or the body.
+Status TakeSessionId(PreparedCall* c, const std::string& header_session) {
+  if (header_session.empty()) return Status::Ok();
+  TANDEM_RETURN_IF_ERROR(CheckSessionId(header_session, "X-Session-Id"));
+  c->session_id = header_session;
   return Status::Ok();
 }
 
-Status CheckPromptFits(const PreparedCall& c, const CallContext& ctx, size_t new_prompt_tokens) {
-  if (c.session_id.empty()) return Status::Ok();
-  const size_t tokens = new_prompt_tokens + static_cast<size_t>(c.sampling.n * c.sampling.max_tokens);
-  return ctx.sessions->Open(c.session_id, tokens).status();
+// Opens the session (when named) for the new prompt tokens and the most the
+// call may generate; `parent_serial` (non-zero) must still be its serial.
+Status OpenSession(PreparedCall* c, const CallContext& ctx, size_t new_prompt_tokens, uint64_t parent_serial) {
+  if (c->session_id.empty()) return Status::Ok();
+  const size_t tokens = new_prompt_tokens + static_cast<size_t>(c->sampling.n * c->sampling.max_tokens);
+  TANDEM_ASSIGN_OR_RETURN(c->serial, ctx.sessions->Open(c->session_id, tokens));
+  if (parent_serial != 0 && parent_serial != c->serial)
+    return Unavailable("session " + c->session_id + " was closed while this call was prepared; send it again");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -51,7 +53,7 @@ StatusOr<PreparedCall> PrepareChat(std::string_view body, const std::string& hea
   c.sampling = r.sampling;
   c.parse_tool_calls = r.parse_tool_calls;
   c.session_id = r.session_id;
-  TANDEM_RETURN_IF_ERROR(OpenSession(&c, header_session, ctx, 0));
+  TANDEM_RETURN_IF_ERROR(TakeSessionId(&c, header_session));
   const std::optional<int32_t> turn_end = ctx.tokenizer->TokenToId(kTurnEnd);
   if (!turn_end) return FailedPrecondition("messages: the tokenizer has no " + std::string(kTurnEnd) + " for chat");
 
@@ -67,7 +69,7 @@ StatusOr<PreparedCall> PrepareChat(std::string_view body, const std::string& hea
   render.enable_thinking = r.enable_thinking;
 
   Parent parent;
-  if (!c.session_id.empty()) parent = ctx.sessions->FindParent(c.session_id, c.serial, *asked, *turn_end);
+  if (!c.session_id.empty()) parent = ctx.sessions->FindParent(c.session_id, *asked, *turn_end);
   size_t new_tokens = 0;
   if (parent.kind == Parent::Kind::kContinues) {
     // The turn's exact tokens, then its end of turn where the model did not
@@ -89,7 +91,7 @@ StatusOr<PreparedCall> PrepareChat(std::string_view body, const std::string& hea
                             "messages");
     new_tokens = c.prompt_ids.size();
   }
-  TANDEM_RETURN_IF_ERROR(CheckPromptFits(c, ctx, new_tokens));
+  TANDEM_RETURN_IF_ERROR(OpenSession(&c, ctx, new_tokens, parent.serial));
   c.asked = std::move(asked);
   c.generate_body = GenerateBody(c, turn_end);
   return c;
@@ -105,14 +107,14 @@ StatusOr<PreparedCall> PrepareCompletion(std::string_view body, const std::strin
   c.model = r.model;
   c.sampling = r.sampling;
   c.session_id = r.session_id;
-  TANDEM_RETURN_IF_ERROR(OpenSession(&c, header_session, ctx, 0));
+  TANDEM_RETURN_IF_ERROR(TakeSessionId(&c, header_session));
   if (r.prompt_text) {
     TANDEM_ASSIGN_OR_RETURN(c.prompt_ids, ctx.tokenizer->Encode(*r.prompt_text), "prompt");
     if (c.prompt_ids.empty()) return InvalidArgument("prompt: encodes to no tokens");
   } else {
     c.prompt_ids = std::move(r.prompt_ids);
   }
-  TANDEM_RETURN_IF_ERROR(CheckPromptFits(c, ctx, c.prompt_ids.size()));
+  TANDEM_RETURN_IF_ERROR(OpenSession(&c, ctx, c.prompt_ids.size(), 0));
   c.generate_body = GenerateBody(c, std::nullopt);
   return c;
 }

@@ -17,6 +17,11 @@ size_t SessionStore::AddedTokens(const Session& s, const Turn& t) const {
 StatusOr<uint64_t> SessionStore::Open(const std::string& id, size_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
+  const size_t held = it == sessions_.end() ? 0 : it->second.tokens;
+  if (held + tokens > limits_.max_tokens)
+    return InvalidArgument("session_id: session " + id + " holds " + std::to_string(held) + " tokens; " +
+                           std::to_string(tokens) + " more would exceed its limit of " +
+                           std::to_string(limits_.max_tokens));
   if (it == sessions_.end()) {
     if (sessions_.size() >= limits_.max_sessions)
       return ResourceExhausted("session " + id + ": " + std::to_string(limits_.max_sessions) +
@@ -24,23 +29,17 @@ StatusOr<uint64_t> SessionStore::Open(const std::string& id, size_t tokens) {
     it = sessions_.emplace(id, Session{}).first;
     it->second.serial = next_serial_++;
   }
-  const Session& s = it->second;
-  if (s.tokens + tokens > limits_.max_tokens)
-    return InvalidArgument("session_id: session " + id + " holds " + std::to_string(s.tokens) + " tokens; " +
-                           std::to_string(tokens) + " more would exceed its limit of " +
-                           std::to_string(limits_.max_tokens));
-  if (s.turns.size() >= limits_.max_turns)
-    return InvalidArgument("session_id: session " + id + " holds " + std::to_string(s.turns.size()) +
+  if (it->second.turns.size() >= limits_.max_turns)
+    return InvalidArgument("session_id: session " + id + " holds " + std::to_string(it->second.turns.size()) +
                            " turns (the limit)");
-  return s.serial;
+  return it->second.serial;
 }
 
-Parent SessionStore::FindParent(const std::string& id, uint64_t serial, const Conversation& asked,
-                                int32_t turn_end) const {
+Parent SessionStore::FindParent(const std::string& id, const Conversation& asked, int32_t turn_end) const {
   std::lock_guard<std::mutex> lock(mu_);
   Parent best;
   const auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.serial != serial) return best;
+  if (it == sessions_.end()) return best;
   const std::vector<Turn>& turns = it->second.turns;
   size_t best_len = 0;
   // The latest turn wins a tie.
@@ -71,6 +70,7 @@ Parent SessionStore::FindParent(const std::string& id, uint64_t serial, const Co
     best.ids.insert(best.ids.end(), t.output_ids.begin(), t.output_ids.end());
     best.ended_on_turn_end = !t.output_ids.empty() && t.output_ids.back() == turn_end;
   }
+  if (best.kind != Parent::Kind::kNone) best.serial = it->second.serial;
   return best;
 }
 

@@ -76,6 +76,7 @@ struct Parent {
   size_t next_message = 0;      // kContinues: the first message after the turn's reply
   std::vector<int32_t> ids;     // kContinues: turn prompt + output; kSamePrompt: the prompt itself
   bool ended_on_turn_end = false;  // kContinues: the output's last id is <|im_end|>
+  uint64_t serial = 0;             // the session it was found in (0: none)
 };
 
 struct TokenRecord {
@@ -105,11 +106,14 @@ class SessionStore {
 
   // The session's serial, creating it (ResourceExhausted beyond
   // max_sessions); InvalidArgument when `tokens` more would take it over
-  // max_tokens or it holds max_turns turns.
+  // max_tokens or it holds max_turns turns. A call opens its session once
+  // its prompt is built, so a refused call leaves no session behind.
   StatusOr<uint64_t> Open(const std::string& id, size_t tokens);
-  // The parent of a chat call asking `asked` (contract above); kNone when the
-  // session (of `serial`) is gone.
-  Parent FindParent(const std::string& id, uint64_t serial, const Conversation& asked, int32_t turn_end) const;
+  // The parent of a chat call asking `asked` (contract above); kNone when
+  // there is no such session. Parent::serial names the session it was found
+  // in: a call whose Open gives another serial lost its parent (the session
+  // was closed and opened again meanwhile).
+  Parent FindParent(const std::string& id, const Conversation& asked, int32_t turn_end) const;
   // Records the turns of one call; their ids, in order. Nothing is recorded
   // (an empty list) when the session of `serial` was closed; the turns over a
   // bound are dropped and counted.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,38 @@ TEST(ChatRequest, AnObjectOfManyKeysIsRefusedInLinearTime) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than 4096 keys"), std::string::npos) << r.status().message();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(ChatRequest, MutatedBodiesAreParsedOrRefusedNeverACrash) {
+  const std::string seed = R"({"model": "m", "n": 2, "temperature": 0.5, "stop": ["x"], "session_id": "s",
+    "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "t"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+        "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c", "content": "r"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})";
+  ASSERT_TRUE(ParseChatRequest(seed, {}).ok());
+  std::mt19937 rng(std::random_device{}());
+  const std::string alphabet = "{}[]\":,0123456789-.eE truefalsn\\u\xff\x00";
+  int refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seed;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0: body[at] = alphabet[rng() % alphabet.size()]; break;
+        case 1: body.erase(at, 1 + rng() % 8); break;
+        default: body.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      }
+      if (body.empty()) body = "{";
+    }
+    auto r = ParseChatRequest(body, {});
+    if (r.ok()) continue;
+    ++refused;
+    const ApiError e = ApiErrorFrom(r.status());
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_FALSE(e.message.empty());
+  }
+  EXPECT_GT(refused, 1000);
 }
 
 TEST(CompletionRequest, HostileBodiesAreRefusedNamingTheField) {

@@ -121,6 +121,20 @@ TEST_F(ProxyCall, TheHeaderSessionWinsAndNoSessionRecordsNothing) {
   EXPECT_EQ(sessions_.sessions(), 1u);  // "header" only
 }
 
+TEST_F(ProxyCall, ARefusedCallLeavesNoSessionBehind) {
+  auto bad = PrepareChat(R"({"messages": [{"role": "user", "content": "Hi"}], "session_id": "s1", "top_p": 9})", "", ctx_);
+  ASSERT_FALSE(bad.ok());
+  SessionLimits tiny;
+  tiny.max_tokens = 10;
+  SessionStore small(tiny);
+  CallContext ctx = ctx_;
+  ctx.sessions = &small;
+  auto over = PrepareChat(R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 100})", "s2", ctx);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("limit of 10"), std::string::npos) << over.status().message();
+  EXPECT_EQ(sessions_.sessions() + small.sessions(), 0u);
+}
+
 TEST_F(ProxyCall, ToolCallsStopStringsAndLogprobs) {
   auto c = PrepareChat(R"({"messages": [{"role": "user", "content": "2+2?"}], "n": 2, "logprobs": true,
                            "stop": ["STOP"], "session_id": "t",

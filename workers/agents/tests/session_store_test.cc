@@ -43,31 +43,32 @@ TEST(SessionStore, ASecondCallContinuesTheTurnItRepeats) {
   auto serial = store.Open("ep", 0);
   ASSERT_TRUE(serial.ok());
   auto first = Ask({Msg("user", "hi")});
-  EXPECT_EQ(store.FindParent("ep", *serial, *first, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("ep", *first, kEnd).kind, Parent::Kind::kNone);
   EXPECT_EQ(store.Record("ep", *serial, {MakeTurn(-1, {1, 2, 3}, {10, 11, kEnd}, first, "yo")}), std::vector<int64_t>{0});
 
   auto second = Ask({Msg("user", "hi"), Msg("assistant", "yo"), Msg("user", "more")});
-  const Parent p = store.FindParent("ep", *serial, *second, kEnd);
+  const Parent p = store.FindParent("ep", *second, kEnd);
   ASSERT_EQ(p.kind, Parent::Kind::kContinues);
   EXPECT_EQ(p.turn, 0);
   EXPECT_EQ(p.next_message, 2u);
   EXPECT_EQ(p.ids, (std::vector<int32_t>{1, 2, 3, 10, 11, kEnd}));
   EXPECT_TRUE(p.ended_on_turn_end);
+  EXPECT_EQ(p.serial, *serial);
 
   // The reply changed by the client: not the same history, a new root.
   auto edited = Ask({Msg("user", "hi"), Msg("assistant", "YO"), Msg("user", "more")});
-  EXPECT_EQ(store.FindParent("ep", *serial, *edited, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("ep", *edited, kEnd).kind, Parent::Kind::kNone);
   // Another system prompt before: a new root too.
   auto other = Ask({Msg("system", "s"), Msg("user", "hi"), Msg("assistant", "yo"), Msg("user", "more")});
-  EXPECT_EQ(store.FindParent("ep", *serial, *other, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("ep", *other, kEnd).kind, Parent::Kind::kNone);
   // Other tools: a new root.
   auto tooled = Ask({Msg("user", "hi"), Msg("assistant", "yo"), Msg("user", "more")});
   tooled->tools_key = "[...]";
-  EXPECT_EQ(store.FindParent("ep", *serial, *tooled, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("ep", *tooled, kEnd).kind, Parent::Kind::kNone);
   // Another session sees nothing.
   auto s2 = store.Open("other", 0);
   ASSERT_TRUE(s2.ok());
-  EXPECT_EQ(store.FindParent("other", *s2, *second, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("other", *second, kEnd).kind, Parent::Kind::kNone);
 }
 
 TEST(SessionStore, TheSameQuestionAgainIsASibling) {
@@ -75,7 +76,7 @@ TEST(SessionStore, TheSameQuestionAgainIsASibling) {
   const uint64_t s = *store.Open("ep", 0);
   auto q = Ask({Msg("user", "hi")});
   store.Record("ep", s, {MakeTurn(-1, {1, 2}, {5, kEnd}, q, "a")});
-  const Parent p = store.FindParent("ep", s, *Ask({Msg("user", "hi")}), kEnd);
+  const Parent p = store.FindParent("ep", *Ask({Msg("user", "hi")}), kEnd);
   EXPECT_EQ(p.kind, Parent::Kind::kSamePrompt);
   EXPECT_EQ(p.turn, -1);
   EXPECT_EQ(p.ids, (std::vector<int32_t>{1, 2}));
@@ -89,12 +90,12 @@ TEST(SessionStore, TheLongestHistoryWinsAndBranchesShareTheirPrefix) {
   store.Record("ep", s, {MakeTurn(-1, {1}, {10, kEnd}, q1, "a"), MakeTurn(-1, {1}, {20, kEnd}, q1, "b")});
   // Branch on the second choice.
   auto q2 = Ask({Msg("user", "q"), Msg("assistant", "b"), Msg("user", "q2")});
-  Parent p = store.FindParent("ep", s, *q2, kEnd);
+  Parent p = store.FindParent("ep", *q2, kEnd);
   ASSERT_EQ(p.kind, Parent::Kind::kContinues);
   EXPECT_EQ(p.turn, 1);
   store.Record("ep", s, {MakeTurn(1, {1, 20, kEnd, 7}, {30}, q2, "c", 4)});  // stopped on length: no end token
   auto q3 = Ask({Msg("user", "q"), Msg("assistant", "b"), Msg("user", "q2"), Msg("assistant", "c"), Msg("user", "q3")});
-  p = store.FindParent("ep", s, *q3, kEnd);
+  p = store.FindParent("ep", *q3, kEnd);
   ASSERT_EQ(p.kind, Parent::Kind::kContinues);
   EXPECT_EQ(p.turn, 2);
   EXPECT_FALSE(p.ended_on_turn_end);
@@ -179,7 +180,8 @@ TEST(SessionStore, ClosingFreesEverythingAndALateCallRecordsNothing) {
   EXPECT_NE(again, s);
   EXPECT_TRUE(store.Record("ep", s, {MakeTurn(-1, {1}, {2}, q, "late")}).empty());
   EXPECT_TRUE(store.Export("ep")->turns.empty());
-  EXPECT_EQ(store.FindParent("ep", s, *q, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("ep", *q, kEnd).kind, Parent::Kind::kNone);
+  EXPECT_EQ(store.FindParent("nothing", *q, kEnd).kind, Parent::Kind::kNone);
 }
 
 }  // namespace
