@@ -99,6 +99,7 @@ class ProxyRollout : public ::testing::Test {
     const char* bin = std::getenv("TANDEM_WORKER_BIN");
     if (bin == nullptr || *bin == '\0') return;
     bin_ = bin;
+    ASSERT_TRUE(fs::exists(bin_)) << "TANDEM_WORKER_BIN=" << bin_ << " does not exist (build tandem-worker)";
     char tmpl[] = "/tmp/tandem-proxy-rollout-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
