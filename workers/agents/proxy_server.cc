@@ -147,6 +147,10 @@ struct Proxy::Impl {
                                                   {"replicas", replicas.size()},
                                                   {"paused", paused.load()}});
     }
+    if (p == "/metrics") {
+      if (req.method != "GET") return MethodNotAllowed(ex, "GET");
+      return ex->Respond(200, "text/plain; version=0.0.4", Metrics());
+    }
     if (p == "/pause_generation" || p == "/continue_generation") {
       if (req.method != "POST") return MethodNotAllowed(ex, "POST");
       if (p == "/pause_generation") {
@@ -168,15 +172,21 @@ struct Proxy::Impl {
       if (req.method != "GET") return MethodNotAllowed(ex, "GET, DELETE");
       // The export's JSON is built on the pool.
       asio::post(pool, [this, id, ex] {
-        auto e = sessions.Export(id);
         int status = 200;
         std::string body;
-        if (e.ok()) {
-          body = DumpJson(ExportJson(*e)) + "\n";
-        } else {
-          const ApiError err = ApiErrorFrom(e.status());
-          status = err.http_status;
-          body = DumpJson(ApiErrorJson(err)) + "\n";
+        try {
+          auto e = sessions.Export(id);
+          if (e.ok()) {
+            body = DumpJson(ExportJson(*e)) + "\n";
+          } else {
+            const ApiError err = ApiErrorFrom(e.status());
+            status = err.http_status;
+            body = DumpJson(ApiErrorJson(err)) + "\n";
+          }
+        } catch (const std::exception& e) {
+          log::Error("proxy", "export failed with an exception session={} what={}", id, e.what());
+          status = 500;
+          body = DumpJson(ApiErrorJson(ApiErrorFrom(Internal(std::string("internal error: ") + e.what())))) + "\n";
         }
         asio::post(io, [this, ex, status, body = std::move(body)]() mutable {
           if (!stopping && !ex->closed()) ex->Respond(status, "application/json", std::move(body));
@@ -189,6 +199,34 @@ struct Proxy::Impl {
     e.code = "not_found";
     e.message = "no such endpoint: " + req.method + " " + p.substr(0, 200);
     ex->RespondJson(404, ApiErrorJson(e));
+  }
+
+  // Prometheus text (docs/agents.md "Metrics").
+  std::string Metrics() const {
+    std::string out;
+    auto metric = [&out](const char* name, const char* type, const char* help, const std::string& samples) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + samples;
+    };
+    auto one = [](const char* name, double v) { return std::string(name) + " " + fmt::format("{}", v) + "\n"; };
+    size_t up = 0;
+    std::string outstanding;
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      up += replicas.up(i) ? 1 : 0;
+      outstanding += fmt::format("tandem_proxy_replica_outstanding_calls{{replica=\"{}\"}} {}\n", i, replicas.outstanding(i));
+    }
+    metric("tandem_proxy_calls_in_flight", "gauge", "calls accepted and not yet answered",
+           one("tandem_proxy_calls_in_flight", static_cast<double>(n_calls.load())));
+    metric("tandem_proxy_calls_paused", "gauge", "calls waiting while the proxy is paused",
+           one("tandem_proxy_calls_paused", static_cast<double>(n_paused.load())));
+    metric("tandem_proxy_calls_retried_total", "counter", "calls sent again after a replica failed them",
+           one("tandem_proxy_calls_retried_total", static_cast<double>(n_retried.load())));
+    metric("tandem_proxy_sessions_open", "gauge", "sessions recorded and not closed",
+           one("tandem_proxy_sessions_open", static_cast<double>(sessions.sessions())));
+    metric("tandem_proxy_paused", "gauge", "1 while paused", one("tandem_proxy_paused", paused ? 1 : 0));
+    metric("tandem_proxy_replicas_up", "gauge", "replicas that can take calls",
+           one("tandem_proxy_replicas_up", static_cast<double>(up)));
+    metric("tandem_proxy_replica_outstanding_calls", "gauge", "calls at each replica", outstanding);
+    return out;
   }
 
   static void MethodNotAllowed(const std::shared_ptr<HttpExchange>& ex, const std::string& allow) {
@@ -219,7 +257,7 @@ struct Proxy::Impl {
     ex->OnClose([this, weak] {
       if (auto c = weak.lock()) Gone(c);
     });
-    asio::post(pool, [this, c] { Prepare(c); });
+    OnPool(c, [this, c] { Prepare(c); });
   }
 
   void Gone(const std::shared_ptr<CallState>& c) {
@@ -228,7 +266,24 @@ struct Proxy::Impl {
     Forget(c);
   }
 
-  // --- the pool's part
+  // --- the pool's part. Nothing a client sends throws there (errors are
+  // values); a bug or an allocation failure that does is answered 500 and
+  // logged, never let out of a pool thread.
+  template <typename F>
+  void OnPool(const std::shared_ptr<CallState>& c, F work) {
+    asio::post(pool, [this, c, work = std::move(work)]() mutable {
+      try {
+        work();
+      } catch (const std::exception& e) {
+        log::Error("proxy", "call failed with an exception call={} what={}", c->key, e.what());
+        asio::post(io, [this, c, what = std::string(e.what())] {
+          if (stopping || c->gone) return;
+          RespondStatus(c, Internal("internal error: " + what));
+        });
+      }
+    });
+  }
+
   void Prepare(const std::shared_ptr<CallState>& c) {
     if (c->gone) return;
     StatusOr<PreparedCall> p = c->chat ? PrepareChat(c->body, c->header_session, ctx)
@@ -321,7 +376,7 @@ struct Proxy::Impl {
     if (stopping || c->gone || res.outcome == O::kCancelled) return;
     switch (res.outcome) {
       case O::kOk:
-        asio::post(pool, [this, c, body = std::move(res.body)]() mutable { Finish(c, std::move(body)); });
+        OnPool(c, [this, c, body = std::move(res.body)]() mutable { Finish(c, std::move(body)); });
         return;
       case O::kReplicaDown:
         c->last_error = "replica " + std::to_string(r) + ": " + res.error;

@@ -9,6 +9,7 @@
 //   DELETE /v1/sessions/{id}                          frees the session
 //   POST /pause_generation, /continue_generation      Pause(), Resume()
 //   GET  /health                                      200 while a replica is up, else 503
+//   GET  /metrics                                     Prometheus text
 //
 // Threads: the HTTP server, the replica choice, the upstream calls and the
 // pause queue live on one io thread, which never blocks; parsing, the chat

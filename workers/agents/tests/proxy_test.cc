@@ -180,6 +180,7 @@ TEST_F(ProxyTest, ARefusingOrBusyReplicaIsLeftForAnother) {
   rollouts_[0]->set_mode(FakeRollout::Mode::k503);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(port(), "/v1/chat/completions", kHi).status, 200);
   EXPECT_EQ(rollouts_[1]->calls(), 4);
+  EXPECT_GE(proxy_->calls_retried(), 1u);
   // Replica 0 gone (its port refuses): still served by replica 1.
   rollouts_[0]->Stop();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(port(), "/v1/chat/completions", kHi, "s").status, 200);
@@ -284,6 +285,11 @@ TEST_F(ProxyTest, HostileRequestsAre4xxAndTheProxyGoesOn) {
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem");
   EXPECT_EQ(http::Request(port(), "GET", "/health").status, 200);
   EXPECT_EQ(Post(port(), "/v1/chat/completions", kHi).status, 200);
+  const http::HttpReply metrics = http::Request(port(), "GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("\ntandem_proxy_calls_in_flight 0\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("\ntandem_proxy_replicas_up 1\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("tandem_proxy_replica_outstanding_calls{replica=\"0\"} 0"), std::string::npos);
 }
 
 TEST_F(ProxyTest, AClientThatLeavesHasItsUpstreamCallClosed) {
