@@ -202,9 +202,16 @@ StatusOr<ToolCall> ParseToolCall(const Json& v, const std::string& path) {
 
 StatusOr<Message> ParseMessage(const Json& v, const std::string& path) {
   if (!v.is_object()) return WrongType(path, "a message object", v);
+  // function_call, audio and annotations: what a client's own message
+  // objects carry when sent back (null, or no annotations).
   TANDEM_RETURN_IF_ERROR(OnlyKnown(v, path,
-                                   std::array<std::string_view, 7>{"role", "content", "name", "tool_calls",
-                                                                   "tool_call_id", "reasoning_content", "refusal"}));
+                                   std::array<std::string_view, 10>{"role", "content", "name", "tool_calls",
+                                                                    "tool_call_id", "reasoning_content", "refusal",
+                                                                    "function_call", "audio", "annotations"}));
+  for (const char* key : {"function_call", "audio"})
+    if (!Field(v, key).is_null()) return Unsupported(Dot(path, key), "not served (use tool_calls)");
+  if (const Json& a = Field(v, "annotations"); !a.is_null() && !(a.is_array() && a.empty()))
+    return Unsupported(Dot(path, "annotations"), "not served");
   Message m;
   const Json& role = Field(v, "role");
   if (role.is_null()) return InvalidArgument(Dot(path, "role") + ": missing");

@@ -60,6 +60,16 @@ TEST(ChatRequest, ReadsMessagesToolsAndSampling) {
   EXPECT_EQ(r->tools[0].definition["function"].begin().key(), "name");
 }
 
+TEST(ChatRequest, TakesBackAClientsOwnMessageObjects) {
+  // What the OpenAI Python client's message objects dump to.
+  auto r = ParseChatRequest(R"({"messages": [{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": null, "refusal": null, "function_call": null, "audio": null, "annotations": [],
+       "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})",
+                            {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->messages[1].tool_calls.size(), 1u);
+}
+
 TEST(ChatRequest, DefaultsAndToolChoiceNone) {
   auto r = ParseChatRequest(
       R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}],
@@ -187,6 +197,10 @@ TEST(ChatRequest, HostileBodiesAreRefusedNamingTheField) {
        {"chat_template_kwargs.enable_thinking", "true or false"}},
       {With(R"("user": 5)"), {"user", "expected a string"}},
       {With(R"("modalities": ["audio"])"), {"modalities", "text chat only"}},
+      {R"({"messages": [{"role": "assistant", "content": "x", "function_call": {"name": "f"}}]})",
+       {"messages[0].function_call", "tool_calls"}},
+      {R"({"messages": [{"role": "assistant", "content": "x", "annotations": [{}]}]})",
+       {"messages[0].annotations", "not served"}},
   };
   for (const auto& [body, bad] : table) {
     SCOPED_TRACE(body);
