@@ -246,6 +246,33 @@ TEST_F(ProxyRollout, CallsFinishOnTheOtherReplicaWhenOneIsKilled) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 4})").status, 200);
 }
 
+TEST_F(ProxyRollout, PauseAndStopAreImmediateDuringALargeRollout) {
+  StartRollout(0);
+  StartRollout(1);
+  StartProxy({0, 1});
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "Go on."}], "n": 4, "max_tokens": 300, "temperature": 1.0})";
+  std::vector<std::future<http::HttpReply>> calls;
+  for (int i = 0; i < 16; ++i)
+    calls.push_back(std::async(std::launch::async, [&] { return Post(port(), "/v1/chat/completions", body); }));
+  for (int i = 0; i < 200 && proxy_->calls_in_flight() < 16; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(proxy_->calls_in_flight(), 16u);
+  auto t0 = std::chrono::steady_clock::now();
+  proxy_->Pause();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10ms);
+  auto held = std::async(std::launch::async, [&] { return Post(port(), "/v1/completions", R"({"prompt": "a"})"); });
+  for (int i = 0; i < 200 && proxy_->calls_paused() < 1; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(proxy_->calls_paused(), 1u);
+  t0 = std::chrono::steady_clock::now();
+  proxy_->Stop();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 1s) << "Stop() with 64 samples in flight and a call waiting";
+  std::cerr << "Stop() with 16 calls (64 samples) in flight: "
+            << std::chrono::duration_cast<std::chrono::microseconds>(took).count() << " us\n";
+  for (auto& c : calls) EXPECT_EQ(c.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(held.wait_for(10s), std::future_status::ready);
+}
+
 TEST_F(ProxyRollout, PauseHoldsCallsUntilResume) {
   StartRollout(0);
   StartProxy({0});
