@@ -255,7 +255,7 @@ struct Proxy::Impl {
     n_calls = calls.size();
     std::weak_ptr<CallState> weak = c;
     ex->OnClose([this, weak] {
-      if (auto c = weak.lock()) Gone(c);
+      if (auto call = weak.lock()) Gone(call);
     });
     OnPool(c, [this, c] { Prepare(c); });
   }

@@ -255,8 +255,17 @@ TEST_F(ProxyRollout, PauseAndStopAreImmediateDuringALargeRollout) {
   std::vector<std::future<http::HttpReply>> calls;
   for (int i = 0; i < 16; ++i)
     calls.push_back(std::async(std::launch::async, [&] { return Post(port(), "/v1/chat/completions", body); }));
-  for (int i = 0; i < 200 && proxy_->calls_in_flight() < 16; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(proxy_->calls_in_flight(), 16u);
+  // Until all 16 are at the replicas (prepared, sent), read from /metrics.
+  auto at_replicas = [&] {
+    const std::string m = http::Request(port(), "GET", "/metrics").body;
+    int sum = 0;
+    for (size_t at = m.find("\ntandem_proxy_replica_outstanding_calls{"); at != std::string::npos;
+         at = m.find("\ntandem_proxy_replica_outstanding_calls{", at + 1))
+      sum += std::atoi(m.c_str() + m.find("} ", at) + 2);
+    return sum;
+  };
+  for (int i = 0; i < 400 && at_replicas() < 16; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(at_replicas(), 16);
   auto t0 = std::chrono::steady_clock::now();
   proxy_->Pause();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10ms);

@@ -82,7 +82,9 @@ TEST(ToolCallParser, RandomBytesNeverCrash) {
     for (int k = 0; k < n; ++k) text += pieces[rng() % pieces.size()];
     const ParsedReply r = ParseToolCalls(text);
     for (const ToolCall& c : r.tool_calls) EXPECT_FALSE(c.name.empty());
-    if (r.tool_calls.empty()) EXPECT_EQ(r.content, text);
+    if (r.tool_calls.empty()) {
+      EXPECT_EQ(r.content, text);
+    }
   }
   const std::string deep = "<tool_call>" + std::string(100000, '[') + "</tool_call>";
   EXPECT_TRUE(ParseToolCalls(deep).tool_calls.empty());
