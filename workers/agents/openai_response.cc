@@ -61,6 +61,36 @@ json ChunkHead(const Answer& a, const char* object) {
 
 }  // namespace
 
+std::string ChatChunkEvent(const Answer& a, size_t index, const json& delta, const json& finish_reason,
+                           const json& logprobs) {
+  json j = ChunkHead(a, "chat.completion.chunk");
+  j["choices"] = json::array(
+      {{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}});
+  return Event(j);
+}
+
+std::string CompletionChunkEvent(const Answer& a, size_t index, const std::string& text, const json& finish_reason,
+                                 const json& logprobs) {
+  json j = ChunkHead(a, "text_completion");
+  j["choices"] =
+      json::array({{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}});
+  return Event(j);
+}
+
+std::string UsageEvent(const Answer& a, bool chat) {
+  json j = ChunkHead(a, chat ? "chat.completion.chunk" : "text_completion");
+  j["choices"] = json::array();
+  j["usage"] = Usage(a);
+  j["tandem"] = Tandem(a);
+  return Event(j);
+}
+
+json LogprobsJson(const std::vector<TokenLogprob>& tokens, bool chat) {
+  Choice c;
+  c.logprobs = tokens;
+  return chat ? ChatLogprobs(c) : CompletionLogprobs(c);
+}
+
 json ChatCompletionJson(const Answer& a) {
   json choices = json::array();
   for (size_t i = 0; i < a.choices.size(); ++i) {

@@ -2,11 +2,12 @@
 // shapes (docs/agents.md "Answers"), whole or as server-sent events.
 // Torch-free; no I/O.
 //
-// Streaming: the proxy generates each call whole and then streams it (see
-// docs/agents.md "Streaming" for why): per choice, a chunk with the role,
-// one with the content, one per tool call (whole, with its index), one with
-// the finish reason; then, with stream_options.include_usage, a chunk with
-// no choices and the usage; then "data: [DONE]". Every chunk is
+// Streaming (docs/agents.md "Streaming"): a call generated whole is streamed
+// by *Events: per choice, a chunk with the role, one with the content, one
+// per tool call (whole, with its index), one with the finish reason; then,
+// with stream_options.include_usage, a chunk with no choices and the usage;
+// then "data: [DONE]". A call forwarded as the rollout generates is built
+// from the *ChunkEvent functions (proxy_call.h StreamEvent). Every chunk is
 // "data: {json}\n\n".
 //
 // Each answer also carries "tandem": {"session_id", "turns": [turn id of
@@ -51,6 +52,18 @@ struct Answer {
   bool include_usage = false;  // streaming only
   std::string session_id;
 };
+
+// One streamed chunk each, for answers streamed as the rollout generates
+// (proxy_call.h's StreamEvent): `a` gives id, created, model (and, for
+// UsageEvent, the usage and the tandem field); `delta` and `logprobs` are
+// the chunk's.
+std::string ChatChunkEvent(const Answer& a, size_t index, const nlohmann::json& delta,
+                           const nlohmann::json& finish_reason, const nlohmann::json& logprobs);
+std::string CompletionChunkEvent(const Answer& a, size_t index, const std::string& text,
+                                 const nlohmann::json& finish_reason, const nlohmann::json& logprobs);
+std::string UsageEvent(const Answer& a, bool chat);
+// {"content": [...]} of chat, the legacy object of completions, for `tokens`.
+nlohmann::json LogprobsJson(const std::vector<TokenLogprob>& tokens, bool chat);
 
 nlohmann::json ChatCompletionJson(const Answer& a);
 std::vector<std::string> ChatCompletionEvents(const Answer& a);

@@ -1,7 +1,11 @@
 // One proxied call's CPU work (proxy_call.h).
 #include "workers/agents/proxy_call.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
+
+#include "common/bounded_json.h"
 
 #include "workers/agents/python_json.h"
 #include "workers/agents/tool_call_parser.h"
@@ -119,11 +123,11 @@ StatusOr<PreparedCall> PrepareCompletion(std::string_view body, const std::strin
   return c;
 }
 
-StatusOr<FinishedCall> FinishCall(const PreparedCall& call, const std::string& generate_answer, const CallContext& ctx,
-                                  const std::string& answer_id, int64_t created) {
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<roles::RolloutSample> samples,
-                          roles::ParseGenerateAnswer(generate_answer, static_cast<size_t>(call.sampling.n)),
-                          "rollout /generate");
+namespace {
+
+// The answer and the recorded turns of finished samples.
+StatusOr<FinishedCall> FinishSamples(const PreparedCall& call, const std::vector<roles::RolloutSample>& samples,
+                                     const CallContext& ctx, const std::string& answer_id, int64_t created) {
   FinishedCall out;
   Answer& a = out.answer;
   a.id = answer_id;
@@ -187,6 +191,112 @@ StatusOr<FinishedCall> FinishCall(const PreparedCall& call, const std::string& g
     const std::vector<int64_t> ids = ctx.sessions->Record(call.session_id, call.serial, std::move(turns));
     for (size_t i = 0; i < ids.size() && i < a.choices.size(); ++i) a.choices[i].turn = ids[i];
   }
+  return out;
+}
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+}  // namespace
+
+StatusOr<FinishedCall> FinishCall(const PreparedCall& call, const std::string& generate_answer, const CallContext& ctx,
+                                  const std::string& answer_id, int64_t created) {
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<roles::RolloutSample> samples,
+                          roles::ParseGenerateAnswer(generate_answer, static_cast<size_t>(call.sampling.n)),
+                          "rollout /generate");
+  return FinishSamples(call, samples, ctx, answer_id, created);
+}
+
+bool ForwardsStream(const PreparedCall& call) {
+  return call.sampling.stream && !call.parse_tool_calls && call.sampling.stop.empty();
+}
+
+std::string StreamingGenerateBody(const PreparedCall& call) {
+  nlohmann::json body = nlohmann::json::parse(call.generate_body);
+  body["stream"] = true;
+  return body.dump();
+}
+
+StatusOr<std::vector<std::string>> StreamEvent(const PreparedCall& call, std::string_view event, const CallContext& ctx,
+                                               StreamState* state, const Answer& head) {
+  TANDEM_ASSIGN_OR_RETURN(const json j, ParseJsonBounded(event, 8), "rollout stream event");
+  size_t index = 0;
+  if (j.is_object() && j.contains("index")) {
+    if (!j["index"].is_number_unsigned() || j["index"].get<uint64_t>() >= static_cast<uint64_t>(call.sampling.n))
+      return DataLoss("rollout stream event: index outside the samples asked");
+    index = j["index"].get<size_t>();
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::vector<roles::RolloutSample> parsed, roles::ParseGenerateAnswer(std::string(event), 1),
+                          "rollout stream event");
+  roles::RolloutSample& s = parsed[0];
+  if (state->samples.size() < static_cast<size_t>(call.sampling.n)) state->samples.resize(static_cast<size_t>(call.sampling.n));
+  StreamState::Sample& st = state->samples[index];
+  if (!st.finish_reason.empty()) return DataLoss("rollout stream event: sample " + std::to_string(index) + " had ended");
+  if (s.output_ids.size() < st.ids.size() || !std::equal(st.ids.begin(), st.ids.end(), s.output_ids.begin()))
+    return DataLoss("rollout stream event: sample " + std::to_string(index) + " does not extend its earlier tokens");
+  if (s.finish_reason == "abort")
+    return Unavailable("the rollout aborted sample " + std::to_string(index) + " (paused in abort mode)");
+  st.ids = std::move(s.output_ids);
+  st.logprobs = std::move(s.logprobs);
+  st.weight_version = s.weight_version;
+  st.finish_reason = s.finish_reason;
+
+  std::vector<std::string> out;
+  if (!st.began && call.chat) out.push_back(ChatChunkEvent(head, index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
+  st.began = true;
+  data::DecodeOptions skip;
+  skip.skip_special_tokens = true;
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ctx.tokenizer->Decode(st.ids, skip), "rollout output");
+  // A trailing U+FFFD may be a character the next token completes.
+  if (st.finish_reason.empty() && text.size() >= kReplacement.size() &&
+      std::string_view(text).substr(text.size() - kReplacement.size()) == kReplacement)
+    text.resize(text.size() - kReplacement.size());
+  std::string delta = text.size() > st.sent_bytes ? text.substr(st.sent_bytes) : std::string();
+  json logprobs = nullptr;
+  if (call.sampling.logprobs && st.sent_ids < st.ids.size()) {
+    std::vector<TokenLogprob> tokens;
+    for (size_t k = st.sent_ids; k < st.ids.size(); ++k) {
+      TokenLogprob t;
+      const auto bytes = ctx.tokenizer->TokenBytes(st.ids[k]);
+      t.token = bytes ? std::string(*bytes) : std::string();
+      for (const char b : t.token) t.bytes.push_back(static_cast<unsigned char>(b));
+      t.logprob = st.logprobs[k];
+      tokens.push_back(std::move(t));
+    }
+    logprobs = LogprobsJson(tokens, call.chat);
+    st.sent_ids = st.ids.size();
+  }
+  if (!delta.empty() || !logprobs.is_null()) {
+    st.sent_bytes += delta.size();
+    out.push_back(call.chat ? ChatChunkEvent(head, index, {{"content", delta}}, nullptr, logprobs)
+                            : CompletionChunkEvent(head, index, delta, nullptr, logprobs));
+  }
+  if (!st.finish_reason.empty()) {
+    const std::string finish = st.finish_reason == "length" ? "length" : "stop";
+    out.push_back(call.chat ? ChatChunkEvent(head, index, json::object(), finish, nullptr)
+                            : CompletionChunkEvent(head, index, "", finish, nullptr));
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> StreamEnd(const PreparedCall& call, const CallContext& ctx, StreamState* state,
+                                             const Answer& head) {
+  std::vector<roles::RolloutSample> samples(static_cast<size_t>(call.sampling.n));
+  if (state->samples.size() != samples.size()) return DataLoss("rollout stream: ended before every sample began");
+  for (size_t i = 0; i < samples.size(); ++i) {
+    StreamState::Sample& st = state->samples[i];
+    if (st.finish_reason.empty()) return DataLoss("rollout stream: ended before sample " + std::to_string(i) + " did");
+    samples[i].output_ids = st.ids;
+    samples[i].logprobs = st.logprobs;
+    samples[i].finish_reason = st.finish_reason;
+    samples[i].weight_version = st.weight_version;
+  }
+  TANDEM_ASSIGN_OR_RETURN(FinishedCall done, FinishSamples(call, samples, ctx, head.id, head.created));
+  std::vector<std::string> out;
+  if (call.sampling.include_usage) {
+    done.answer.model = head.model;
+    out.push_back(UsageEvent(done.answer, call.chat));
+  }
+  out.push_back("data: [DONE]\n\n");
   return out;
 }
 

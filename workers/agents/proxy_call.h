@@ -57,4 +57,40 @@ struct FinishedCall {
 StatusOr<FinishedCall> FinishCall(const PreparedCall& call, const std::string& generate_answer,
                                   const CallContext& ctx, const std::string& answer_id, int64_t created);
 
+// --- streaming as the rollout generates (docs/agents.md "Streaming").
+// A call is forwarded when it streams, parses no tool calls and has no stop
+// strings: then nothing the client is sent can be taken back. Otherwise it
+// is generated whole and then streamed (FinishCall's events).
+bool ForwardsStream(const PreparedCall& call);
+// The /generate body of a forwarded call ("stream": true).
+std::string StreamingGenerateBody(const PreparedCall& call);
+
+// What a forwarded call has streamed so far, per sample. Owned by the call;
+// used by one thread at a time.
+struct StreamState {
+  struct Sample {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    size_t sent_ids = 0;     // ids whose log-probs went out
+    size_t sent_bytes = 0;   // text that went out
+    bool began = false;
+    std::string finish_reason;  // the rollout's, "" while running
+    int64_t weight_version = -1;
+  };
+  std::vector<Sample> samples;
+};
+
+// One event of the rollout's stream (a sample object, cumulative: SGLang's
+// shape, docs/inference.md) -> the OpenAI chunks it adds (role first, then
+// text deltas that never end inside a UTF-8 character, then the finish).
+// DataLoss for an event that does not extend what came before; Unavailable
+// for a sample the rollout aborted (a pause in abort mode: the stream ends
+// with an error event).
+StatusOr<std::vector<std::string>> StreamEvent(const PreparedCall& call, std::string_view event, const CallContext& ctx,
+                                               StreamState* state, const Answer& head);
+// The stream ended ([DONE]): records the turns, gives the last chunks
+// (usage when asked, then [DONE]). DataLoss when a sample never finished.
+StatusOr<std::vector<std::string>> StreamEnd(const PreparedCall& call, const CallContext& ctx, StreamState* state,
+                                             const Answer& head);
+
 }  // namespace tandem::agents

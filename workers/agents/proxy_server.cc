@@ -13,6 +13,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "common/bounded_json.h"
@@ -51,6 +52,16 @@ struct CallState {
   std::string last_error;
   std::string answer_id;
   int64_t created = 0;
+  // A stream forwarded as the rollout generates (proxy_call.h ForwardsStream).
+  bool forward_stream = false;  // io thread, from here down to `strand`
+  std::string stream_body;      // the /generate body with "stream": true
+  bool streaming = false;       // the client's stream has begun: no retry from here
+  uint64_t attempt = 0;         // bumped at each dispatch; older attempts' events are dropped
+  std::string sse;              // bytes of events not yet complete
+  Answer head;                  // id, created, model of every chunk
+  std::optional<asio::strand<asio::thread_pool::executor_type>> strand;  // the call's events, in order
+  StreamState stream;           // the strand's
+  uint64_t stream_attempt = 0;  // the strand's: the attempt `stream` belongs to
 };
 
 std::string NewAnswerId(bool chat) {
@@ -250,6 +261,7 @@ struct Proxy::Impl {
     c->deadline = Clock::now() + options.request_timeout;
     c->tried.assign(replicas.size(), false);
     c->answer_id = NewAnswerId(chat);
+    c->strand.emplace(asio::make_strand(pool));
     c->created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     calls[c->key] = c;
     n_calls = calls.size();
@@ -270,18 +282,21 @@ struct Proxy::Impl {
   // values); a bug or an allocation failure that does is answered 500 and
   // logged, never let out of a pool thread.
   template <typename F>
+  void Guarded(const std::shared_ptr<CallState>& c, F&& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      log::Error("proxy", "call failed with an exception call={} what={}", c->key, e.what());
+      asio::post(io, [this, c, what = std::string(e.what())] {
+        if (stopping || c->gone) return;
+        if (c->streaming) return StreamFailed(c, Internal("internal error: " + what));
+        RespondStatus(c, Internal("internal error: " + what));
+      });
+    }
+  }
+  template <typename F>
   void OnPool(const std::shared_ptr<CallState>& c, F work) {
-    asio::post(pool, [this, c, work = std::move(work)]() mutable {
-      try {
-        work();
-      } catch (const std::exception& e) {
-        log::Error("proxy", "call failed with an exception call={} what={}", c->key, e.what());
-        asio::post(io, [this, c, what = std::string(e.what())] {
-          if (stopping || c->gone) return;
-          RespondStatus(c, Internal("internal error: " + what));
-        });
-      }
-    });
+    asio::post(pool, [this, c, work = std::move(work)]() mutable { Guarded(c, work); });
   }
 
   void Prepare(const std::shared_ptr<CallState>& c) {
@@ -290,10 +305,17 @@ struct Proxy::Impl {
                                        : PrepareCompletion(c->body, c->header_session, ctx);
     c->body.clear();
     c->body.shrink_to_fit();
-    asio::post(io, [this, c, p = std::move(p)]() mutable {
+    std::string stream_body;
+    if (p.ok() && ForwardsStream(*p)) stream_body = StreamingGenerateBody(*p);
+    asio::post(io, [this, c, p = std::move(p), stream_body = std::move(stream_body)]() mutable {
       if (stopping || c->gone) return;
       if (!p.ok()) return RespondStatus(c, p.status());
       c->prepared = std::move(p).value();
+      c->forward_stream = !stream_body.empty();
+      c->stream_body = std::move(stream_body);
+      c->head.id = c->answer_id;
+      c->head.created = c->created;
+      c->head.model = c->prepared.model.empty() ? options.model : c->prepared.model;
       Dispatch(c);
     });
   }
@@ -360,9 +382,110 @@ struct Proxy::Impl {
     }
     const size_t r = *i;
     replicas.Begin(r);
+    const uint64_t attempt = ++c->attempt;
+    if (c->forward_stream) {
+      c->sse.clear();
+      c->upstream = PostAsync(
+          io, replicas.host(), replicas.port(r), "/generate", c->stream_body, c->deadline, options.max_upstream_bytes,
+          [this, c, r](UpstreamResult res) { OnUpstream(c, r, std::move(res)); },
+          [this, c, attempt](std::string_view bytes) { OnStreamBytes(c, attempt, bytes); });
+      return;
+    }
     c->upstream = PostAsync(io, replicas.host(), replicas.port(r), "/generate", c->prepared.generate_body, c->deadline,
                             options.max_upstream_bytes,
                             [this, c, r](UpstreamResult res) { OnUpstream(c, r, std::move(res)); });
+  }
+
+  // --- a stream forwarded as the rollout generates: its events, in order on
+  // the call's strand of the pool; their chunks written on the io thread.
+  void OnStreamBytes(const std::shared_ptr<CallState>& c, uint64_t attempt, std::string_view bytes) {
+    if (stopping || c->gone || attempt != c->attempt) return;
+    c->sse.append(bytes);
+    size_t consumed = 0;
+    for (size_t end; (end = c->sse.find("\n\n", consumed)) != std::string::npos; consumed = end + 2) {
+      std::string_view event = std::string_view(c->sse).substr(consumed, end - consumed);
+      if (!event.starts_with("data: ")) continue;
+      event.remove_prefix(6);
+      if (event == "[DONE]") continue;
+      asio::post(*c->strand, [this, c, attempt, e = std::string(event)] {
+        Guarded(c, [&] {
+          if (c->gone) return;
+          if (c->stream_attempt != attempt) {
+            c->stream = StreamState{};
+            c->stream_attempt = attempt;
+          }
+          auto chunks = StreamEvent(c->prepared, e, ctx, &c->stream, c->head);
+          asio::post(io, [this, c, attempt, chunks = std::move(chunks)]() mutable {
+            WriteStream(c, attempt, std::move(chunks), false);
+          });
+        });
+      });
+    }
+    c->sse.erase(0, consumed);
+    if (c->sse.size() > options.max_upstream_bytes) StreamFailed(c, DataLoss("rollout stream: an event over the size limit"));
+  }
+
+  void EndStream(const std::shared_ptr<CallState>& c) {
+    const uint64_t attempt = c->attempt;
+    asio::post(*c->strand, [this, c, attempt] {
+      Guarded(c, [&] {
+        if (c->gone) return;
+        if (c->stream_attempt != attempt) {
+          c->stream = StreamState{};
+          c->stream_attempt = attempt;
+        }
+        auto chunks = StreamEnd(c->prepared, ctx, &c->stream, c->head);
+        asio::post(io, [this, c, attempt, chunks = std::move(chunks)]() mutable {
+          WriteStream(c, attempt, std::move(chunks), true);
+        });
+      });
+    });
+  }
+
+  void WriteStream(const std::shared_ptr<CallState>& c, uint64_t attempt, StatusOr<std::vector<std::string>> chunks,
+                   bool end) {
+    if (stopping || c->gone || attempt != c->attempt) return;
+    if (!chunks.ok()) return StreamFailed(c, chunks.status());
+    if (!c->streaming) {
+      if (chunks->empty() && !end) return;
+      c->exchange->BeginStream("text/event-stream");
+      c->streaming = true;
+    }
+    for (std::string& chunk : *chunks) c->exchange->Write(std::move(chunk));
+    if (end) {
+      c->exchange->End();
+      Forget(c);
+    }
+  }
+
+  // A forwarded stream that cannot go on: before its first chunk, a sample
+  // the rollout aborted is sent again and any other error is answered as
+  // usual; after it, the stream ends with an error event.
+  void StreamFailed(const std::shared_ptr<CallState>& c, const Status& s) {
+    if (c->upstream) c->upstream->Cancel();
+    if (!c->streaming) {
+      if (s.code() == StatusCode::kUnavailable) {
+        ++n_retried;
+        c->tried.assign(replicas.size(), false);
+        return Dispatch(c);
+      }
+      if (s.code() == StatusCode::kDataLoss) return RespondError(c, BadGateway(s.message()));
+      return RespondStatus(c, s);
+    }
+    log::Warn("proxy", "stream ended by an error call={} error={}", c->key, s.message());
+    ApiError e = s.code() == StatusCode::kDataLoss ? BadGateway(s.message()) : ApiErrorFrom(s);
+    c->exchange->Write("data: " + DumpJson(ApiErrorJson(e)) + "\n\n");
+    c->exchange->End();
+    Forget(c);
+  }
+
+  static ApiError BadGateway(std::string message) {
+    ApiError e;
+    e.http_status = 502;
+    e.type = "server_error";
+    e.code = "bad_gateway";
+    e.message = std::move(message);
+    return e;
   }
 
   static std::string LastError(const std::shared_ptr<CallState>& c) {
@@ -376,27 +499,29 @@ struct Proxy::Impl {
     if (stopping || c->gone || res.outcome == O::kCancelled) return;
     switch (res.outcome) {
       case O::kOk:
+        if (c->forward_stream) return EndStream(c);
         OnPool(c, [this, c, body = std::move(res.body)]() mutable { Finish(c, std::move(body)); });
         return;
       case O::kReplicaDown:
         c->last_error = "replica " + std::to_string(r) + ": " + res.error;
+        if (c->streaming) return StreamFailed(c, Unavailable("rollout " + c->last_error + " (mid-stream)"));
         log::Warn("proxy", "replica failed a call, trying another call={} replica={} error={}", c->key, r, res.error);
         c->tried[r] = true;
         ++n_retried;
         return Dispatch(c);
-      case O::kTimeout:
-        return RespondStatus(c, DeadlineExceeded("rollout replica " + std::to_string(r) + ": " + res.error));
+      case O::kTimeout: {
+        const Status s = DeadlineExceeded("rollout replica " + std::to_string(r) + ": " + res.error);
+        return c->streaming ? StreamFailed(c, s) : RespondStatus(c, s);
+      }
       case O::kRefused: {
         ApiError e;
         if (res.http_status == 400) {
           e.message = "rollout: " + RolloutMessage(res.body);
           e.code = "invalid_value";
         } else {
-          e.http_status = 502;
-          e.type = "server_error";
-          e.code = "bad_gateway";
-          e.message = "rollout replica " + std::to_string(r) + ": " + res.error;
+          e = BadGateway("rollout replica " + std::to_string(r) + ": " + res.error);
         }
+        if (c->streaming) return StreamFailed(c, Internal(e.message));
         return RespondError(c, e);
       }
       case O::kCancelled:

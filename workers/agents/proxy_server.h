@@ -26,6 +26,10 @@
 // RPC is bounded by it); no replica up: the call waits retry_wait and asks
 // again. The deadline passed: 504 "timeout". A client that goes away has
 // its upstream call closed (the rollout aborts it) and nothing recorded.
+// A stream without tool calls or stop strings is forwarded as the rollout
+// generates (proxy_call.h ForwardsStream): its events become chunks on the
+// pool, in order (a strand per call); a replica failing after the first
+// chunk ends the stream with an error event.
 //
 // Stop(): stops accepting, closes every connection and upstream call, ends
 // the waiting calls, waits for the pool's running tasks (each one call's

@@ -17,8 +17,9 @@ using Outcome = UpstreamResult::Outcome;
 
 class Call final : public UpstreamCall, public std::enable_shared_from_this<Call> {
  public:
-  Call(boost::asio::io_context& io, std::function<void(UpstreamResult)> done)
-      : stream_(io), done_(std::move(done)) {}
+  Call(boost::asio::io_context& io, std::function<void(UpstreamResult)> done,
+       std::function<void(std::string_view)> on_body)
+      : stream_(io), done_(std::move(done)), on_body_(std::move(on_body)) {}
 
   void Start(const std::string& host, int port, const std::string& target, std::string body,
              std::chrono::steady_clock::time_point deadline, size_t max_bytes) {
@@ -35,7 +36,25 @@ class Call final : public UpstreamCall, public std::enable_shared_from_this<Call
     req_.set(http::field::content_type, "application/json");
     req_.body() = std::move(body);
     req_.prepare_payload();
-    parser_.body_limit(max_bytes);
+    if (on_body_) {
+      // A stream's body is not kept (what a non-200 says is, bounded).
+      parser_.body_limit(boost::none);
+      chunk_cb_ = [this, max_bytes](std::uint64_t, beast::string_view chunk, beast::error_code& error) -> std::size_t {
+        const std::string_view bytes(chunk.data(), chunk.size());
+        if (finished_) return bytes.size();
+        if (parser_.get().result_int() == 200) {
+          on_body_(bytes);
+        } else if (error_body_.size() + bytes.size() <= max_bytes) {
+          error_body_.append(bytes);
+        } else {
+          error = http::error::body_limit;
+        }
+        return bytes.size();
+      };
+      parser_.on_chunk_body(chunk_cb_);
+    } else {
+      parser_.body_limit(max_bytes);
+    }
     stream_.expires_at(deadline);
     auto self = shared_from_this();
     stream_.async_connect(tcp::endpoint(address, static_cast<unsigned short>(port)),
@@ -67,6 +86,7 @@ class Call final : public UpstreamCall, public std::enable_shared_from_this<Call
     UpstreamResult r;
     r.http_status = res.result_int();
     r.body = std::move(res.body());
+    if (on_body_ && r.body.empty()) r.body = std::move(error_body_);
     if (r.http_status == 200) {
       r.outcome = Outcome::kOk;
     } else if (r.http_status == 503) {
@@ -102,6 +122,9 @@ class Call final : public UpstreamCall, public std::enable_shared_from_this<Call
 
   beast::tcp_stream stream_;
   std::function<void(UpstreamResult)> done_;
+  std::function<void(std::string_view)> on_body_;
+  std::function<std::size_t(std::uint64_t, beast::string_view, beast::error_code&)> chunk_cb_;
+  std::string error_body_;
   http::request<http::string_body> req_;
   beast::flat_buffer buffer_;
   http::response_parser<http::string_body> parser_;
@@ -113,8 +136,9 @@ class Call final : public UpstreamCall, public std::enable_shared_from_this<Call
 std::shared_ptr<UpstreamCall> PostAsync(boost::asio::io_context& io, const std::string& host, int port,
                                         const std::string& target, std::string body,
                                         std::chrono::steady_clock::time_point deadline, size_t max_bytes,
-                                        std::function<void(UpstreamResult)> done) {
-  auto call = std::make_shared<Call>(io, std::move(done));
+                                        std::function<void(UpstreamResult)> done,
+                                        std::function<void(std::string_view)> on_body) {
+  auto call = std::make_shared<Call>(io, std::move(done), std::move(on_body));
   call->Start(host, port, target, std::move(body), deadline, max_bytes);
   return call;
 }

@@ -11,6 +11,9 @@
 //                  not retried, the body's message relayed);
 //   kTimeout       the deadline passed;
 //   kCancelled     Cancel() (the client went away, or the proxy stops).
+// With `on_body`, a 200 answer's chunked body is handed to it as it arrives
+// (on the io thread, in order; a streamed /generate), not kept: the result's
+// body is then empty, and the size bound applies to what the caller keeps.
 // The callback runs exactly once, on the io thread. Cancel() is idempotent
 // and must be called on the io thread; closing the connection makes the
 // rollout abort the request (docs/inference.md "Disconnects").
@@ -21,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/io_context.hpp>
 
@@ -43,6 +47,7 @@ class UpstreamCall {
 std::shared_ptr<UpstreamCall> PostAsync(boost::asio::io_context& io, const std::string& host, int port,
                                         const std::string& target, std::string body,
                                         std::chrono::steady_clock::time_point deadline, size_t max_bytes,
-                                        std::function<void(UpstreamResult)> done);
+                                        std::function<void(UpstreamResult)> done,
+                                        std::function<void(std::string_view)> on_body = nullptr);
 
 }  // namespace tandem::agents

@@ -91,6 +91,23 @@ class FakeRollout {
                       {"meta_info",
                        {{"finish_reason", {{"type", "stop"}}}, {"weight_version", "5"}, {"output_token_logprobs", lps}}}});
     }
+    if (body.value("stream", false)) {
+      // SGLang's stream: per sample and token the cumulative object, then [DONE].
+      ex->BeginStream("text/event-stream");
+      for (size_t k = 1; k <= reply_.size(); ++k) {
+        for (int i = 0; i < n; ++i) {
+          nlohmann::json e = list[static_cast<size_t>(i)];
+          e["output_ids"] = std::vector<int32_t>(reply_.begin(), reply_.begin() + static_cast<std::ptrdiff_t>(k));
+          auto& lps = e["meta_info"]["output_token_logprobs"];
+          lps = nlohmann::json(std::vector<nlohmann::json>(lps.begin(), lps.begin() + static_cast<std::ptrdiff_t>(k)));
+          if (k < reply_.size()) e["meta_info"]["finish_reason"] = nullptr;
+          if (n > 1) e["index"] = i;
+          ex->Write("data: " + e.dump() + "\n\n");
+        }
+      }
+      ex->Write("data: [DONE]\n\n");
+      return ex->End();
+    }
     std::string answer = (n == 1 ? list[0] : list).dump();
     if (delay_ms_ == 0) return ex->Respond(200, "application/json", answer);
     auto timer = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(delay_ms_.load()));

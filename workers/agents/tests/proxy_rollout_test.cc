@@ -117,6 +117,7 @@ class ProxyRollout : public ::testing::Test {
 
   void SetUp() override {
     if (bin_.empty()) GTEST_SKIP() << "set TANDEM_WORKER_BIN to a built tandem-worker to run this test";
+    ASSERT_TRUE(fs::exists(dir_ + "/model/config.json")) << "no model: the suite's sft run failed";
     auto tok = data::Tokenizer::FromDirectory(dir_ + "/model");
     ASSERT_TRUE(tok.ok()) << tok.status().ToString();
     tok_.emplace(std::move(*tok));
@@ -159,9 +160,9 @@ class ProxyRollout : public ::testing::Test {
 };
 
 TEST_F(ProxyRollout, ATwoTurnSessionIsTheExactTokensTheModelProduced) {
-  StartRollout(0);
-  StartRollout(1);
-  StartProxy({0, 1});
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartRollout(1));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0, 1}));
   const http::HttpReply first = Post(port(), "/v1/chat/completions",
                                      R"({"model": "tiny", "messages": [{"role": "system", "content": "Be brief."},
                                          {"role": "user", "content": "Hi there"}],
@@ -220,10 +221,65 @@ TEST_F(ProxyRollout, ATwoTurnSessionIsTheExactTokensTheModelProduced) {
   EXPECT_EQ(proxy_->open_sessions(), 0u);
 }
 
+// The content of a chat stream (all choices' deltas, in order) and its last event.
+std::pair<std::string, std::string> StreamContent(const std::string& body) {
+  std::string content, last;
+  for (const std::string& e : http::SseData(body)) {
+    last = e;
+    const json c = json::parse(e, nullptr, false);
+    if (!c.is_object() || !c.contains("choices") || c["choices"].empty()) continue;
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) content += d["content"].get<std::string>();
+  }
+  return {content, last};
+}
+
+TEST_F(ProxyRollout, AStreamIsForwardedAsTheRolloutGenerates) {
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0}));
+  const std::string messages = R"("messages": [{"role": "user", "content": "Count: 1 2 3"}], "max_tokens": 24, "temperature": 0)";
+  const http::HttpReply whole = Post(port(), "/v1/chat/completions", "{" + messages + "}");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const http::HttpReply streamed =
+      Post(port(), "/v1/chat/completions", "{" + messages + R"(, "stream": true})", "streamed");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const auto [content, last] = StreamContent(streamed.body);
+  EXPECT_EQ(last, "[DONE]");
+  // Greedy: the same text whether streamed or not.
+  EXPECT_EQ(content, json::parse(whole.body)["choices"][0]["message"]["content"].get<std::string>());
+  const auto e = proxy_->ExportSession("streamed");
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->turns.size(), 1u);
+  EXPECT_EQ(e->turns[0].ids.size() - e->turns[0].prompt_tokens,
+            json::parse(whole.body)["usage"]["completion_tokens"].get<size_t>());
+}
+
+TEST_F(ProxyRollout, AReplicaKilledMidStreamEndsTheStreamWithAnError) {
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0}));
+  const int fd = http::ConnectTcp(port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(http::SendAll(
+      fd, http::RequestText("POST", "/v1/chat/completions",
+                            R"({"messages": [{"role": "user", "content": "Go on."}], "n": 4, "max_tokens": 1000,
+                                "temperature": 1.0, "stream": true})")));
+  const std::string head = http::ReadUntil(fd, "data: ", 60s);
+  ASSERT_NE(head.find("data: "), std::string::npos) << head;
+  rollouts_[0]->Signal(SIGKILL);
+  rollouts_[0]->Wait();
+  const std::string rest = head + http::ReadUntilClosed(fd, 30s);
+  ::close(fd);
+  const http::HttpReply r = http::ParseReply(rest);
+  EXPECT_EQ(r.status, 200);
+  const auto [content, last] = StreamContent(r.body);
+  EXPECT_NE(last.find("\"error\""), std::string::npos) << "the stream ends with an error event: " << last;
+  EXPECT_EQ(proxy_->calls_in_flight(), 0u);
+}
+
 TEST_F(ProxyRollout, CallsFinishOnTheOtherReplicaWhenOneIsKilled) {
-  StartRollout(0);
-  StartRollout(1);
-  StartProxy({0, 1});
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartRollout(1));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0, 1}));
   const std::string body =
       R"({"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 200, "temperature": 1.0})";
   std::vector<std::future<http::HttpReply>> calls;
@@ -241,15 +297,15 @@ TEST_F(ProxyRollout, CallsFinishOnTheOtherReplicaWhenOneIsKilled) {
   EXPECT_GE(proxy_->calls_retried(), 1u);
   EXPECT_EQ(proxy_->calls_in_flight(), 0u);
   // The replica comes back (a new process, a new port file): served again.
-  StartRollout(0);
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
   std::this_thread::sleep_for(600ms);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(Post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 4})").status, 200);
 }
 
 TEST_F(ProxyRollout, PauseAndStopAreImmediateDuringALargeRollout) {
-  StartRollout(0);
-  StartRollout(1);
-  StartProxy({0, 1});
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartRollout(1));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0, 1}));
   const std::string body =
       R"({"messages": [{"role": "user", "content": "Go on."}], "n": 4, "max_tokens": 300, "temperature": 1.0})";
   std::vector<std::future<http::HttpReply>> calls;
@@ -283,8 +339,8 @@ TEST_F(ProxyRollout, PauseAndStopAreImmediateDuringALargeRollout) {
 }
 
 TEST_F(ProxyRollout, PauseHoldsCallsUntilResume) {
-  StartRollout(0);
-  StartProxy({0});
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0}));
   proxy_->Pause();
   auto waiting = std::async(std::launch::async, [&] {
     return Post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 4})");
@@ -296,10 +352,10 @@ TEST_F(ProxyRollout, PauseHoldsCallsUntilResume) {
 }
 
 TEST_F(ProxyRollout, AReplicaThatNeverAnswersIsATimeout) {
-  StartRollout(0);
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
   ProxyOptions o;
   o.request_timeout = 1500ms;
-  StartProxy({0}, o);
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0}, o));
   ASSERT_EQ(Post(port(), "/v1/completions", R"({"prompt": "Hi", "max_tokens": 2})").status, 200);
   rollouts_[0]->Signal(SIGSTOP);  // alive, listening, never answering
   const auto t0 = std::chrono::steady_clock::now();
@@ -310,8 +366,8 @@ TEST_F(ProxyRollout, AReplicaThatNeverAnswersIsATimeout) {
 }
 
 TEST_F(ProxyRollout, HostileBodiesAre400sAndServingGoesOn) {
-  StartRollout(0);
-  StartProxy({0});
+  ASSERT_NO_FATAL_FAILURE(StartRollout(0));
+  ASSERT_NO_FATAL_FAILURE(StartProxy({0}));
   for (const std::string& body : {std::string("{"), std::string(R"({"messages": 3})"),
                                   std::string(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 7})"),
                                   std::string("\x00\x01", 2)}) {

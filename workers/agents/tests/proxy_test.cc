@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,35 +125,90 @@ TEST_F(ProxyTest, ATwoTurnSessionOverHttpKeepsTheExactTokens) {
   EXPECT_EQ(http::Request(port(), "DELETE", "/v1/sessions/ep-1").status, 404);
 }
 
-TEST_F(ProxyTest, StreamsTheAnswerAsServerSentEvents) {
-  Start(1);
-  const http::HttpReply r = Post(port(), "/v1/chat/completions",
-                                 R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true,
-                                     "stream_options": {"include_usage": true}})");
-  ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.header("content-type"), "text/event-stream");
-  const std::vector<std::string> events = http::SseData(r.body);
-  ASSERT_GE(events.size(), 4u);
-  EXPECT_EQ(events.back(), "[DONE]");
-  std::string content;
-  std::string finish;
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    const json c = json::parse(events[i]);
-    EXPECT_EQ(c["object"], "chat.completion.chunk");
-    if (c["choices"].empty()) {
-      EXPECT_TRUE(c.contains("usage"));
+// The content, finish reasons and whether usage came, from an SSE body.
+struct Streamed {
+  std::map<int, std::string> content;
+  std::map<int, std::string> finish;
+  bool usage = false;
+  bool done = false;
+  size_t chunks = 0;
+};
+Streamed ReadStream(const std::string& body, const std::string& object) {
+  Streamed out;
+  const std::vector<std::string> events = http::SseData(body);
+  for (const std::string& e : events) {
+    if (e == "[DONE]") {
+      out.done = true;
       continue;
     }
-    const json& d = c["choices"][0]["delta"];
-    if (d.contains("content")) content += d["content"].get<std::string>();
-    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    const json c = json::parse(e);
+    EXPECT_EQ(c["object"], object) << e;
+    if (c["choices"].empty()) {
+      out.usage = c.contains("usage");
+      continue;
+    }
+    ++out.chunks;
+    const json& ch = c["choices"][0];
+    const int index = ch["index"];
+    if (ch.contains("delta") && ch["delta"].contains("content")) out.content[index] += ch["delta"]["content"].get<std::string>();
+    if (ch.contains("text")) out.content[index] += ch["text"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) out.finish[index] = ch["finish_reason"];
   }
-  EXPECT_EQ(content, "Yo");
-  EXPECT_EQ(finish, "stop");
+  EXPECT_EQ(events.back(), "[DONE]");
+  return out;
+}
+
+TEST_F(ProxyTest, StreamsAsTheRolloutGenerates) {
+  Start(1);
+  const http::HttpReply r = Post(port(), "/v1/chat/completions",
+                                 R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true, "n": 2,
+                                     "logprobs": true, "stream_options": {"include_usage": true}})",
+                                 "streamed");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("content-type"), "text/event-stream");
+  const Streamed s = ReadStream(r.body, "chat.completion.chunk");
+  EXPECT_TRUE(s.done);
+  EXPECT_TRUE(s.usage);
+  for (int i : {0, 1}) {
+    EXPECT_EQ(s.content.at(i), "Yo");
+    EXPECT_EQ(s.finish.at(i), "stop");
+  }
+  // One chunk per token and sample at least (role + "Y" + "o" + end + finish).
+  EXPECT_GE(s.chunks, 2 * reply_.size());
+  ASSERT_EQ(rollouts_[0]->bodies().size(), 1u);
+  EXPECT_EQ(rollouts_[0]->bodies()[0]["stream"], true) << "forwarded";
+  // Recorded like any call.
+  const auto e = proxy_->ExportSession("streamed");
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->turns.size(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(e->turns[0].ids.end() - static_cast<std::ptrdiff_t>(reply_.size()), e->turns[0].ids.end()),
+            reply_);
 
   const http::HttpReply comp = Post(port(), "/v1/completions", R"({"prompt": "ab", "stream": true})");
   ASSERT_EQ(comp.status, 200) << comp.body;
-  EXPECT_EQ(http::SseData(comp.body).back(), "[DONE]");
+  EXPECT_EQ(ReadStream(comp.body, "text_completion").content.at(0), "Yo");
+}
+
+TEST_F(ProxyTest, StreamsWithToolsOrStopStringsAreGeneratedWholeFirst) {
+  Start(1);
+  const http::HttpReply r = Post(port(), "/v1/chat/completions",
+                                 R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true, "stop": ["Z"],
+                                     "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Streamed s = ReadStream(r.body, "chat.completion.chunk");
+  EXPECT_EQ(s.content.at(0), "Yo");
+  EXPECT_EQ(s.finish.at(0), "stop");
+  EXPECT_TRUE(s.usage);
+  const http::HttpReply t = Post(port(), "/v1/chat/completions",
+                                 R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true,
+                                     "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(ReadStream(t.body, "chat.completion.chunk").content.at(0), "Yo");
+  for (const json& b : rollouts_[0]->bodies()) EXPECT_FALSE(b.contains("stream")) << "not forwarded: " << b.dump();
+
+  const http::HttpReply comp = Post(port(), "/v1/completions", R"({"prompt": "ab", "stream": true, "stop": "Q"})");
+  ASSERT_EQ(comp.status, 200) << comp.body;
+  EXPECT_EQ(ReadStream(comp.body, "text_completion").content.at(0), "Yo");
 }
 
 TEST_F(ProxyTest, BalancesByOutstandingCallsAndKeepsASessionOnItsReplica) {
