@@ -4,7 +4,9 @@
 // (probe_worker.h); `sft` (workers/roles/sft_command.h) trains small models;
 // `rollout` (workers/roles/rollout_command.h) serves generation and
 // `teacher` (workers/roles/teacher_command.h) scores sequences over HTTP;
-// `actor` (workers/roles/actor_command.h) trains with RL as the job's controller. `--list-workers` prints the subcommands this binary registered, one a
+// `actor` (workers/roles/actor_command.h) trains with RL as the job's
+// controller; `proxy` (workers/roles/proxy_command.h) serves the OpenAI API
+// in front of the rollouts. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
 // `--version` prints the project's version. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
@@ -21,6 +23,7 @@
 #include "common/version.h"
 #include "workers/probe_worker.h"
 #include "workers/roles/actor_command.h"
+#include "workers/roles/proxy_command.h"
 #include "workers/roles/rollout_command.h"
 #include "workers/roles/sft_command.h"
 #include "workers/roles/teacher_command.h"
@@ -73,8 +76,9 @@ int main(int argc, char** argv) {
   tandem::roles::RolloutCommand rollout;
   tandem::roles::TeacherCommand teacher;
   tandem::roles::ActorCommand actor;
+  tandem::roles::ProxyCommand proxy;
   const std::vector<std::pair<const char*, tandem::roles::WorkerCommand*>> commands = {
-      {"sft", &sft}, {"rollout", &rollout}, {"teacher", &teacher}, {"actor", &actor}};
+      {"sft", &sft}, {"rollout", &rollout}, {"teacher", &teacher}, {"actor", &actor}, {"proxy", &proxy}};
   for (const auto& [name, command] : commands) command->Register(app, Summary(name));
 
   try {

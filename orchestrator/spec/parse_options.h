@@ -2,7 +2,7 @@
 // this one. ParseJobSpec/ParseJobSpecText (job_spec.h) parse for this build:
 // a role's "worker" must be one this build's tandem-worker has
 // (common/native_workers.h), else it is refused with the ones it has. The
-// format knows more worker kinds ("actor", "rollout", "teacher", "probe", "sft");
+// format knows more worker kinds ("actor", "rollout", "teacher", "probe", "sft", "proxy");
 // tests of the format's handoff rules for workers not built yet parse with
 // ParseOptions{ParseOptions::AllWorkerKinds()}.
 #pragma once

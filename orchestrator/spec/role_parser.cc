@@ -95,7 +95,8 @@ ParsedRole ParseRole(const Json& v, const std::string& name, const std::string& 
   }
   if (has_worker) {
     const std::string p = JoinKey(path, "worker");
-    if (auto w = r.Enum(v["worker"], p, {kWorkerKinds[0], kWorkerKinds[1], kWorkerKinds[2], kWorkerKinds[3], kWorkerKinds[4]})) {
+    if (auto w = r.Enum(v["worker"], p, {kWorkerKinds[0], kWorkerKinds[1], kWorkerKinds[2], kWorkerKinds[3], kWorkerKinds[4],
+                                           kWorkerKinds[5]})) {
       // Kept even when refused below, so the handoff checks still see its kind.
       role.worker = *w;
       if (std::find(workers.begin(), workers.end(), *w) == workers.end()) {

@@ -14,7 +14,7 @@ namespace tandem::spec::internal {
 
 // Every native worker kind the format knows (schemas/jobspec.schema.json,
 // $defs/role.worker), in the schema's order.
-inline constexpr std::array<std::string_view, 5> kWorkerKinds = {"actor", "rollout", "teacher", "probe", "sft"};
+inline constexpr std::array<std::string_view, 6> kWorkerKinds = {"actor", "rollout", "teacher", "probe", "sft", "proxy"};
 
 struct ParsedRole {
   RoleSpec role;

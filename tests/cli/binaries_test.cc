@@ -57,7 +57,7 @@ nlohmann::json UnknownWorkerSpec() {
 }
 
 constexpr const char* kRefusal =
-    R"(roles.trainer.worker: expected one of "actor", "rollout", "teacher", "probe", "sft", got "critic")";
+    R"(roles.trainer.worker: expected one of "actor", "rollout", "teacher", "probe", "sft", "proxy", got "critic")";
 
 TEST_F(Binaries, ValidateRefusesAWorkerThereIsNot) {
   const fs::path spec = tmp_ / "rl.json";
@@ -73,7 +73,7 @@ TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
   auto r = d.client().Request("POST", "/v1/jobs", UnknownWorkerSpec().dump());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->status, 400) << r->body;
-  EXPECT_THAT(r->body, HasSubstr(R"(expected one of \"actor\", \"rollout\", \"teacher\", \"probe\", \"sft\", got \"critic\")"));
+  EXPECT_THAT(r->body, HasSubstr(R"(expected one of \"actor\", \"rollout\", \"teacher\", \"probe\", \"sft\", \"proxy\", got \"critic\")"));
 }
 
 }  // namespace

@@ -225,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"args without worker", SPEC(R"("a": {"command": ["x"], "args": ["y"]})"),
                   R"(roles.a.args: only allowed with "worker")"},
         ErrorCase{"unknown worker", SPEC(R"("a": {"worker": "critic"})"),
-                  R"(roles.a.worker: expected one of "actor", "rollout", "teacher", "probe", "sft", got "critic")"},
+                  R"(roles.a.worker: expected one of "actor", "rollout", "teacher", "probe", "sft", "proxy", got "critic")"},
         ErrorCase{"empty program", SPEC(R"("a": {"command": ["", "x"]})"),
                   "roles.a.command[0]: expected a non-empty string (the program)"},
         ErrorCase{"argv not strings", SPEC(R"("a": {"command": ["x", 3]})"),
