@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "workers/agents/proxy_server.h"
+#include "workers/agents/tests/proxy_client.h"
 #include "workers/inference/tests/http_test_client.h"
 
 extern char** environ;
@@ -83,14 +84,7 @@ std::string ReadAll(const std::string& path) {
 
 http::HttpReply Post(int port, const std::string& path, const std::string& body, const std::string& session = "",
                      std::chrono::milliseconds timeout = 120s) {
-  const int fd = http::ConnectTcp(port);
-  if (fd < 0) return {};
-  http::HttpReply r;
-  const std::string headers = session.empty() ? "" : "X-Session-Id: " + session + "\r\n";
-  if (http::SendAll(fd, http::RequestText("POST", path, body, headers)))
-    r = http::ParseReply(http::ReadUntilClosed(fd, timeout));
-  ::close(fd);
-  return r;
+  return testing::PostToProxy(port, path, body, session, timeout);
 }
 
 class ProxyRollout : public ::testing::Test {

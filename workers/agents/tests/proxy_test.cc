@@ -22,6 +22,7 @@
 #include "workers/agents/tests/fake_rollout.h"
 #include "workers/agents/tool_chat_template.h"
 #include "workers/data/byte_tokenizer.h"
+#include "workers/agents/tests/proxy_client.h"
 #include "workers/inference/tests/http_test_client.h"
 
 namespace tandem::agents {
@@ -39,14 +40,7 @@ data::Tokenizer ByteTokenizer() {
 
 http::HttpReply Post(int port, const std::string& path, const std::string& body, const std::string& session = "",
                      std::chrono::milliseconds timeout = 20s) {
-  const int fd = http::ConnectTcp(port);
-  if (fd < 0) return {};
-  http::HttpReply r;
-  const std::string headers = session.empty() ? "" : "X-Session-Id: " + session + "\r\n";
-  if (http::SendAll(fd, http::RequestText("POST", path, body, headers)))
-    r = http::ParseReply(http::ReadUntilClosed(fd, timeout));
-  ::close(fd);
-  return r;
+  return testing::PostToProxy(port, path, body, session, timeout);
 }
 
 const std::string kHi = R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})";
