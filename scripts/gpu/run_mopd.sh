@@ -7,7 +7,7 @@
 #      student's base (subtraction: it knows the format, not the skills),
 #      each for at most MOPD_SFT_SECONDS;
 #   2. the student distills from both teachers (mopd, top-k term, no task
-#      reward) for MOPD_STEPS steps; with MOPD_GRPO=1, then the same
+#      reward) for MOPD_STEPS steps (MOPD_SKIP_MOPD=1: not); with MOPD_GRPO=1, then the same
 #      student trained by GRPO alone (the verifier's reward on the same
 #      prompts, no teachers) for the same steps, for the comparison the
 #      issue asks for.
@@ -75,7 +75,7 @@ PY
   [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
   return $rc
 }
-job mopd-gpu mopd
+[[ ${MOPD_SKIP_MOPD:-0} == 1 ]] || job mopd-gpu mopd
 [[ ${MOPD_GRPO:-0} == 1 ]] && job grpo-gpu grpo
 python3 - "$OUT" <<'PY'
 import json, os, sys

@@ -59,6 +59,16 @@ struct ActorOptions {
   std::string dp_port_file = "actor.dp.port";
   std::string dp_host = "127.0.0.1";
 
+  // Multi-turn episodes (actor_episodes.h, docs/agents.md): a workflow
+  // (agents/workflow.h: a name or {"name", "options"}; null: the rollouts
+  // are asked directly, one response per sample), the unit of its
+  // advantages ("episode" or "turn"), the episodes run at once, and where
+  // the in-process proxy's port is written ("": nowhere).
+  nlohmann::json workflow;
+  std::string advantage_unit = "episode";
+  int64_t episode_threads = 64;
+  std::string proxy_port_file;
+
   std::string control;               // default $TANDEM_CONTROL (required: the daemon drives the weights)
   std::string metrics_path;          // default $TANDEM_RUN_DIR/metrics.jsonl, else ./metrics.jsonl
   std::string out_dir;               // optional: the final model as an HF directory

@@ -31,6 +31,7 @@ const char* KindName(ReplicaMessage::Kind k) {
 
 json TrajectoryToJson(const train::Trajectory& t) {
   json j = {{"p", t.prompt}, {"r", t.response}, {"l", t.old_logprobs}, {"w", t.reward}, {"g", t.group}};
+  if (!t.trained.empty()) j["m"] = t.trained;  // a multi-turn episode's mask
   if (!t.route.empty()) j["o"] = t.route;  // MOPD
   if (!t.teacher_logprobs.empty()) j["t"] = t.teacher_logprobs;
   if (!t.teacher_top_ids.empty()) j["ti"] = t.teacher_top_ids;  // the distill loss's top-k
@@ -88,6 +89,14 @@ StatusOr<train::Trajectory> TrajectoryFromJson(const json& j, const std::string&
   const auto l = j.find("l");
   if (l == j.end()) return InvalidArgument(where + ".l: expected an array of log-probs");
   TANDEM_RETURN_IF_ERROR(Floats(*l, where + ".l", t.old_logprobs));
+  if (const auto m = j.find("m"); m != j.end()) {
+    if (!m->is_array()) return InvalidArgument(where + ".m: expected an array of 0 and 1");
+    for (const json& x : *m) {
+      if (!x.is_number_integer() || (x.get<int64_t>() != 0 && x.get<int64_t>() != 1))
+        return InvalidArgument(where + ".m: expected an array of 0 and 1");
+      t.trained.push_back(static_cast<uint8_t>(x.get<int64_t>()));
+    }
+  }
   if (const auto o = j.find("o"); o != j.end()) TANDEM_RETURN_IF_ERROR(Floats(*o, where + ".o", t.route));
   TANDEM_RETURN_IF_ERROR(PerTeacher(j, "t", where, Floats, t.teacher_logprobs));
   TANDEM_RETURN_IF_ERROR(PerTeacher(j, "ti", where, Ints, t.teacher_top_ids));

@@ -24,7 +24,8 @@ void Run(boost::asio::io_context& io) {
 }  // namespace
 
 StatusOr<std::string> PostJson(const std::string& host, int port, const std::string& target, std::string body,
-                               std::chrono::milliseconds timeout, const std::string& where, size_t max_bytes) {
+                               std::chrono::milliseconds timeout, const std::string& where, size_t max_bytes,
+                               const std::vector<std::pair<std::string, std::string>>& headers) {
   boost::asio::io_context io;
   beast::tcp_stream stream(io);
   beast::error_code ec;
@@ -40,6 +41,7 @@ StatusOr<std::string> PostJson(const std::string& host, int port, const std::str
   http::request<http::string_body> req{http::verb::post, target, 11};
   req.set(http::field::host, host);
   req.set(http::field::content_type, "application/json");
+  for (const auto& [name, value] : headers) req.set(name, value);
   req.body() = std::move(body);
   req.prepare_payload();
   http::async_write(stream, req, [&ec](beast::error_code e, size_t) { ec = e; });

@@ -49,11 +49,20 @@ std::string RouteDefect(const Trajectory& t, int64_t teachers, int64_t top_k, in
   return "";
 }
 
+// Whether the loss counts response token j of `t` (Trajectory::trained).
+bool Trained(const Trajectory& t, size_t j) { return t.trained.empty() || t.trained[j] != 0; }
+
+// The response tokens of `t` the loss counts.
+int64_t TrainedTokens(const Trajectory& t) {
+  if (t.trained.empty()) return static_cast<int64_t>(t.response.size());
+  return static_cast<int64_t>(std::count_if(t.trained.begin(), t.trained.end(), [](uint8_t m) { return m != 0; }));
+}
+
 // The response tokens of `t` the distill loss counts (those of a sequence routed to some teacher).
 double RoutedTokens(const Trajectory& t) {
   double w = 0;
   for (const float x : t.route) w += x;
-  return w > 0 ? static_cast<double>(t.response.size()) : 0.0;
+  return w > 0 ? static_cast<double>(TrainedTokens(t)) : 0.0;
 }
 
 // Why trajectory `t` cannot be trained on, or "" when it can (`teachers`:
@@ -69,6 +78,10 @@ std::string Defect(const Trajectory& t, int64_t vocab, int64_t teachers, int64_t
            " response tokens";
   for (const float lp : t.old_logprobs)
     if (!std::isfinite(lp)) return "a non-finite old log-prob";
+  if (!t.trained.empty() && t.trained.size() != t.response.size())
+    return "a trained mask of " + std::to_string(t.trained.size()) + " for " + std::to_string(t.response.size()) +
+           " response tokens";
+  if (TrainedTokens(t) == 0) return "no trained response token (its mask is all 0)";
   if (!std::isfinite(t.reward)) return "a non-finite reward";
   return teachers > 0 ? RouteDefect(t, teachers, top_k, vocab) : "";
 }
@@ -305,7 +318,7 @@ Status GrpoTrainer::Prepare(const std::vector<Trajectory>& trajectories, const s
         std::vector<int32_t> s = valid[i]->prompt;
         s.insert(s.end(), valid[i]->response.begin(), valid[i]->response.end());
         share.total_tokens += static_cast<int64_t>(s.size());
-        share.tokens += static_cast<double>(valid[i]->response.size());
+        share.tokens += static_cast<double>(TrainedTokens(*valid[i]));
         share.sequences += 1;
         if (config.distill) share.distill_tokens += RoutedTokens(*valid[i]);
         seqs.push_back(std::move(s));
@@ -347,7 +360,7 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
         std::vector<int32_t> s = t.prompt;
         s.insert(s.end(), t.response.begin(), t.response.end());
         st.sequence_tokens += static_cast<int64_t>(s.size());
-        st.response_tokens += static_cast<int64_t>(t.response.size());
+        st.response_tokens += TrainedTokens(t);
         width = std::max<int64_t>(width, static_cast<int64_t>(t.response.size()));
         score_from.push_back(static_cast<int32_t>(t.prompt.size()));
         seqs.push_back(std::move(s));
@@ -364,12 +377,15 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
       std::vector<float> old(static_cast<size_t>(b * width), 0.0f);
       std::vector<uint8_t> mask(static_cast<size_t>(b * width), 0);
       std::vector<int64_t> adv_index;
+      int64_t trained = 0;
       for (int64_t s = 0; s < b; ++s) {
         const Trajectory& t = *valid[samples[s]];
         for (size_t j = 0; j < t.response.size(); ++j) {
           cells.push_back(s * width + static_cast<int64_t>(j));
+          if (!Trained(t, j)) continue;
           old[s * width + j] = t.old_logprobs[j];
           mask[s * width + j] = 1;
+          ++trained;
         }
         adv_index.push_back(samples[s]);
       }
@@ -420,7 +436,7 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
         Accumulate(distill.metrics.ToHost(), routed, st.distill);
       }
       total.backward();
-      Accumulate(loss.metrics.ToHost(), static_cast<double>(cells.size()), st.loss);
+      Accumulate(loss.metrics.ToHost(), static_cast<double>(trained), st.loss);
     }
   } catch (const std::exception& e) {
     return Internal(where + ": " + e.what());

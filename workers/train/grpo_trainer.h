@@ -79,6 +79,12 @@ struct Trajectory {
   // position and their log-probs, row-major [response.size() * k].
   std::vector<std::vector<int32_t>> teacher_top_ids;
   std::vector<std::vector<float>> teacher_top_logprobs;
+  // Which response tokens the loss counts (1) and which it only reads as
+  // context (0: environment, tool and user tokens between a multi-turn
+  // episode's model turns, docs/agents.md); empty: every one. Masked tokens
+  // add nothing to the loss, its normalisers or the token metrics; their old
+  // (and teacher) log-probs are not looked at. At least one must be 1.
+  std::vector<uint8_t> trained;
 };
 
 struct GrpoTrainerOptions {

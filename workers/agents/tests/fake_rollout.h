@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,9 @@ class FakeRollout {
   int port() const { return server_->port(); }
   void WritePortFile(const std::string& path) const { (void)roles::WritePortFile(path, port()); }
   void set_mode(Mode m) { mode_ = m; }
+  // Each sample's output ids from the /generate body (its input_ids), in
+  // place of the fixed reply; set before any call (it runs on the io thread).
+  void set_replier(std::function<std::vector<int32_t>(const nlohmann::json& body)> f) { replier_ = std::move(f); }
   void set_delay(std::chrono::milliseconds d) { delay_ms_ = d.count(); }
   int calls() const { return calls_; }
   int closed_early() const { return closed_early_; }
@@ -82,25 +86,26 @@ class FakeRollout {
     ex->OnClose([this] { ++closed_early_; });
     if (mode_ == Mode::k503) return ex->RespondError(503, "unavailable", "paused");
     if (mode_ == Mode::kHang) return held_.push_back(ex);
+    const std::vector<int32_t> reply = replier_ ? replier_(body) : reply_;
     const int n = body.value("sampling_params", nlohmann::json::object()).value("n", 1);
     nlohmann::json list = nlohmann::json::array();
     for (int i = 0; i < n; ++i) {
       nlohmann::json lps = nlohmann::json::array();
-      for (const int32_t id : reply_) lps.push_back({-0.125, id, nullptr});
-      list.push_back({{"output_ids", reply_},
+      for (const int32_t id : reply) lps.push_back({-0.125, id, nullptr});
+      list.push_back({{"output_ids", reply},
                       {"meta_info",
                        {{"finish_reason", {{"type", "stop"}}}, {"weight_version", "5"}, {"output_token_logprobs", lps}}}});
     }
     if (body.value("stream", false)) {
       // SGLang's stream: per sample and token the cumulative object, then [DONE].
       ex->BeginStream("text/event-stream");
-      for (size_t k = 1; k <= reply_.size(); ++k) {
+      for (size_t k = 1; k <= reply.size(); ++k) {
         for (int i = 0; i < n; ++i) {
           nlohmann::json e = list[static_cast<size_t>(i)];
-          e["output_ids"] = std::vector<int32_t>(reply_.begin(), reply_.begin() + static_cast<std::ptrdiff_t>(k));
+          e["output_ids"] = std::vector<int32_t>(reply.begin(), reply.begin() + static_cast<std::ptrdiff_t>(k));
           auto& lps = e["meta_info"]["output_token_logprobs"];
           lps = nlohmann::json(std::vector<nlohmann::json>(lps.begin(), lps.begin() + static_cast<std::ptrdiff_t>(k)));
-          if (k < reply_.size()) e["meta_info"]["finish_reason"] = nullptr;
+          if (k < reply.size()) e["meta_info"]["finish_reason"] = nullptr;
           if (n > 1) e["index"] = i;
           ex->Write("data: " + e.dump() + "\n\n");
         }
@@ -118,6 +123,7 @@ class FakeRollout {
   }
 
   std::vector<int32_t> reply_;
+  std::function<std::vector<int32_t>(const nlohmann::json&)> replier_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_{io_.get_executor()};
   std::unique_ptr<inference::HttpServer> server_;

@@ -180,6 +180,61 @@ TEST(GrpoTrainer, RewardedResponsesGainProbability) {
   EXPECT_LT(mean_logp(0), bad0) << "unrewarded ones lose it";
 }
 
+// Multi-turn episodes (Trajectory::trained): the environment's tokens
+// between the model's turns are context only.
+TEST(GrpoTrainer, MaskedResponseTokensAreContextOnly) {
+  auto masked = [] {
+    std::vector<Trajectory> ts = Batch();
+    ts[1].trained = {1, 0, 0, 1};  // response {5, 6, 8, 9}: 6 and 8 the environment's
+    ts[6].trained = {1, 0, 1};
+    return ts;
+  };
+  GrpoTrainerOptions o = Options();
+  at::Tensor all_ones, none, with_mask, flat, split, garbage;
+  std::vector<Trajectory> ones = Batch();
+  for (Trajectory& t : ones) t.trained.assign(t.response.size(), 1);
+  ASSERT_TRUE(OneStep(o, ones, &all_ones).ok());
+  ASSERT_TRUE(OneStep(o, Batch(), &none).ok());
+  EXPECT_TRUE(at::equal(all_ones, none)) << "a mask of ones is no mask";
+
+  auto a = OneStep(o, masked(), &with_mask);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->response_tokens, 15) << "18 response tokens, 3 masked";
+  EXPECT_GT((with_mask - none).abs().max().item<double>(), 1e-6) << "masking changes the update";
+  o.tree_packing = false;
+  ASSERT_TRUE(OneStep(o, masked(), &flat).ok());
+  o.tree_packing = true;
+  o.micro_batch_tokens = 8;
+  ASSERT_TRUE(OneStep(o, masked(), &split).ok());
+  o.micro_batch_tokens = 0;
+  const double scale = with_mask.abs().max().item<double>();
+  EXPECT_LT((flat - with_mask).abs().max().item<double>(), 1e-5 * scale);
+  EXPECT_LT((split - with_mask).abs().max().item<double>(), 1e-5 * scale);
+
+  // The old log-probs of masked tokens are not looked at (OneStep fills
+  // them; a trainer sees garbage there and gives the same update).
+  auto m = TinyModel(1);
+  std::vector<Trajectory> ts = masked();
+  FillOldLogprobs(*m, ts);
+  ts[1].old_logprobs[1] = ts[1].old_logprobs[2] = -50;
+  ts[6].old_logprobs[1] = -50;
+  auto trainer = GrpoTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok());
+  ASSERT_TRUE((*trainer)->Step(ts, 0.0).ok());
+  garbage = m->parameters().grad_buffers()[0].clone();
+  EXPECT_LT((garbage - with_mask).abs().max().item<double>(), 1e-6 * scale);
+
+  // A mask of another length, or with nothing to train, is dropped.
+  std::vector<Trajectory> bad = Batch();
+  bad[0].trained = {1, 1};
+  bad[2].trained = {0};
+  auto st = OneStep(Options(), bad, &garbage);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->dropped.size(), 2u);
+  EXPECT_NE(st->dropped[0].find("a trained mask of 2 for 3 response tokens"), std::string::npos) << st->dropped[0];
+  EXPECT_NE(st->dropped[1].find("no trained response token"), std::string::npos) << st->dropped[1];
+}
+
 // MOPD (docs/mopd.md): Batch() routed over two teachers: group 0 to teacher
 // 0, group 1 half to teacher 1 and half to a 0.3 / 0.7 mix; trajectory 7
 // to none. Teacher j's log-probs are those of `teachers[j]`.

@@ -1,0 +1,69 @@
+// multi-turn-feedback (workflow.h): the model answers; a wrong answer is
+// told so and the model tries again, up to max_turns answers.
+//   options: max_turns (default 3), discount in (0, 1] (default 0.5; a right
+//   answer at turn k earns discount^(k-1)), feedback (the environment's
+//   words, default below).
+#include <cmath>
+
+#include "workers/agents/builtin_workflows.h"
+#include "workers/data/dataset_options.h"
+
+namespace tandem::agents {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFeedback = "That is not right. Check your work and give the answer again.";
+
+class Feedback final : public Workflow {
+ public:
+  Feedback(int64_t max_turns, double discount, std::string feedback)
+      : max_turns_(max_turns), discount_(discount), feedback_(std::move(feedback)) {}
+  std::string_view name() const override { return "multi-turn-feedback"; }
+
+  StatusOr<Episode> Run(const EpisodeContext& ctx) const override {
+    json messages = PromptMessages(*ctx.problem);
+    Episode e;
+    for (int64_t turn = 1; turn <= max_turns_; ++turn) {
+      TANDEM_ASSIGN_OR_RETURN(const ChatReply reply, ctx.model->Complete(messages, nullptr, ctx.params, ctx.session),
+                              "turn " + std::to_string(turn));
+      if (RightAnswer(ctx, reply.content)) {
+        e.solved = true;
+        e.solved_turn = turn;
+        e.reward = std::pow(discount_, static_cast<double>(turn - 1));
+        e.turn_rewards.push_back(e.reward);
+        return e;
+      }
+      e.turn_rewards.push_back(0.0);
+      messages.push_back(reply.message);
+      messages.push_back({{"role", "user"}, {"content", feedback_}});
+    }
+    return e;
+  }
+
+ private:
+  int64_t max_turns_;
+  double discount_;
+  std::string feedback_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Workflow>> MakeFeedback(const json& options) {
+  TANDEM_ASSIGN_OR_RETURN(const data::DatasetOptions opts,
+                          data::DatasetOptions::Make("workflow multi-turn-feedback", options,
+                                                     {"max_turns", "discount", "feedback"}));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t turns, TurnsOption(options, "multi-turn-feedback", "max_turns", 3));
+  double discount = 0.5;
+  if (const json d = opts.Raw("discount"); !d.is_null()) {
+    if (!d.is_number() || !(d.get<double>() > 0) || !(d.get<double>() <= 1))
+      return InvalidArgument("workflow multi-turn-feedback options: key 'discount': expected a number in (0, 1]");
+    discount = d.get<double>();
+  }
+  TANDEM_ASSIGN_OR_RETURN(const std::optional<std::string> feedback, opts.String("feedback"));
+  if (feedback && (feedback->empty() || feedback->size() > 4096))
+    return InvalidArgument("workflow multi-turn-feedback options: key 'feedback': expected 1 to 4096 bytes");
+  return std::unique_ptr<Workflow>(std::make_unique<Feedback>(turns, discount, feedback.value_or(kFeedback)));
+}
+
+}  // namespace tandem::agents
