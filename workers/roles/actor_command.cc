@@ -39,6 +39,14 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--max-grad-norm", o_.max_grad_norm, "clip the gradient's global norm (0: off)")->capture_default_str();
   s->add_option("--micro-batch-tokens", o_.micro_batch_tokens, "compact tokens per micro-batch (0: one per step)");
   s->add_flag("--no-tree-packing", no_tree_packing_, "pack every sequence whole (same losses; for comparison)");
+  s->add_option("--workflow", workflow_,
+                "multi-turn episodes: single-turn, multi-turn-feedback, tool-calls, or {\"name\": ..., \"options\": {...}} "
+                "(docs/agents.md; default: the rollouts asked directly)");
+  s->add_option("--advantage-unit", o_.advantage_unit, "a workflow's advantages: per episode or per turn")
+      ->check(CLI::IsMember({"episode", "turn"}))
+      ->capture_default_str();
+  s->add_option("--episode-threads", o_.episode_threads, "a workflow's episodes run at once")->capture_default_str();
+  s->add_option("--proxy-port-file", o_.proxy_port_file, "a workflow's proxy writes its port here (for outside agents)");
   s->add_option("--rollouts", o_.rollouts, "rollout replicas")->capture_default_str();
   s->add_option("--rollout-port-file", o_.rollout_port_file, "where replica {rank} wrote its port")->capture_default_str();
   s->add_option("--rollout-host", o_.rollout_host, "the rollouts' host")->capture_default_str();
@@ -65,12 +73,14 @@ int ActorCommand::Run() {
       !ParseJsonFlag("actor", "--eval-options", eval_options_, o_.eval_options) ||
       !ParseJsonFlag("actor", "--objectives", objectives_, o_.objectives))
     return 2;
-  // --algorithm: a bare name, or a JSON object.
-  if (!algorithm_.empty() && algorithm_.front() == '{') {
-    if (!ParseJsonFlag("actor", "--algorithm", algorithm_, o_.algorithm)) return 2;
-  } else if (!algorithm_.empty()) {
-    o_.algorithm = algorithm_;
-  }
+  // --algorithm and --workflow: a bare name, or a JSON object.
+  auto name_or_json = [](const char* flag, const std::string& text, nlohmann::json& out) {
+    if (!text.empty() && text.front() == '{') return ParseJsonFlag("actor", flag, text, out);
+    if (!text.empty()) out = text;
+    return true;
+  };
+  if (!name_or_json("--algorithm", algorithm_, o_.algorithm) || !name_or_json("--workflow", workflow_, o_.workflow))
+    return 2;
   o_.tree_packing = !no_tree_packing_;
 #if TANDEM_WORKER_WITH_SFT
   StatusOr<ActorResult> r = RunActor(o_);

@@ -16,7 +16,7 @@ class ActorCommand final : public WorkerCommand {
 
  private:
   ActorOptions o_;
-  std::string dataset_options_, eval_options_, objectives_, algorithm_;
+  std::string dataset_options_, eval_options_, objectives_, algorithm_, workflow_;
   bool no_tree_packing_ = false;
 };
 

@@ -107,6 +107,7 @@ StatusOr<EpisodeBatch> EpisodeRunner::Run(const std::vector<EpisodeTask>& tasks,
   for (size_t i = 0; i < n; ++i) {
     const Outcome& out = outcomes[i];
     ++st.episodes;
+    batch.solved.push_back(!out.status.ok() ? -1 : out.episode.solved ? 1 : 0);
     if (!out.status.ok()) {
       ++st.failed;
       if (st.errors.size() < kKeptErrors) st.errors.push_back("episode " + std::to_string(i) + ": " + out.status.ToString());

@@ -52,6 +52,7 @@ struct EpisodeStats {
 struct EpisodeBatch {
   std::vector<train::Trajectory> trajectories;  // group p: task p's episodes, contiguous
   EpisodeStats stats;
+  std::vector<int8_t> solved;  // per episode (task-major): 1 solved, 0 not, -1 failed
 };
 
 class EpisodeRunner {

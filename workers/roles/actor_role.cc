@@ -21,6 +21,7 @@
 #include "workers/model/checkpoint.h"
 #include "workers/rl/algorithm_registry.h"
 #include "workers/roles/actor_checkpoint.h"
+#include "workers/roles/actor_episodes.h"
 #include "workers/roles/actor_replicas.h"
 #include "workers/roles/actor_rollouts.h"
 #include "workers/roles/actor_teachers.h"
@@ -127,10 +128,12 @@ struct ObjectiveData {
   const data::Dataset& prompts() const { return prefix ? *prefix : *train; }
 };
 
-// Held-out accuracy: over every objective's problems, and per objective.
+// Held-out accuracy: over every objective's problems, and per objective;
+// with a workflow, its episode metrics too (AddEpisodeMetrics).
 struct EvalResult {
   double accuracy = 0;
   std::vector<double> per_objective;
+  json episodes = json::object();
 };
 
 // The held-out accuracies as metrics ("eval/accuracy", and per objective
@@ -138,6 +141,7 @@ struct EvalResult {
 void AddEval(const EvalResult& e, const Objectives& objectives, int64_t problems, json& m) {
   m["eval/accuracy"] = e.accuracy;
   m["eval/problems"] = problems;
+  m.update(e.episodes);
   if (objectives.list.size() > 1)
     for (size_t i = 0; i < objectives.list.size(); ++i)
       m["eval/" + objectives.list[i].name + "/accuracy"] = e.per_objective[i];
@@ -377,10 +381,14 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     return detail;
   });
   TANDEM_RETURN_IF_ERROR(client.Connect(), "actor: tandemd");
+  // A workflow's episodes go through an in-process proxy over the rollouts
+  // (started once they listen), paused outside ROLLOUT phases.
+  std::unique_ptr<EpisodeRunner> episodes;
   // A phase, asked again while the answer is `unavailable` (the group is
   // busy recovering a restarted worker; tandemd restarted: connect again)
   // until --phase-timeout.
   auto phase = [&](const std::string& name, std::optional<int64_t> v) -> Status {
+    if (episodes && name != "rollout") episodes->Pause();
     const Clock::time_point deadline = Clock::now() + Millis(o.phase_timeout_s);
     for (int attempt = 1;; ++attempt) {
       const auto left = std::max(std::chrono::milliseconds(1),
@@ -393,6 +401,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
         log::Info("actor", "connected to tandemd again");
       }
       const Status st = client.RequestPhase(name, v, left);
+      if (st.ok() && episodes && name == "rollout") episodes->Resume();
       if (st.ok()) return st;
       if (st.code() != StatusCode::kUnavailable || Clock::now() > deadline) return st;
       if (attempt == 1) log::Warn("actor", "phase {}: {}; asking again until --phase-timeout", name, st.message());
@@ -402,6 +411,16 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   const std::string job = hello.job_id;
   TANDEM_ASSIGN_OR_RETURN(std::vector<RolloutEndpoint> rollouts, WaitForRollouts(o, job));
   const auto request_timeout = Millis(o.request_timeout_s);
+
+  if (!o.workflow.is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(episodes, EpisodeRunner::Start(o, job, tok));
+  }
+  auto episode_tasks = [&](const std::vector<std::pair<size_t, const data::Problem*>>& problems) {
+    std::vector<EpisodeTask> tasks;
+    for (const auto& [obj, problem] : problems)
+      tasks.push_back({problem, &sets[obj].train->verifier(), objectives.routes[obj]});
+    return tasks;
+  };
 
   std::vector<RolloutEndpoint> teachers;
   if (objectives.any_teacher()) {
@@ -417,10 +436,19 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       eval_prompts.push_back(std::move(ids));
       eval_problems.emplace_back(i, &p);
     }
-  auto evaluate = [&]() -> StatusOr<EvalResult> {
-    EvalResult e;
-    e.per_objective.assign(n_objectives, 0.0);
-    if (eval_prompts.empty()) return e;
+  // Which held-out problems are solved (1/0, in eval_problems' order): the
+  // workflow's episodes (greedy, solved within its turns; their metrics to
+  // *e), else one greedy answer each.
+  auto eval_solved = [&](EvalResult* e) -> StatusOr<std::vector<int8_t>> {
+    if (episodes) {
+      TANDEM_ASSIGN_OR_RETURN(EpisodeBatch batch,
+                              episodes->Run(episode_tasks(eval_problems), 1, 0.0, o.seed,
+                                            "eval" + std::to_string(progress.step)),
+                              "actor eval");
+      AddEpisodeMetrics(batch.stats, "eval/", e->episodes);
+      e->episodes.erase("eval/reward/mean");
+      return std::move(batch.solved);
+    }
     GenerateCall call;
     call.n = 1;
     call.temperature = 0;
@@ -429,19 +457,30 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
                             GenerateOnAll(o, job, rollouts, eval_prompts, call, progress.version, request_timeout),
                             "actor eval");
-    std::vector<int64_t> correct(n_objectives, 0), total(n_objectives, 0);
+    std::vector<int8_t> solved;
     for (size_t i = 0; i < samples.size(); ++i) {
       const auto [obj, problem] = eval_problems[i];
       TANDEM_ASSIGN_OR_RETURN(const std::string text, tok.Decode(samples[i].output_ids, {.skip_special_tokens = true}));
-      correct[obj] += sets[obj].train->verifier().Verify(text, problem->answer).reward >= 1.0;
-      ++total[obj];
+      solved.push_back(sets[obj].train->verifier().Verify(text, problem->answer).reward >= 1.0);
+    }
+    return solved;
+  };
+  auto evaluate = [&]() -> StatusOr<EvalResult> {
+    EvalResult e;
+    e.per_objective.assign(n_objectives, 0.0);
+    if (eval_prompts.empty()) return e;
+    TANDEM_ASSIGN_OR_RETURN(const std::vector<int8_t> solved, eval_solved(&e));
+    std::vector<int64_t> correct(n_objectives, 0), total(n_objectives, 0);
+    for (size_t i = 0; i < solved.size(); ++i) {
+      correct[eval_problems[i].first] += solved[i] == 1;
+      ++total[eval_problems[i].first];
     }
     int64_t all = 0;
     for (size_t i = 0; i < n_objectives; ++i) {
       all += correct[i];
       e.per_objective[i] = total[i] > 0 ? static_cast<double>(correct[i]) / static_cast<double>(total[i]) : 0.0;
     }
-    e.accuracy = static_cast<double>(all) / static_cast<double>(samples.size());
+    e.accuracy = static_cast<double>(all) / static_cast<double>(solved.size());
     return e;
   };
 
@@ -492,6 +531,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     std::vector<data::Problem> problems;
     std::vector<std::vector<int32_t>> prompts;
     std::vector<size_t> objective_of;  // per prompt
+    problems.reserve(static_cast<size_t>(o.prompts_per_step));  // episode tasks point into it
     const std::vector<int64_t> split = SplitPrompts(objectives, o.prompts_per_step);
     for (size_t obj = 0; obj < n_objectives; ++obj)
       for (int64_t i = 0; i < split[obj]; ++i) {
@@ -504,18 +544,43 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     // ROLLOUT.
     Clock::time_point t0 = Clock::now();
     TANDEM_RETURN_IF_ERROR(phase("rollout", std::nullopt), "actor step " + std::to_string(step));
+    const uint64_t seed = (o.seed * 1000003 + static_cast<uint64_t>(step)) & 0x7fffffff;
+    std::vector<train::Trajectory> trajectories;
+    int64_t rewarded = 0, response_tokens = 0, oldest = -1, sampled = 0;
+    std::vector<int64_t> rewarded_of(n_objectives, 0), samples_of(n_objectives, 0);
+    json episode_metrics = json::object();
+    if (episodes) {  // the workflow's episodes (actor_episodes.h)
+      std::vector<std::pair<size_t, const data::Problem*>> asked;
+      for (size_t p = 0; p < problems.size(); ++p) asked.emplace_back(objective_of[p], &problems[p]);
+      TANDEM_ASSIGN_OR_RETURN(EpisodeBatch batch,
+                              episodes->Run(episode_tasks(asked), o.group_size, o.temperature, seed,
+                                            "step" + std::to_string(step)),
+                              "actor step " + std::to_string(step));
+      for (const std::string& why : batch.stats.errors) log::Warn("actor", "step {}: dropped {}", step, why);
+      for (size_t i = 0; i < batch.solved.size(); ++i) {
+        const size_t obj = objective_of[i / static_cast<size_t>(o.group_size)];
+        if (batch.solved[i] < 0) continue;
+        rewarded += batch.solved[i];
+        rewarded_of[obj] += batch.solved[i];
+        ++samples_of[obj];
+        ++sampled;
+      }
+      for (const train::Trajectory& t : batch.trajectories) response_tokens += static_cast<int64_t>(t.response.size());
+      oldest = batch.stats.oldest_version;
+      AddEpisodeMetrics(batch.stats, "episode/", episode_metrics);
+      trajectories = std::move(batch.trajectories);
+    }
     GenerateCall call;
     call.n = o.group_size;
     call.temperature = o.temperature;
     call.max_new_tokens = o.max_new_tokens;
     call.stop_token_ids = {*end};
-    call.seed = static_cast<int64_t>((o.seed * 1000003 + static_cast<uint64_t>(step)) & 0x7fffffff);
-    TANDEM_ASSIGN_OR_RETURN(const std::vector<RolloutSample> samples,
-                            GenerateOnAll(o, job, rollouts, prompts, call, progress.version, request_timeout),
-                            "actor step " + std::to_string(step));
-    std::vector<train::Trajectory> trajectories;
-    int64_t rewarded = 0, response_tokens = 0, oldest = -1;
-    std::vector<int64_t> rewarded_of(n_objectives, 0), samples_of(n_objectives, 0);
+    call.seed = static_cast<int64_t>(seed);
+    std::vector<RolloutSample> samples;
+    if (!episodes) {
+      TANDEM_ASSIGN_OR_RETURN(samples, GenerateOnAll(o, job, rollouts, prompts, call, progress.version, request_timeout),
+                              "actor step " + std::to_string(step));
+    }
     for (size_t i = 0; i < samples.size(); ++i) {
       const size_t p = i / static_cast<size_t>(o.group_size);
       const size_t obj = objective_of[p];
@@ -530,6 +595,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       rewarded += t.reward >= 1.0;
       rewarded_of[obj] += t.reward >= 1.0;
       ++samples_of[obj];
+      ++sampled;
       response_tokens += static_cast<int64_t>(t.response.size());
       if (samples[i].weight_version >= 0 && (oldest < 0 || samples[i].weight_version < oldest)) oldest = samples[i].weight_version;
       trajectories.push_back(std::move(t));
@@ -577,8 +643,9 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     json m = {{"step", step},
               {"reward/mean", st.reward_mean},
               {"reward/std", st.reward_std},
-              {"accuracy", samples.empty() ? 0.0 : static_cast<double>(rewarded) / static_cast<double>(samples.size())},
-              {"response_length/mean", samples.empty() ? 0.0 : static_cast<double>(response_tokens) / samples.size()},
+              {"accuracy", sampled == 0 ? 0.0 : static_cast<double>(rewarded) / static_cast<double>(sampled)},
+              {"response_length/mean",
+               trajectories.empty() ? 0.0 : static_cast<double>(response_tokens) / static_cast<double>(trajectories.size())},
               {"grad_norm", st.grad_norm},
               {"lr", st.lr},
               {"updated", st.updated},
@@ -593,6 +660,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
               {"seconds/train", train_s},
               {"seconds/sync", sync_s}};
     for (const auto& [k, v] : st.loss) m["loss/" + k] = v;
+    m.update(episode_metrics);
     if (objectives.any_teacher()) {
       m["seconds/teacher"] = teacher_s;
       for (const TeacherTurn& turn : turns) m["seconds/teacher/" + turn.teacher] = turn.seconds;
