@@ -2,9 +2,11 @@
 // told so and the model tries again, up to max_turns answers.
 //   options: max_turns (default 3), discount in (0, 1] (default 0.5; a right
 //   answer at turn k earns discount^(k-1)), feedback (the environment's
-//   words, default below).
+//   words, "{question}" standing for the problem's question; default
+//   below: it restates the question, as a tutor would).
 #include <cmath>
 
+#include "common/replace_all.h"
 #include "workers/agents/builtin_workflows.h"
 #include "workers/data/dataset_options.h"
 
@@ -13,7 +15,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kFeedback = "That is not right. Check your work and give the answer again.";
+constexpr const char* kFeedback = "That is not right. Try again: {question}";
+
+
 
 class Feedback final : public Workflow {
  public:
@@ -36,7 +40,7 @@ class Feedback final : public Workflow {
       }
       e.turn_rewards.push_back(0.0);
       messages.push_back(reply.message);
-      messages.push_back({{"role", "user"}, {"content", feedback_}});
+      messages.push_back({{"role", "user"}, {"content", ReplaceAll(feedback_, "{question}", Question(*ctx.problem))}});
     }
     return e;
   }
@@ -54,12 +58,7 @@ StatusOr<std::unique_ptr<Workflow>> MakeFeedback(const json& options) {
                           data::DatasetOptions::Make("workflow multi-turn-feedback", options,
                                                      {"max_turns", "discount", "feedback"}));
   TANDEM_ASSIGN_OR_RETURN(const int64_t turns, TurnsOption(options, "multi-turn-feedback", "max_turns", 3));
-  double discount = 0.5;
-  if (const json d = opts.Raw("discount"); !d.is_null()) {
-    if (!d.is_number() || !(d.get<double>() > 0) || !(d.get<double>() <= 1))
-      return InvalidArgument("workflow multi-turn-feedback options: key 'discount': expected a number in (0, 1]");
-    discount = d.get<double>();
-  }
+  TANDEM_ASSIGN_OR_RETURN(const double discount, DiscountOption(options, "multi-turn-feedback", "discount", 0.5));
   TANDEM_ASSIGN_OR_RETURN(const std::optional<std::string> feedback, opts.String("feedback"));
   if (feedback && (feedback->empty() || feedback->size() > 4096))
     return InvalidArgument("workflow multi-turn-feedback options: key 'feedback': expected 1 to 4096 bytes");

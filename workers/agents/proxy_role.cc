@@ -6,15 +6,11 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "common/replace_all.h"
 #include "workers/roles/port_file.h"
 
 namespace tandem::agents {
 namespace {
-
-std::string Replace(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
-  return s;
-}
 
 std::chrono::milliseconds Ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -28,7 +24,7 @@ StatusOr<std::vector<std::string>> ReplicaPortFiles(const std::string& pattern, 
   if (replicas > 1 && pattern.find("{rank}") == std::string::npos)
     return InvalidArgument("--rollout-port-file: needs \"{rank}\" for " + std::to_string(replicas) + " replicas");
   std::vector<std::string> files;
-  for (int i = 0; i < replicas; ++i) files.push_back(Replace(pattern, "{rank}", std::to_string(i)));
+  for (int i = 0; i < replicas; ++i) files.push_back(ReplaceAll(pattern, "{rank}", std::to_string(i)));
   return files;
 }
 
@@ -59,7 +55,7 @@ StatusOr<std::unique_ptr<Proxy>> StartProxyRole(const ProxyRoleOptions& o) {
   if (!o.port_file.empty()) {
     const char* rank = std::getenv("TANDEM_RANK");
     TANDEM_RETURN_IF_ERROR(
-        roles::WritePortFile(Replace(o.port_file, "{rank}", rank != nullptr && *rank ? rank : "0"), proxy->port()));
+        roles::WritePortFile(ReplaceAll(o.port_file, "{rank}", rank != nullptr && *rank ? rank : "0"), proxy->port()));
   }
   return proxy;
 }

@@ -28,8 +28,11 @@ struct Entry {
   const char* name;
   StatusOr<std::unique_ptr<Workflow>> (*make)(const json&);
 };
-constexpr Entry kWorkflows[] = {
-    {"single-turn", MakeSingleTurn}, {"multi-turn-feedback", MakeFeedback}, {"tool-calls", MakeToolCalls}};
+constexpr Entry kWorkflows[] = {{"single-turn", MakeSingleTurn},
+                                 {"multi-turn-feedback", MakeFeedback},
+                                 {"tool-calls", MakeToolCalls},
+                                 {"simulated-user", MakeSimulatedUser},
+                                 {"command", MakeCommand}};
 
 }  // namespace
 
@@ -45,6 +48,22 @@ StatusOr<int64_t> TurnsOption(const json& options, const char* workflow, const c
     return InvalidArgument(std::string("workflow ") + workflow + " options: key '" + key +
                            "': expected an integer in [1, 64], got " + v.dump().substr(0, 60));
   return v.get<int64_t>();
+}
+
+StatusOr<double> DiscountOption(const json& options, const char* workflow, const char* key, double fallback) {
+  if (!options.is_object() || !options.contains(key)) return fallback;
+  const json& d = options[key];
+  if (!d.is_number() || !(d.get<double>() > 0) || !(d.get<double>() <= 1))
+    return InvalidArgument(std::string("workflow ") + workflow + " options: key '" + key +
+                           "': expected a number in (0, 1]");
+  return d.get<double>();
+}
+
+std::string Question(const data::Problem& problem) {
+  std::string question;
+  for (const data::ChatMessage& m : problem.prompt)
+    if (m.role == "user") question = m.content;
+  return question;
 }
 
 bool RightAnswer(const EpisodeContext& ctx, const std::string& reply) {

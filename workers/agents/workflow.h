@@ -16,6 +16,12 @@
 //                        `tool` message and the session goes on, up to
 //                        max_turns model turns; the reward is the verifier's
 //                        on the last answer without tool calls
+//   simulated-user       another model plays the user (UserEndpoint): it
+//                        knows the question and its answer, and replies to
+//                        each wrong answer; as multi-turn-feedback otherwise
+//   command              an outside agent program in any language, using
+//                        any OpenAI client against the proxy; it prints the
+//                        episode's reward (command_workflow.cc)
 // Options are a JSON object read strictly (an unknown key or a wrong type is
 // InvalidArgument naming "workflow.options.KEY").
 //
@@ -42,8 +48,23 @@ struct EpisodeContext {
   const data::Problem* problem = nullptr;
   const data::Verifier* verifier = nullptr;
   const ChatClient* model = nullptr;  // the trained model
+  const ChatClient* user = nullptr;   // the simulated user, for a workflow with a user_endpoint()
   std::string session;                // the episode's session id at the proxy
   ChatParams params;                  // sampling of the model's turns
+};
+
+// Where a workflow's simulated user is served: a model served by tandem
+// (rollout replicas started with --frozen-weights, their port files with
+// "{rank}" for 0..replicas-1, and its model directory for the tokenizer),
+// or an external OpenAI-compatible endpoint (http only), its API key read
+// from a file whose name is given, never from the spec itself.
+struct UserEndpoint {
+  std::string port_file;
+  int64_t replicas = 1;
+  std::string tokenizer;
+  std::string url;
+  std::string api_key_file;
+  std::string model = "tandem";  // the request's "model"
 };
 
 struct Episode {
@@ -62,11 +83,18 @@ class Workflow {
   virtual ~Workflow() = default;
   virtual std::string_view name() const = 0;
   virtual StatusOr<Episode> Run(const EpisodeContext& ctx) const = 0;
+  // The simulated user this workflow talks to (EpisodeContext::user), if any.
+  virtual const UserEndpoint* user_endpoint() const { return nullptr; }
 };
 
 // `spec`: "NAME" or {"name": NAME, "options": {...}}.
 StatusOr<std::unique_ptr<Workflow>> MakeWorkflow(const nlohmann::json& spec);
 std::vector<std::string> WorkflowNames();
+
+// The key in an api_key_file (UserEndpoint): one line of printable ASCII,
+// at most 4096 bytes, trailing newline and spaces dropped; InvalidArgument
+// naming the file (never the key) otherwise.
+StatusOr<std::string> ReadApiKey(const std::string& path);
 
 // The messages of a problem's prompt as an OpenAI messages array.
 nlohmann::json PromptMessages(const data::Problem& problem);

@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "common/log.h"
+#include "workers/agents/proxy_role.h"
 #include "workers/roles/actor_rollouts.h"
+#include "workers/roles/model_wait.h"
 #include "workers/roles/port_file.h"
 
 namespace tandem::roles {
@@ -24,42 +26,99 @@ struct Outcome {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<EpisodeRunner>> EpisodeRunner::Start(const ActorOptions& o, const std::string& job,
-                                                             data::Tokenizer tokenizer) {
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<agents::Workflow> workflow, agents::MakeWorkflow(o.workflow), "actor: --workflow");
-  agents::AdvantageUnit unit = agents::AdvantageUnit::kEpisode;
-  if (o.advantage_unit == "turn") {
-    unit = agents::AdvantageUnit::kTurn;
-  } else if (o.advantage_unit != "episode") {
+Status CheckEpisodeOptions(const ActorOptions& o) {
+  TANDEM_RETURN_IF_ERROR(agents::MakeWorkflow(o.workflow).status(), "actor: --workflow");
+  if (o.advantage_unit != "turn" && o.advantage_unit != "episode")
     return InvalidArgument("actor: --advantage-unit: expected episode or turn, got " + o.advantage_unit);
-  }
   if (o.episode_threads < 1 || o.episode_threads > 4096)
     return InvalidArgument("actor: --episode-threads: expected 1 to 4096");
+  return Status::Ok();
+}
+
+namespace {
+
+// Proxy options over `replicas` replicas whose port files are `pattern`
+// ("{rank}" replaced).
+StatusOr<agents::ProxyOptions> ProxyOver(const ActorOptions& o, const std::string& job, const std::string& pattern,
+                                         int64_t replicas) {
   agents::ProxyOptions po;
-  for (int64_t r = 0; r < o.rollouts; ++r) po.replicas.port_files.push_back(RolloutPortFile(o, r));
+  TANDEM_ASSIGN_OR_RETURN(po.replicas.port_files, agents::ReplicaPortFiles(pattern, static_cast<int>(replicas)));
   po.replicas.host = o.rollout_host;
   po.replicas.job = job;
   po.request_timeout = Millis(o.request_timeout_s);
   po.pause_wait = Millis(o.phase_timeout_s);
-  po.worker_threads = 2;
-  auto proxy = std::make_unique<agents::Proxy>(std::move(tokenizer), po);
-  TANDEM_RETURN_IF_ERROR(proxy->Start(), "actor: the workflow's proxy");
-  if (!o.proxy_port_file.empty()) TANDEM_RETURN_IF_ERROR(WritePortFile(o.proxy_port_file, proxy->port()), "actor: --proxy-port-file");
-  log::Info("actor", "workflow {} through the proxy on port {} ({} advantages)", workflow->name(), proxy->port(),
-            o.advantage_unit);
-  return std::unique_ptr<EpisodeRunner>(new EpisodeRunner(o, std::move(workflow), unit, std::move(proxy)));
+  return po;
 }
 
-EpisodeRunner::EpisodeRunner(const ActorOptions& o, std::unique_ptr<agents::Workflow> workflow,
-                             agents::AdvantageUnit unit, std::unique_ptr<agents::Proxy> proxy)
-    : o_(o), workflow_(std::move(workflow)), unit_(unit), proxy_(std::move(proxy)) {
+agents::ChatEndpointOptions ClientOf(const ActorOptions& o, int port) {
   agents::ChatEndpointOptions c;
-  c.port = proxy_->port();
+  c.port = port;
   c.timeout = Millis(o.request_timeout_s + 5);  // the proxy's own deadline answers first
-  client_ = std::make_unique<agents::ChatClient>(c);
+  return c;
 }
 
-EpisodeRunner::~EpisodeRunner() { proxy_->Stop(); }
+}  // namespace
+
+StatusOr<std::unique_ptr<EpisodeRunner>> EpisodeRunner::Start(const ActorOptions& o, const std::string& job,
+                                                             data::Tokenizer tokenizer) {
+  TANDEM_RETURN_IF_ERROR(CheckEpisodeOptions(o));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<agents::Workflow> workflow, agents::MakeWorkflow(o.workflow), "actor: --workflow");
+  const agents::AdvantageUnit unit =
+      o.advantage_unit == "turn" ? agents::AdvantageUnit::kTurn : agents::AdvantageUnit::kEpisode;
+  std::unique_ptr<EpisodeRunner> r(new EpisodeRunner(o, std::move(workflow), unit));
+  TANDEM_ASSIGN_OR_RETURN(agents::ProxyOptions po, ProxyOver(o, job, o.rollout_port_file, o.rollouts), "actor");
+  r->proxy_ = std::make_unique<agents::Proxy>(std::move(tokenizer), po);
+  TANDEM_RETURN_IF_ERROR(r->proxy_->Start(), "actor: the workflow's proxy");
+  r->client_ = std::make_unique<agents::ChatClient>(ClientOf(o, r->proxy_->port()));
+  if (!o.proxy_port_file.empty())
+    TANDEM_RETURN_IF_ERROR(WritePortFile(o.proxy_port_file, r->proxy_->port()), "actor: --proxy-port-file");
+  if (r->workflow_->user_endpoint() != nullptr) TANDEM_RETURN_IF_ERROR(r->StartUser(job));
+  log::Info("actor", "workflow {} through the proxy on port {} ({} advantages)", r->workflow_->name(),
+            r->proxy_->port(), o.advantage_unit);
+  return r;
+}
+
+Status EpisodeRunner::StartUser(const std::string& job) {
+  const agents::UserEndpoint& u = *workflow_->user_endpoint();
+  agents::ChatEndpointOptions c;
+  if (!u.port_file.empty()) {
+    TANDEM_RETURN_IF_ERROR(WaitForModelDir(u.tokenizer, o_.wait_for_model_s, "actor: the simulated user"));
+    TANDEM_ASSIGN_OR_RETURN(data::Tokenizer tok, data::Tokenizer::FromDirectory(u.tokenizer),
+                            "actor: the simulated user's tokenizer");
+    TANDEM_ASSIGN_OR_RETURN(agents::ProxyOptions po, ProxyOver(o_, job, u.port_file, u.replicas),
+                            "actor: the simulated user");
+    user_proxy_ = std::make_unique<agents::Proxy>(std::move(tok), po);
+    TANDEM_RETURN_IF_ERROR(user_proxy_->Start(), "actor: the simulated user's proxy");
+    c = ClientOf(o_, user_proxy_->port());
+    log::Info("actor", "the simulated user through a proxy on port {} over {} ({} replicas)", user_proxy_->port(),
+              u.port_file, u.replicas);
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(c, agents::ParseChatUrl(u.url), "actor: the simulated user");
+    c.timeout = Millis(o_.request_timeout_s);
+    if (!u.api_key_file.empty()) {
+      TANDEM_ASSIGN_OR_RETURN(c.api_key, agents::ReadApiKey(u.api_key_file), "actor: the simulated user");
+    }
+    log::Info("actor", "the simulated user at {}{}", u.url, u.api_key_file.empty() ? "" : " (with a key)");
+  }
+  c.model = u.model;
+  user_client_ = std::make_unique<agents::ChatClient>(c);
+  return Status::Ok();
+}
+
+EpisodeRunner::~EpisodeRunner() {
+  if (user_proxy_) user_proxy_->Stop();
+  if (proxy_) proxy_->Stop();
+}
+
+void EpisodeRunner::Pause() {
+  proxy_->Pause();
+  if (user_proxy_) user_proxy_->Pause();
+}
+
+void EpisodeRunner::Resume() {
+  proxy_->Resume();
+  if (user_proxy_) user_proxy_->Resume();
+}
 
 StatusOr<EpisodeBatch> EpisodeRunner::Run(const std::vector<EpisodeTask>& tasks, int64_t samples, double temperature,
                                           uint64_t seed, const std::string& tag) {
@@ -74,6 +133,7 @@ StatusOr<EpisodeBatch> EpisodeRunner::Run(const std::vector<EpisodeTask>& tasks,
       ctx.problem = task.problem;
       ctx.verifier = task.verifier;
       ctx.model = client_.get();
+      ctx.user = user_client_.get();
       ctx.session = session;
       ctx.params.temperature = temperature;
       ctx.params.max_tokens = o_.max_new_tokens;

@@ -14,7 +14,11 @@
 //
 // The proxy pauses with the handoff: Pause() before the actor's TRAIN
 // phase, Resume() once the rollouts are back (calls from an external agent,
-// --proxy-port-file, wait meanwhile). Torch-free but for the trajectories.
+// --proxy-port-file, wait meanwhile). A workflow with a simulated user
+// served by tandem (rollout replicas with --frozen-weights, colocated and
+// handed off like the rollouts) gets a second proxy over those, paused
+// alike; an external user endpoint is called directly. Torch-free but for
+// the trajectories.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,10 @@ struct EpisodeBatch {
   std::vector<int8_t> solved;  // per episode (task-major): 1 solved, 0 not, -1 failed
 };
 
+// InvalidArgument naming the flag when --workflow, --advantage-unit or
+// --episode-threads is wrong (called before anything starts).
+Status CheckEpisodeOptions(const ActorOptions& o);
+
 class EpisodeRunner {
  public:
   // Starts the proxy over the actor's rollouts (their port files, as
@@ -68,19 +76,22 @@ class EpisodeRunner {
   StatusOr<EpisodeBatch> Run(const std::vector<EpisodeTask>& tasks, int64_t samples, double temperature,
                              uint64_t seed, const std::string& tag);
 
-  void Pause() { proxy_->Pause(); }
-  void Resume() { proxy_->Resume(); }
-  int port() const { return proxy_->port(); }
+  // Both proxies (the model's; a simulated user's served by tandem).
+  void Pause();
+  void Resume();
 
  private:
-  EpisodeRunner(const ActorOptions& o, std::unique_ptr<agents::Workflow> workflow, agents::AdvantageUnit unit,
-                std::unique_ptr<agents::Proxy> proxy);
+  EpisodeRunner(const ActorOptions& o, std::unique_ptr<agents::Workflow> workflow, agents::AdvantageUnit unit)
+      : o_(o), workflow_(std::move(workflow)), unit_(unit) {}
+  // The simulated user's endpoint (agents::UserEndpoint): a proxy of its
+  // own over its replicas, or the external URL with its key.
+  Status StartUser(const std::string& job);
 
   const ActorOptions& o_;
   std::unique_ptr<agents::Workflow> workflow_;
   agents::AdvantageUnit unit_;
-  std::unique_ptr<agents::Proxy> proxy_;
-  std::unique_ptr<agents::ChatClient> client_;
+  std::unique_ptr<agents::Proxy> proxy_, user_proxy_;
+  std::unique_ptr<agents::ChatClient> client_, user_client_;
 };
 
 // Episode metrics for metrics.jsonl under `prefix` ("episode/", "eval/"):

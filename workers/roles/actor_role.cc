@@ -64,6 +64,7 @@ Status CheckOptions(const ActorOptions& o) {
   if (o.checkpoint_dir.empty() && o.checkpoint_every > 0)
     return InvalidArgument("actor: --checkpoint-every needs --checkpoint-dir");
   if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("actor: --device must be cpu or cuda");
+  if (!o.workflow.is_null()) TANDEM_RETURN_IF_ERROR(CheckEpisodeOptions(o));
   return Status::Ok();
 }
 

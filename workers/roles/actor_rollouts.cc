@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/replace_all.h"
 #include "workers/roles/port_file.h"
 
 namespace tandem::roles {
@@ -53,10 +54,7 @@ Status AskAgainWhileDown(const ActorOptions& o, const std::string& job, const st
 }
 
 std::string RolloutPortFile(const ActorOptions& o, int64_t rank) {
-  std::string path = o.rollout_port_file;
-  for (size_t at = path.find("{rank}"); at != std::string::npos; at = path.find("{rank}"))
-    path.replace(at, 6, std::to_string(rank));
-  return path;
+  return ReplaceAll(o.rollout_port_file, "{rank}", std::to_string(rank));
 }
 
 StatusOr<int> WaitForPortFile(const ActorOptions& o, const std::string& path, const std::string& job,

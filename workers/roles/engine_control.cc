@@ -50,6 +50,10 @@ void RegisterEngineControl(control::RoleHost& host, EngineParts p) {
   });
   host.On("load_weights", [p](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(int64_t version, c.Version());
+    if (p.frozen_weights) {
+      log::Info(p.component, "load_weights version {}: kept its own weights (--frozen-weights)", version);
+      return json{{"version", version}, {"frozen", true}};
+    }
     TANDEM_ASSIGN_OR_RETURN(std::string source, c.Source());
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<weights::WeightSource> from, weights::OpenWeightSource(source));
     if (const std::optional<int64_t> held = from->version(); held && *held != version)

@@ -14,7 +14,9 @@
 //                       by HandoffEngine::LoadWeights; `version` becomes the
 //                       weight_version of the work that starts after it (a
 //                       source that names another version is refused); then
-//                       WeightSource::Acknowledge (the publisher may free it)
+//                       WeightSource::Acknowledge (the publisher may free it);
+//                       with frozen_weights, answered {version, frozen: true}
+//                       without opening the source (its readers are others)
 //
 // A tag the engine does not hold is not_found; the engine's refusals
 // (release while working, kv_cache under an in_place pause) are
@@ -36,6 +38,7 @@ struct EngineParts {
   model::Transformer& model;
   memory::TaggedMemory& memory;
   std::string component;
+  bool frozen_weights = false;  // load_weights answered without loading (ServeOptions::frozen_weights)
 };
 
 void RegisterEngineControl(control::RoleHost& host, EngineParts parts);

@@ -84,7 +84,7 @@ Status RunRollout(const RolloutOptions& o) {
             so.model_dir, so.host, server.port(), placed.kv_blocks, o.block_size, (*engine)->kv_pool_bytes() >> 20,
             *placed.memory->Size("weights") >> 20, placed.memory->backend().name());
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<control::RoleHost> host,
-                          JoinDaemon(so, "rollout", {**engine, *model, *placed.memory, "rollout"}));
+                          JoinDaemon(so, "rollout", {**engine, *model, *placed.memory, "rollout", so.frozen_weights}));
   WritePortFile(so, server.port());
   const Status outcome = WaitForStop(start.stop_signals, host.get(), "rollout");
   host.reset();

@@ -22,6 +22,8 @@ void AddServeFlags(CLI::App& s, ServeOptions& o) {
   s.add_option("--wait-for-model", o.wait_for_model_s, "wait up to this many seconds for --model to appear (0: it must exist)");
   s.add_flag("--start-released", o.start_released,
              "with a control channel: release every tag once loaded, before joining tandemd");
+  s.add_flag("--frozen-weights", o.frozen_weights,
+             "keep --model's weights: load_weights is acknowledged without loading (a simulated user's model)");
 }
 
 int ServeExitStatus(const std::string& component, const Status& st) {

@@ -28,11 +28,15 @@ struct ServeOptions {
   // (the weights backed up to host), so that colocated workers start empty
   // and the daemon's first phase brings back what it needs.
   bool start_released = false;
+  // Serve --model's weights for the whole job: load_weights is answered
+  // without loading or acknowledging the source (a simulated user's or a
+  // judge's model, handed off like a rollout but never the actor's).
+  bool frozen_weights = false;
   double wait_for_model_s = 0;  // > 0: wait this long for model_dir/config.json (model_wait.h)
 };
 
 // --model, --device, --host, --port, --threads, --port-file, --control,
-// --reconnect-window-s, --start-released, --wait-for-model.
+// --reconnect-window-s, --start-released, --frozen-weights, --wait-for-model.
 void AddServeFlags(CLI::App& sub, ServeOptions& o);
 
 // A serving role's exit status: 0 for ok, 2 for InvalidArgument (bad

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -75,7 +76,7 @@ class WorkflowTest : public ::testing::Test {
     client_.emplace(c);
   }
   EpisodeContext Context(const std::string& session) const {
-    return {&problem_, verifier_.get(), &*client_, session, {.temperature = 1.0, .max_tokens = 32}};
+    return {&problem_, verifier_.get(), &*client_, nullptr, session, {.temperature = 1.0, .max_tokens = 32}};
   }
   std::string Text(const std::vector<int32_t>& ids) const { return *tok_->Decode(ids, {}); }
 
@@ -194,9 +195,149 @@ TEST_F(WorkflowTest, AnEndpointThatIsDownIsAnErrorNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+TEST_F(WorkflowTest, ASimulatedUserRepliesUntilTheAnswerIsRight) {
+  // The model is right once the user has said "try again"; the user's model
+  // (another replica behind another proxy) always says so.
+  Start([](const std::string& prompt) {
+    return prompt.find("Please try again") == std::string::npos ? "Answer: 4" : "Answer: 5";
+  });
+  FakeRollout user_rollout({});
+  user_rollout.set_replier([this](const json&) {
+    std::vector<int32_t> out = *tok_->Encode("Hmm, that looks off. Please try again.");
+    out.push_back(*tok_->TokenToId(kTurnEnd));
+    return out;
+  });
+  ProxyOptions uo;
+  uo.replicas.port_files.push_back(dir_ + "/user.0.port");
+  user_rollout.WritePortFile(uo.replicas.port_files[0]);
+  Proxy user_proxy(*tok_, uo);
+  ASSERT_TRUE(user_proxy.Start().ok());
+  ChatEndpointOptions c;
+  c.port = user_proxy.port();
+  const ChatClient user(c);
+  auto wf = MakeWorkflow(json{{"name", "simulated-user"},
+                              {"options", {{"user", {{"port_file", "user.{rank}.port"}, {"tokenizer", "dir"}}},
+                                           {"max_turns", 3}}}});
+  ASSERT_TRUE(wf.ok()) << wf.status().ToString();
+  ASSERT_NE((*wf)->user_endpoint(), nullptr);
+  EXPECT_EQ((*wf)->user_endpoint()->port_file, "user.{rank}.port");
+  EpisodeContext ctx = Context("sim-1");
+  EXPECT_FALSE((*wf)->Run(ctx).ok()) << "no user client";
+  ctx.user = &user;
+  auto ep = (*wf)->Run(ctx);
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_TRUE(ep->solved);
+  EXPECT_EQ(ep->solved_turn, 2);
+  EXPECT_EQ(ep->reward, 0.5);
+  // The user's model read its instructions (the question and the answer)
+  // and the conversation from its side.
+  const std::vector<json> asked = user_rollout.bodies();
+  ASSERT_EQ(asked.size(), 1u);
+  const std::string seen = Text(asked[0]["input_ids"].get<std::vector<int32_t>>());
+  EXPECT_NE(seen.find("<|im_start|>system\nYou are a student who asked a tutor this question: What is 2 + 3?"),
+            std::string::npos) << seen;
+  EXPECT_NE(seen.find("The right answer is 5"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("<|im_start|>assistant\nWhat is 2 + 3?<|im_end|>\n<|im_start|>user\nAnswer: 4"), std::string::npos)
+      << seen;
+  // The model's session: its two answers trained, the user's words context.
+  auto session = proxy_->ExportSession("sim-1");
+  ASSERT_TRUE(session.ok());
+  auto seqs = EpisodeSequences(*session, *ep, AdvantageUnit::kEpisode);
+  ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
+  std::vector<int32_t> context;
+  for (size_t i = 0; i < (*seqs)[0].response.size(); ++i)
+    if (!(*seqs)[0].trained[i]) context.push_back((*seqs)[0].response[i]);
+  EXPECT_NE(Text(context).find("Please try again."), std::string::npos);
+}
+
+TEST_F(WorkflowTest, AnOutsideAgentProgramDrivesTheProxy) {
+  // examples/agents/feedback_agent.sh: bash, curl and jq against the proxy.
+  Start([](const std::string& prompt) {
+    return prompt.find("not right") == std::string::npos ? "Answer: 4" : "Answer: 5";
+  });
+  const char* src = std::getenv("TANDEM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr) << "TANDEM_SOURCE_DIR (CMake sets it)";
+  const std::string agent = std::string(src) + "/examples/agents/feedback_agent.sh";
+  auto wf = MakeWorkflow(json{{"name", "command"}, {"options", {{"command", {"bash", agent}}, {"timeout_s", 60}}}});
+  ASSERT_TRUE(wf.ok()) << wf.status().ToString();
+  auto ep = (*wf)->Run(Context("agent-1"));
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  EXPECT_TRUE(ep->solved);
+  EXPECT_EQ(ep->reward, 0.5);
+  EXPECT_EQ(ep->turn_rewards, (std::vector<double>{0, 0.5}));
+  EXPECT_EQ(ep->solved_turn, 2);
+  // Its two calls are one session: the second continues the first's tokens.
+  auto session = proxy_->ExportSession("agent-1");
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_EQ(session->turns.size(), 2u);
+  EXPECT_EQ(session->turns[1].parent, session->turns[0].turn);
+  auto per_turn = EpisodeSequences(*session, *ep, AdvantageUnit::kTurn);
+  ASSERT_TRUE(per_turn.ok()) << per_turn.status().ToString();
+  EXPECT_EQ((*per_turn)[0].reward, 0.5);
+
+  // Programs that fail say how.
+  const std::pair<json, const char*> table[] = {
+      {json{"bash", "-c", "echo broken >&2; exit 4"}, "exited 4; its stderr ends: broken"},
+      {json{"bash", "-c", "echo '{\"reward\": \"high\"}'"}, "expected {\"reward\": a finite number"},
+      {json{"bash", "-c", "echo '{\"reward\": 1, \"turn_rewards\": [1, \"x\"]}'"}, "holds a non-number"},
+      {json{"bash", "-c", "true"}, "expected {\"reward\""},
+      {json{"bash", "-c", "sleep 30"}, "still running after"},
+  };
+  for (const auto& [argv, want] : table) {
+    auto bad = MakeWorkflow(json{{"name", "command"}, {"options", {{"command", argv}, {"timeout_s", 0.5}}}});
+    ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+    auto r = (*bad)->Run(Context("agent-bad"));
+    ASSERT_FALSE(r.ok()) << argv.dump();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << argv.dump() << ": " << r.status().message();
+  }
+}
+
+TEST(WorkflowOptions, ApiKeysAreReadFromAFileAndNeverShown) {
+  char tmpl[] = "/tmp/tandem-key-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tmpl;
+  auto write = [&](const std::string& text) {
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+  };
+  write("sk-secret-123\n");
+  auto key = ReadApiKey(path);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(*key, "sk-secret-123");
+  for (const std::string& bad : {std::string(""), std::string("two words"), std::string(5000, 'k'), std::string("a\nb")}) {
+    write(bad);
+    auto r = ReadApiKey(path);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message().find("words"), std::string::npos) << "the key is never in an error";
+    EXPECT_NE(r.status().message().find(path), std::string::npos);
+  }
+  close(fd);
+  std::remove(path.c_str());
+  EXPECT_FALSE(ReadApiKey(path).ok());
+  // The spec names the file; a key in the spec is an unknown key.
+  auto in_spec = MakeWorkflow(json{{"name", "simulated-user"},
+                                   {"options", {{"user", {{"url", "http://127.0.0.1:9"}, {"api_key", "sk-1"}}}}}});
+  ASSERT_FALSE(in_spec.ok());
+  EXPECT_NE(in_spec.status().message().find("unknown key 'api_key'"), std::string::npos) << in_spec.status().message();
+  EXPECT_EQ(in_spec.status().message().find("sk-1"), std::string::npos);
+}
+
 TEST(WorkflowOptions, AreReadStrictly) {
   const std::pair<json, const char*> table[] = {
-      {"nope", "unknown name \"nope\" (expected one of single-turn, multi-turn-feedback, tool-calls)"},
+      {"nope", "unknown name \"nope\" (expected one of single-turn, multi-turn-feedback, tool-calls, simulated-user, command)"},
+      {{{"name", "simulated-user"}}, "key 'user': required"},
+      {{{"name", "command"}}, "key 'command': expected an array of 1 to 64 strings"},
+      {{{"name", "command"}, {"options", {{"command", json::array()}}}}, "expected an array of 1 to 64 strings"},
+      {{{"name", "command"}, {"options", {{"command", {"a", 1}}}}}, "expected strings (argv)"},
+      {{{"name", "command"}, {"options", {{"command", {"a"}}, {"timeout_s", -1}}}}, "key 'timeout_s'"},
+      {{{"name", "simulated-user"}, {"options", {{"user", {{"url", "https://api.x:443"}}}}}}, "no TLS"},
+      {{{"name", "simulated-user"}, {"options", {{"user", {{"port_file", "u.port"}}}}}}, "tokenizer: required"},
+      {{{"name", "simulated-user"}, {"options", {{"user", {{"port_file", "u"}, {"url", "http://h:1"}}}}}},
+       "expected either port_file"},
+      {{{"name", "simulated-user"}, {"options", {{"user", {{"url", "http://h:1"}}}, {"user_temperature", 3}}}},
+       "user_temperature"},
       {42, "expected a name or"},
       {{{"name", "tool-calls"}, {"extra", 1}}, "unknown key 'extra'"},
       {{{"name", "tool-calls"}, {"options", 3}}, "workflow.options: expected an object"},
