@@ -41,10 +41,13 @@ def arg(role, flag, value):
     a = roles[role]["args"]
     if flag in a: a[a.index(flag) + 1] = value
     else: a += [flag, value]
-for r in roles.values():
+for r in roles.values():  # one GPU: every role on it, one rollout
     r["args"] += ["--device", "cuda"]
+    if "gpus_per_replica" in r: r["gpus_per_replica"] = 1
+    if r.get("worker") == "rollout": r["replicas"] = 1
     if "--threads" in r["args"]: i = r["args"].index("--threads"); del r["args"][i:i + 2]
-for r in ["add_sft", "mul_sft", "base"]:
+for r in ["add_sft", "mul_sft", "base"]:  # on the job's GPU too (a plain task there, no handoff)
+    roles[r]["gpus_per_replica"] = 1; roles[r]["colocate_with"] = "actor"
     arg(r, "--preset", preset); arg(r, "--max-steps", "100000"); arg(r, "--time-limit", sft_s)
     arg(r, "--lr", "1e-3"); arg(r, "--eval-problems", "512")
 # The student's base knows the format (subtraction), not the two skills.
@@ -59,7 +62,7 @@ if algo == "grpo":  # the same prompts, the verifier's reward, no teachers
 else:
     arg("actor", "--algorithm", json.dumps({"name": "mopd", "options": {"distill": {"rl_coef": 0, "distill_coef": 0, "top_k": 8}}}))
     arg("actor", "--group-size", "1"); arg("actor", "--prompts-per-step", "256")
-arg("actor", "--objectives", json.dumps(objectives))
+arg("actor", "--objectives", json.dumps(objectives)); arg("actor", "--rollouts", "1")
 arg("actor", "--steps", steps); arg("actor", "--lr", "1e-4" if algo == "grpo" else "1e-3")
 arg("actor", "--eval-every", "25"); arg("actor", "--eval-problems", "256"); arg("actor", "--warmup-steps", "10")
 json.dump(spec, open(out, "w"), indent=1)
