@@ -24,7 +24,9 @@ StatusOr<double> DiscountOption(const nlohmann::json& options, const char* workf
 StatusOr<int64_t> TurnsOption(const nlohmann::json& options, const char* workflow, const char* key, int64_t fallback);
 // The problem's question: its last user message.
 std::string Question(const data::Problem& problem);
-// True when `reply` is a right answer to the problem (the verifier's reward >= 1).
-bool RightAnswer(const EpisodeContext& ctx, const std::string& reply);
+// Scores the model's answer at `turn` (1-based) into `e`: a right answer
+// (the verifier's reward >= 1) solves the episode with discount^(turn-1)
+// and returns true; a wrong one adds a turn reward of 0.
+bool ScoreAnswer(const EpisodeContext& ctx, const std::string& reply, int64_t turn, double discount, Episode& e);
 
 }  // namespace tandem::agents

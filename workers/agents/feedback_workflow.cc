@@ -4,7 +4,6 @@
 //   answer at turn k earns discount^(k-1)), feedback (the environment's
 //   words, "{question}" standing for the problem's question; default
 //   below: it restates the question, as a tutor would).
-#include <cmath>
 
 #include "common/replace_all.h"
 #include "workers/agents/builtin_workflows.h"
@@ -31,14 +30,7 @@ class Feedback final : public Workflow {
     for (int64_t turn = 1; turn <= max_turns_; ++turn) {
       TANDEM_ASSIGN_OR_RETURN(const ChatReply reply, ctx.model->Complete(messages, nullptr, ctx.params, ctx.session),
                               "turn " + std::to_string(turn));
-      if (RightAnswer(ctx, reply.content)) {
-        e.solved = true;
-        e.solved_turn = turn;
-        e.reward = std::pow(discount_, static_cast<double>(turn - 1));
-        e.turn_rewards.push_back(e.reward);
-        return e;
-      }
-      e.turn_rewards.push_back(0.0);
+      if (ScoreAnswer(ctx, reply.content, turn, discount_, e)) return e;
       messages.push_back(reply.message);
       messages.push_back({{"role", "user"}, {"content", ReplaceAll(feedback_, "{question}", Question(*ctx.problem))}});
     }

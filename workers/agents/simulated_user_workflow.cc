@@ -9,7 +9,6 @@
 //   external endpoint), max_turns (3), discount (0.5), instructions (the
 //   user's system prompt; "{question}" and "{answer}" are replaced),
 //   user_temperature (0.7), user_max_tokens (128).
-#include <cmath>
 #include <fstream>
 
 #include "common/replace_all.h"
@@ -45,14 +44,7 @@ class SimulatedUser final : public Workflow {
     for (int64_t turn = 1; turn <= max_turns_; ++turn) {
       TANDEM_ASSIGN_OR_RETURN(const ChatReply reply, ctx.model->Complete(messages, nullptr, ctx.params, ctx.session),
                               "turn " + std::to_string(turn));
-      if (RightAnswer(ctx, reply.content)) {
-        e.solved = true;
-        e.solved_turn = turn;
-        e.reward = std::pow(discount_, static_cast<double>(turn - 1));
-        e.turn_rewards.push_back(e.reward);
-        return e;
-      }
-      e.turn_rewards.push_back(0.0);
+      if (ScoreAnswer(ctx, reply.content, turn, discount_, e)) return e;
       if (turn == max_turns_) break;
       messages.push_back(reply.message);
       // The user's side: its instructions, then the conversation with the roles swapped.

@@ -51,10 +51,7 @@ class ToolCalls final : public Workflow {
       TANDEM_ASSIGN_OR_RETURN(const ChatReply reply, ctx.model->Complete(messages, tools_, ctx.params, ctx.session),
                               "turn " + std::to_string(turn));
       if (reply.tool_calls.empty()) {
-        e.solved = RightAnswer(ctx, reply.content);
-        e.solved_turn = e.solved ? turn : 0;
-        e.reward = e.solved ? 1.0 : 0.0;
-        e.turn_rewards.push_back(e.reward);
+        ScoreAnswer(ctx, reply.content, turn, 1.0, e);
         return e;
       }
       e.turn_rewards.push_back(0.0);

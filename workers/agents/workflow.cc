@@ -1,6 +1,8 @@
 // The workflow registry and the single-turn workflow (workflow.h).
 #include "workers/agents/workflow.h"
 
+#include <cmath>
+
 #include "workers/agents/builtin_workflows.h"
 #include "workers/data/dataset_options.h"
 
@@ -16,10 +18,7 @@ class SingleTurn final : public Workflow {
     TANDEM_ASSIGN_OR_RETURN(const ChatReply reply,
                             ctx.model->Complete(PromptMessages(*ctx.problem), nullptr, ctx.params, ctx.session));
     Episode e;
-    e.solved = RightAnswer(ctx, reply.content);
-    e.reward = e.solved ? 1.0 : 0.0;
-    e.solved_turn = e.solved ? 1 : 0;
-    e.turn_rewards = {e.reward};
+    ScoreAnswer(ctx, reply.content, 1, 1.0, e);
     return e;
   }
 };
@@ -66,8 +65,16 @@ std::string Question(const data::Problem& problem) {
   return question;
 }
 
-bool RightAnswer(const EpisodeContext& ctx, const std::string& reply) {
-  return ctx.verifier->Verify(reply, ctx.problem->answer).reward >= 1.0;
+bool ScoreAnswer(const EpisodeContext& ctx, const std::string& reply, int64_t turn, double discount, Episode& e) {
+  if (ctx.verifier->Verify(reply, ctx.problem->answer).reward < 1.0) {
+    e.turn_rewards.push_back(0.0);
+    return false;
+  }
+  e.solved = true;
+  e.solved_turn = turn;
+  e.reward = std::pow(discount, static_cast<double>(turn - 1));
+  e.turn_rewards.push_back(e.reward);
+  return true;
 }
 
 json PromptMessages(const data::Problem& problem) {
