@@ -99,10 +99,13 @@ struct Proxy::Impl {
   const ProxyOptions options;
   SessionStore sessions;
   CallContext ctx;
+  // Before `io`, so destroyed after it: handlers the io_context still holds
+  // at its destruction may own the last reference to a call, whose strand
+  // is the pool's.
+  asio::thread_pool pool;
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::thread io_thread;
-  asio::thread_pool pool;
   std::unique_ptr<inference::HttpServer> server;
   ReplicaSet replicas;  // io thread
   std::map<uint64_t, std::shared_ptr<CallState>> calls;  // io thread
