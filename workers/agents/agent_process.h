@@ -7,7 +7,11 @@
 // Bounded: past `timeout` the whole process group gets SIGKILL and the run
 // is DeadlineExceeded; a program that closes stdin early or never reads it
 // does not block the writer (the write gives up at the deadline too). Every
-// process started is reaped before Run returns: nothing is left behind.
+// process started is reaped before Run returns, and whatever it left in its
+// process group is killed: nothing is left behind. Its environment is the
+// caller's (plus `env`), so a job backend that sweeps a task's processes
+// by its environment or its cgroup (docs/architecture.md) finds an agent
+// whose worker was killed with SIGKILL mid-episode too.
 #pragma once
 
 #include <chrono>

@@ -132,6 +132,28 @@ class Parser {
 
 }  // namespace
 
+nlohmann::json CalculatorToolJson() {
+  using nlohmann::json;
+  return {{"type", "function"},
+          {"function",
+           {{"name", "calculator"},
+            {"description", "Evaluates an arithmetic expression exactly (+ - * / and parentheses)."},
+            {"parameters",
+             {{"type", "object"},
+              {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. (12 + 7) * 3"}}}}},
+              {"required", {"expression"}}}}}}};
+}
+
+StatusOr<std::vector<Tool>> ToolsNamed(const std::vector<std::string>& names) {
+  std::vector<Tool> out;
+  for (const std::string& name : names) {
+    if (name != "calculator") return InvalidArgument("tool \"" + name.substr(0, 60) + "\": unknown (tools: calculator)");
+    // As sent over HTTP (keys sorted by the JSON writer) and parsed in order.
+    out.push_back({name, nlohmann::ordered_json::parse(CalculatorToolJson().dump())});
+  }
+  return out;
+}
+
 StatusOr<std::string> Calculate(std::string_view expression) {
   if (expression.size() > kMaxCalculatorBytes)
     return InvalidArgument("calculator: the expression is " + std::to_string(expression.size()) + " bytes, at most " +

@@ -14,8 +14,12 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "workers/agents/agent_message.h"
 
 namespace tandem::agents {
 
@@ -23,5 +27,15 @@ inline constexpr size_t kMaxCalculatorBytes = 256;
 inline constexpr int kMaxCalculatorDepth = 32;
 
 StatusOr<std::string> Calculate(std::string_view expression);
+
+// The calculator as an OpenAI function tool: {"type": "function",
+// "function": {"name": "calculator", ...}} (its argument: "expression").
+nlohmann::json CalculatorToolJson();
+
+// The tools named by a problem (data::Problem::tools) as the proxy holds
+// them after parsing a request that sends their JSON (so a prompt rendered
+// with them is the proxy's); InvalidArgument for a name not known here
+// (only "calculator").
+StatusOr<std::vector<Tool>> ToolsNamed(const std::vector<std::string>& names);
 
 }  // namespace tandem::agents

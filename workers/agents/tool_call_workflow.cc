@@ -12,17 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-json CalculatorTool() {
-  return json::array({{{"type", "function"},
-                       {"function",
-                        {{"name", "calculator"},
-                         {"description", "Evaluates an arithmetic expression exactly (+ - * / and parentheses)."},
-                         {"parameters",
-                          {{"type", "object"},
-                           {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. (12 + 7) * 3"}}}}},
-                           {"required", {"expression"}}}}}}}});
-}
-
 // The tool's answer to one call: the value, or "error: ..." (counted).
 std::string Answer(const ToolCall& call, Episode& e) {
   ++e.tool_calls;
@@ -41,7 +30,7 @@ std::string Answer(const ToolCall& call, Episode& e) {
 
 class ToolCalls final : public Workflow {
  public:
-  explicit ToolCalls(int64_t max_turns) : max_turns_(max_turns), tools_(CalculatorTool()) {}
+  explicit ToolCalls(int64_t max_turns) : max_turns_(max_turns), tools_(json::array({CalculatorToolJson()})) {}
   std::string_view name() const override { return "tool-calls"; }
 
   StatusOr<Episode> Run(const EpisodeContext& ctx) const override {

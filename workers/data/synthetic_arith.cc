@@ -54,9 +54,9 @@ std::string Count(int64_t n, const std::string& items) {
 class SyntheticArith final : public Dataset {
  public:
   SyntheticArith(uint64_t seed, std::vector<int> levels, OpSet ops, bool word_style, std::optional<std::string> system,
-                 std::unique_ptr<Verifier> verifier)
+                 std::unique_ptr<Verifier> verifier, double tool_calls)
       : seed_(seed), levels_(std::move(levels)), ops_(ops), word_(word_style), system_(std::move(system)),
-        verifier_(std::move(verifier)) {}
+        verifier_(std::move(verifier)), tool_calls_(tool_calls) {}
 
   std::string_view name() const override { return "synthetic-arith"; }
   std::optional<size_t> size() const override { return std::nullopt; }
@@ -126,7 +126,7 @@ class SyntheticArith final : public Dataset {
   Problem MakeProblem(size_t index, SeededRandom& rng, int64_t start, const std::vector<Step>& steps) const {
     const std::string who(kNames[rng.Below(kNames.size())]);
     const std::string what(kItems[rng.Below(kItems.size())]);
-    std::string question, solution;
+    std::string question, solution, expression = Show(start);
     int64_t total = start;
     if (word_) question = who + " has " + Count(start, what) + ".";
     else question = steps.size() == 1 ? "What is " + Show(start) : "Start with " + Show(start);
@@ -135,6 +135,9 @@ class SyntheticArith final : public Dataset {
       const int64_t next = Apply(total, st);
       const char* sym = st.op == Op::kAdd ? " + " : st.op == Op::kSub ? " - " : st.op == Op::kMul ? " * " : " / ";
       solution += Show(total) + sym + Show(st.operand) + " = " + Show(next) + "\n";
+      const bool compound = expression.find_first_of("+-") != std::string::npos;
+      if ((st.op == Op::kMul || st.op == Op::kDiv) && compound) expression = "(" + expression + ")";
+      expression += sym + Show(st.operand);
       const std::string x = Show(st.operand);
       if (word_) {
         switch (st.op) {
@@ -165,6 +168,17 @@ class SyntheticArith final : public Dataset {
     p.prompt.push_back({"user", std::move(question)});
     p.answer = Show(total);
     p.reference_solution = std::move(solution);
+    if (tool_calls_ > 0) {  // offered the calculator; a share of the references use it
+      p.tools = {"calculator"};
+      SeededRandom pick(seed_ ^ 0x746f6f6c5f63616cull, static_cast<uint64_t>(index));
+      if (static_cast<double>(pick.Below(1000000)) < tool_calls_ * 1e6) {
+        p.reference_turns = {
+            {"assistant", "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
+                              "\"}}\n</tool_call>"},
+            {"tool", p.answer},
+            {"assistant", expression + " = " + p.answer + "\nAnswer: " + p.answer}};
+      }
+    }
     return p;
   }
 
@@ -174,6 +188,7 @@ class SyntheticArith final : public Dataset {
   bool word_;
   std::optional<std::string> system_;
   std::unique_ptr<Verifier> verifier_;
+  double tool_calls_;
 };
 
 StatusOr<std::vector<int>> ParseLevels(const nlohmann::json& v) {
@@ -224,7 +239,8 @@ StatusOr<OpSet> ParseOps(const nlohmann::json& v, const std::vector<int>& levels
 
 StatusOr<std::unique_ptr<Dataset>> OpenSyntheticArith(const nlohmann::json& options) {
   TANDEM_ASSIGN_OR_RETURN(const DatasetOptions opts, DatasetOptions::Make("synthetic-arith", options,
-                                                                          {"seed", "level", "ops", "style", "system", "verifier"}));
+                                                                          {"seed", "level", "ops", "style", "system", "verifier",
+                                                                           "tool_calls"}));
   TANDEM_ASSIGN_OR_RETURN(const std::optional<uint64_t> seed, opts.Unsigned("seed"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int> levels, ParseLevels(opts.Raw("level")));
   TANDEM_ASSIGN_OR_RETURN(const OpSet ops, ParseOps(opts.Raw("ops"), levels));
@@ -232,8 +248,14 @@ StatusOr<std::unique_ptr<Dataset>> OpenSyntheticArith(const nlohmann::json& opti
   TANDEM_ASSIGN_OR_RETURN(std::optional<std::string> system, opts.String("system"));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Verifier> verifier, MakeVerifier("synthetic-arith", opts.Raw("verifier")),
                           "synthetic-arith options: key 'verifier'");
+  double tool_calls = 0;
+  if (const nlohmann::json t = opts.Raw("tool_calls"); !t.is_null()) {
+    if (!t.is_number() || !(t.get<double>() >= 0) || !(t.get<double>() <= 1))
+      return InvalidArgument("synthetic-arith options: key 'tool_calls': expected a number in [0, 1]");
+    tool_calls = t.get<double>();
+  }
   return std::unique_ptr<Dataset>(std::make_unique<SyntheticArith>(seed.value_or(0), std::move(levels), ops, style == "word",
-                                                                   std::move(system), std::move(verifier)));
+                                                                   std::move(system), std::move(verifier), tool_calls));
 }
 
 }  // namespace tandem::data

@@ -17,7 +17,12 @@
 // is the digit products, with only "+" the two-digit sums), "style": "word"
 // (default: "Mia has 3 apples. Mia finds 4 more apples. How many apples does
 // Mia have now?") | "plain" ("What is 3 + 4?"), "system": a system prompt,
-// "verifier": options of the synthetic-arith verifier}.
+// "verifier": options of the synthetic-arith verifier, "tool_calls": a
+// share in [0, 1] (default 0): above 0 every problem offers the calculator
+// tool (Problem::tools) and that share of them (drawn per index, apart
+// from the problem's own draws) has a reference conversation that calls it
+// with the whole expression ("(3 + 4) * 2"), reads its answer and states
+// "EXPR = V\nAnswer: V" (Problem::reference_turns; docs/agents.md)}.
 #pragma once
 
 #include <memory>

@@ -532,7 +532,6 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     std::vector<data::Problem> problems;
     std::vector<std::vector<int32_t>> prompts;
     std::vector<size_t> objective_of;  // per prompt
-    problems.reserve(static_cast<size_t>(o.prompts_per_step));  // episode tasks point into it
     const std::vector<int64_t> split = SplitPrompts(objectives, o.prompts_per_step);
     for (size_t obj = 0; obj < n_objectives; ++obj)
       for (int64_t i = 0; i < split[obj]; ++i) {

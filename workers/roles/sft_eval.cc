@@ -1,6 +1,8 @@
 // Greedy evaluation scored by a verifier (sft_eval.h).
 #include "workers/roles/sft_eval.h"
 
+#include "workers/roles/problem_tokens.h"
+
 namespace tandem::roles {
 
 StatusOr<EvalResult> EvaluateGreedy(const model::Transformer& model, const data::Tokenizer& tokenizer,
@@ -8,9 +10,8 @@ StatusOr<EvalResult> EvaluateGreedy(const model::Transformer& model, const data:
                                     const data::Verifier& verifier, const inference::GreedyOptions& options) {
   std::vector<std::vector<int32_t>> prompts;
   for (const data::Problem& p : problems) {
-    TANDEM_ASSIGN_OR_RETURN(data::EncodedChat chat, data::EncodeChat(tokenizer, format, p.prompt, true),
-                            "eval problem " + p.id);
-    prompts.emplace_back(chat.ids.begin(), chat.ids.end());
+    TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ProblemPromptIds(tokenizer, format, p), "eval");
+    prompts.push_back(std::move(ids));
   }
   TANDEM_ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> outs, inference::GreedyDecode(model, prompts, options),
                           "eval");

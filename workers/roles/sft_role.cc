@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "common/bounded_json.h"
@@ -27,6 +28,7 @@
 #include "workers/roles/json_log.h"
 #include "workers/roles/sft_checkpoint.h"
 #include "workers/roles/sft_eval.h"
+#include "workers/roles/problem_tokens.h"
 #include "workers/roles/sft_presets.h"
 #include "workers/train/sft_example.h"
 #include "workers/train/sft_trainer.h"
@@ -209,7 +211,10 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   // Data.
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> train, data::OpenDataset(o.dataset, o.dataset_options), "sft");
   const data::PromptLengthLimit limit{
-      [&tok, &format](const data::Problem& p) { return train::PromptTokenCount(*tok, format, p); },
+      [&tok, &format](const data::Problem& p) {
+        StatusOr<std::vector<int32_t>> ids = ProblemPromptIds(*tok, format, p);
+        return ids.ok() ? ids->size() : std::numeric_limits<size_t>::max();
+      },
       static_cast<size_t>(o.max_prompt_tokens)};
   TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(o, *train, limit));
   const std::unique_ptr<data::PrefixDataset> prefix = data::TrainingPrefix(*train, held.train_size);
@@ -347,7 +352,7 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
         return FailedPrecondition("sft: no example within --max-sequence-tokens " + std::to_string(o.max_sequence_tokens) +
                                   " in " + std::to_string(draws) + " draws");
       TANDEM_ASSIGN_OR_RETURN(const data::Problem p, stream.Next(), "sft");
-      TANDEM_ASSIGN_OR_RETURN(train::SftExample ex, train::MakeSftExample(*tok, format, p, *end), "sft");
+      TANDEM_ASSIGN_OR_RETURN(train::SftExample ex, ProblemSftExample(*tok, format, p, *end), "sft");
       if (static_cast<int64_t>(ex.ids.size()) <= o.max_sequence_tokens) batch.push_back(std::move(ex));
     }
     double schedule = 0;

@@ -177,6 +177,40 @@ TEST(SyntheticArith, OpsRestrictTheSkill) {
             std::string::npos);
 }
 
+TEST(SyntheticArith, ToolCallReferencesCallTheCalculatorWithTheWholeExpression) {
+  const uint64_t seed = std::random_device{}();
+  auto with = Open("synthetic-arith", {{"seed", seed}, {"level", {1, 2, 3, 4}}, {"style", "plain"}, {"tool_calls", 0.5}});
+  auto without = Open("synthetic-arith", {{"seed", seed}, {"level", {1, 2, 3, 4}}, {"style", "plain"}});
+  ASSERT_TRUE(with && without);
+  size_t calls = 0;
+  for (size_t i = 0; i < 400; ++i) {
+    auto p = with->Get(i);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const auto q = without->Get(i);
+    EXPECT_EQ(p->prompt[0].content, q->prompt[0].content) << "the problems are those without the option";
+    EXPECT_EQ(p->reference_solution, q->reference_solution);
+    EXPECT_EQ(p->tools, std::vector<std::string>{"calculator"});
+    if (p->reference_turns.empty()) continue;
+    ++calls;
+    ASSERT_EQ(p->reference_turns.size(), 3u);
+    const std::string& call = p->reference_turns[0].content;
+    ASSERT_EQ(call.rfind("<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"", 0), 0u) << call;
+    const size_t b = call.find("\"expression\": \"") + 15, e = call.find("\"}}");
+    const std::string expression = call.substr(b, e - b);
+    EXPECT_EQ(p->reference_turns[1].role, "tool");
+    EXPECT_EQ(p->reference_turns[1].content, p->answer);
+    EXPECT_EQ(p->reference_turns[2].content, expression + " = " + p->answer + "\nAnswer: " + p->answer);
+    EXPECT_EQ(with->verifier().Verify(p->reference_turns[2].content, p->answer).reward, 1.0);
+    EXPECT_EQ(expression.find_first_of("\"\\\n"), std::string::npos) << "plain JSON text: " << expression;
+  }
+  EXPECT_GT(calls, 150u);
+  EXPECT_LT(calls, 250u);
+  auto none = Open("synthetic-arith", {{"tool_calls", 0}});
+  EXPECT_TRUE(none->Get(0)->tools.empty());
+  EXPECT_NE(OpenError("synthetic-arith", {{"tool_calls", 2}}).find("key 'tool_calls': expected a number in [0, 1]"),
+            std::string::npos);
+}
+
 TEST(SyntheticArith, OptionErrors) {
   EXPECT_NE(OpenError("synthetic-arith", {{"level", 6}}).find("key 'level': expected an integer 1..5"), std::string::npos);
   EXPECT_NE(OpenError("synthetic-arith", {{"level", nlohmann::json::array()}}).find("key 'level'"), std::string::npos);

@@ -10,6 +10,7 @@
 
 #include "workers/model/model_input.h"
 #include "workers/model/tests/model_test_util.h"
+#include "workers/train/sft_trainer.h"
 
 namespace tandem::train {
 namespace {
@@ -233,6 +234,40 @@ TEST(GrpoTrainer, MaskedResponseTokensAreContextOnly) {
   ASSERT_EQ(st->dropped.size(), 2u);
   EXPECT_NE(st->dropped[0].find("a trained mask of 2 for 3 response tokens"), std::string::npos) << st->dropped[0];
   EXPECT_NE(st->dropped[1].find("no trained response token"), std::string::npos) << st->dropped[1];
+}
+
+// sft on a conversation (SftExample::trained): the loss is the mean
+// negative log-prob of the counted tokens only.
+TEST(SftTrainer, MaskedTokensAreContextOnly) {
+  auto m = TinyModel(4);
+  SftTrainerOptions o;
+  o.schedule = {1e-2, 0, 1.0};
+  auto trainer = SftTrainer::Create(*m, o);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  SftExample a{{1, 2, 3, 5, 6, 7, 8}, 3, {1, 1, 0, 1}};
+  SftExample b{{1, 2, 9, 10}, 2, {}};
+  double sum = 0;
+  int n = 0;
+  for (const SftExample* e : {&a, &b}) {
+    const Trajectory t{{e->ids.begin(), e->ids.begin() + e->prompt_tokens}, {e->ids.begin() + e->prompt_tokens, e->ids.end()}};
+    const std::vector<float> lp = ResponseLogprobs(*m, t);
+    for (size_t j = 0; j < lp.size(); ++j)
+      if (e->trained.empty() || e->trained[j]) sum -= lp[j], ++n;
+  }
+  auto loss = (*trainer)->Loss({a, b});
+  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  EXPECT_EQ(n, 5);
+  EXPECT_NEAR(*loss, sum / n, 1e-5);
+  auto st = (*trainer)->Step({a, b}, 0.0);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->response_tokens, 5);
+  SftExample bad = a;
+  bad.trained = {1, 0};
+  auto refused = (*trainer)->Loss({bad});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("a trained mask of 2 for 4 response tokens"), std::string::npos);
+  bad.trained = {0, 0, 0, 0};
+  EXPECT_FALSE((*trainer)->Loss({bad}).ok()) << "nothing to train on";
 }
 
 // MOPD (docs/mopd.md): Batch() routed over two teachers: group 0 to teacher
