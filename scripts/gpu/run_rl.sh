@@ -12,6 +12,8 @@
 #      tree packing and, with RL_FLAT=1, again without it;
 #   5. with RL_BASELINE=1 (default), the same workload as one plain PyTorch +
 #      transformers process (scripts/gpu/rl_baseline.py), for the ratio.
+# RL_ACTOR_ARGS adds actor flags to both jobs (scripts/gpu/run_agents.sh: a
+# multi-turn workflow), RL_NAME (default rl) prefixes the jobs' names.
 # Results under $OUT: rl.json (per-phase means after the first step, from
 # metrics.jsonl; the baseline's), build.log, job logs.
 set -uo pipefail
@@ -26,6 +28,8 @@ STEPS=${RL_STEPS:-3}
 PROMPTS=${RL_PROMPTS:-32}
 NEW=${RL_NEW_TOKENS:-1024}
 MB=${RL_MICRO_BATCH_TOKENS:-16384}
+NAME=${RL_NAME:-rl}
+read -r -a ACTOR_ARGS <<<"${RL_ACTOR_ARGS:-}"
 mkdir -p "$WORK"
 start=$(date +%s)
 . scripts/gpu/lib.sh
@@ -72,8 +76,8 @@ PY
   [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
   return $rc
 }
-job rl-tree
-[[ ${RL_FLAT:-0} == 1 ]] && job rl-flat --no-tree-packing
+job "$NAME-tree" "${ACTOR_ARGS[@]}"
+[[ ${RL_FLAT:-0} == 1 ]] && job "$NAME-flat" --no-tree-packing "${ACTOR_ARGS[@]}"
 if [[ ${RL_BASELINE:-1} == 1 ]]; then
   # The same prompts (GSM8K questions), G, lengths and loss; EOS ignored so
   # that every response is full length (tandem's random model rarely stops).
@@ -85,20 +89,20 @@ if [[ ${RL_BASELINE:-1} == 1 ]]; then
     >"$OUT/baseline.log" 2>&1
   echo "[gpu] baseline rc=$?"; tail -8 "$OUT/baseline.log"
 fi
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" "$NAME" <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, prefix = sys.argv[1:]
 def phases(path):
     rows = [json.loads(l) for l in open(path) if '"reward/mean"' in l]
     rows = rows[1:] or rows  # the first step warms up
     keys = ["seconds/step", "seconds/rollout", "seconds/train", "seconds/sync", "tokens/sequence", "tokens/packed"]
     return {k: sum(r[k] for r in rows) / len(rows) for k in keys} | {"steps_measured": len(rows)}
 res = {}
-for name in ["rl-tree", "rl-flat"]:
+for name in [prefix + "-tree", prefix + "-flat"]:
     p = os.path.join(out, name + ".metrics.jsonl")
     if os.path.exists(p): res[name] = phases(p)
 if os.path.exists(os.path.join(out, "baseline.json")):
     res["baseline"] = json.load(open(os.path.join(out, "baseline.json")))
-json.dump(res, open(os.path.join(out, "rl.json"), "w"), indent=1)
+json.dump(res, open(os.path.join(out, prefix + ".json"), "w"), indent=1)
 print(json.dumps(res, indent=1))
 PY

@@ -176,7 +176,7 @@ class SyntheticArith final : public Dataset {
             {"assistant", "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"" + expression +
                               "\"}}\n</tool_call>"},
             {"tool", p.answer},
-            {"assistant", expression + " = " + p.answer + "\nAnswer: " + p.answer}};
+            {"assistant", "Answer: " + p.answer}};  // read off the tool's answer, a few tokens back
       }
     }
     return p;

@@ -21,8 +21,8 @@
 // share in [0, 1] (default 0): above 0 every problem offers the calculator
 // tool (Problem::tools) and that share of them (drawn per index, apart
 // from the problem's own draws) has a reference conversation that calls it
-// with the whole expression ("(3 + 4) * 2"), reads its answer and states
-// "EXPR = V\nAnswer: V" (Problem::reference_turns; docs/agents.md)}.
+// with the whole expression ("(3 + 4) * 2") and answers "Answer: V" with
+// the value the tool gave (Problem::reference_turns; docs/agents.md)}.
 #pragma once
 
 #include <memory>

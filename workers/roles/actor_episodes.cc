@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "common/log.h"
@@ -22,7 +23,19 @@ struct Outcome {
   Status status;
   agents::Episode episode;
   std::vector<agents::EpisodeSequence> sequences;
+  std::string sample;  // episode 0's: EpisodeStats::sample
 };
+
+// A session's conversation after its first prompt: its last call's tokens,
+// decoded with the special ones shown, cut at kSampleBytes.
+std::string SampleOf(const agents::SessionExport& e, const data::Tokenizer& tokenizer) {
+  if (e.turns.empty()) return "";
+  const agents::TokenRecord& last = e.turns.back();
+  const size_t from = std::min(e.turns.front().prompt_tokens, last.ids.size());
+  StatusOr<std::string> text = tokenizer.Decode(std::span<const int32_t>(last.ids).subspan(from), {});
+  if (!text.ok()) return "(" + text.status().ToString() + ")";
+  return text->size() > kSampleBytes ? text->substr(0, kSampleBytes) + "..." : *text;
+}
 
 }  // namespace
 
@@ -65,7 +78,7 @@ StatusOr<std::unique_ptr<EpisodeRunner>> EpisodeRunner::Start(const ActorOptions
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<agents::Workflow> workflow, agents::MakeWorkflow(o.workflow), "actor: --workflow");
   const agents::AdvantageUnit unit =
       o.advantage_unit == "turn" ? agents::AdvantageUnit::kTurn : agents::AdvantageUnit::kEpisode;
-  std::unique_ptr<EpisodeRunner> r(new EpisodeRunner(o, std::move(workflow), unit));
+  std::unique_ptr<EpisodeRunner> r(new EpisodeRunner(o, std::move(workflow), unit, tokenizer));
   TANDEM_ASSIGN_OR_RETURN(agents::ProxyOptions po, ProxyOver(o, job, o.rollout_port_file, o.rollouts), "actor");
   r->proxy_ = std::make_unique<agents::Proxy>(std::move(tokenizer), po);
   TANDEM_RETURN_IF_ERROR(r->proxy_->Start(), "actor: the workflow's proxy");
@@ -146,6 +159,7 @@ StatusOr<EpisodeBatch> EpisodeRunner::Run(const std::vector<EpisodeTask>& tasks,
         StatusOr<std::vector<agents::EpisodeSequence>> seqs =
             exported.ok() ? agents::EpisodeSequences(*exported, out.episode, unit_)
                           : StatusOr<std::vector<agents::EpisodeSequence>>(exported.status());
+        if (i == 0 && exported.ok()) out.sample = SampleOf(*exported, tokenizer_);
         if (seqs.ok()) {
           out.sequences = std::move(*seqs);
         } else {
@@ -164,6 +178,7 @@ StatusOr<EpisodeBatch> EpisodeRunner::Run(const std::vector<EpisodeTask>& tasks,
 
   EpisodeBatch batch;
   EpisodeStats& st = batch.stats;
+  if (!outcomes.empty()) st.sample = std::move(outcomes.front().sample);
   for (size_t i = 0; i < n; ++i) {
     const Outcome& out = outcomes[i];
     ++st.episodes;

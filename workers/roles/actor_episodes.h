@@ -51,7 +51,11 @@ struct EpisodeStats {
   std::vector<int64_t> reached, solved_at;
   std::vector<std::string> errors;  // the first few failures
   int64_t oldest_version = -1;
+  // The first episode's conversation after its prompt, decoded (at most
+  // kSampleBytes; special tokens shown), for the logs.
+  std::string sample;
 };
+inline constexpr size_t kSampleBytes = 2000;
 
 struct EpisodeBatch {
   std::vector<train::Trajectory> trajectories;  // group p: task p's episodes, contiguous
@@ -81,8 +85,9 @@ class EpisodeRunner {
   void Resume();
 
  private:
-  EpisodeRunner(const ActorOptions& o, std::unique_ptr<agents::Workflow> workflow, agents::AdvantageUnit unit)
-      : o_(o), workflow_(std::move(workflow)), unit_(unit) {}
+  EpisodeRunner(const ActorOptions& o, std::unique_ptr<agents::Workflow> workflow, agents::AdvantageUnit unit,
+                data::Tokenizer tokenizer)
+      : o_(o), workflow_(std::move(workflow)), unit_(unit), tokenizer_(std::move(tokenizer)) {}
   // The simulated user's endpoint (agents::UserEndpoint): a proxy of its
   // own over its replicas, or the external URL with its key.
   Status StartUser(const std::string& job);
@@ -90,6 +95,7 @@ class EpisodeRunner {
   const ActorOptions& o_;
   std::unique_ptr<agents::Workflow> workflow_;
   agents::AdvantageUnit unit_;
+  data::Tokenizer tokenizer_;  // for samples
   std::unique_ptr<agents::Proxy> proxy_, user_proxy_;
   std::unique_ptr<agents::ChatClient> client_, user_client_;
 };

@@ -448,6 +448,9 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
                               "actor eval");
       AddEpisodeMetrics(batch.stats, "eval/", e->episodes);
       e->episodes.erase("eval/reward/mean");
+      if (!batch.stats.sample.empty())
+        log::Info("actor", "eval sample (step {}): {}", progress.step,
+                  nlohmann::json(batch.stats.sample).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return std::move(batch.solved);
     }
     GenerateCall call;
