@@ -8,6 +8,12 @@
 #     BUILD, log $OUT/build.log; puts tandem, tandem-exec and tandem-worker in
 #     BIN, BIN on PATH, and the carried libraries on LD_LIBRARY_PATH.
 #     Returns non-zero (after printing the build's errors) when anything fails.
+#   gpu_run_job WORK NAME LIMIT_S RUN_DIR
+#     runs `tandem run WORK/NAME.json --gpus 0` from WORK for at most LIMIT_S,
+#     its output in $OUT/NAME.out and .err, WORK/runs/RUN_DIR's metrics.jsonl
+#     and handoff.jsonl as $OUT/NAME.metrics.jsonl and .handoff.jsonl, its
+#     actor's log tail as $OUT/NAME.actor.log (printed with the job's end
+#     when it failed); prints and returns the job's exit status.
 # Also sets what every GPU job here wants: NVLink multicast off (KINDS.md),
 # unbuffered Python, ASAN_OPTIONS=detect_leaks=0 (the carried tandem may be
 # a sanitized build: stage_deps.sh's TANDEM_ORCH_BIN).
@@ -38,4 +44,17 @@ gpu_worker_build() {
   # libicuuc finds libicudata through the path too (it has no RUNPATH).
   export LD_LIBRARY_PATH="$deps/orch/lib:$deps/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   "$bin/tandem" --version && "$bin/tandem-worker" --list-workers | tr '\n' ' ' && echo
+}
+
+gpu_run_job() {
+  local work=$1 name=$2 limit=$3 run_dir=$4 t0 rc
+  t0=$(date +%s)
+  (cd "$work" && timeout "$limit" tandem run "$work/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
+  rc=$?
+  echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
+  cp "$work/runs/$run_dir/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  cp "$work/runs/$run_dir/handoff.jsonl" "$OUT/$name.handoff.jsonl" 2>/dev/null
+  tail -n 40 "$work/runs/$run_dir/tasks/actor.0.err" >"$OUT/$name.actor.log" 2>/dev/null
+  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
+  return $rc
 }

@@ -51,15 +51,10 @@ for r in roles.values():  # one GPU: every role on it, one rollout
 roles["base"]["gpus_per_replica"] = 1; roles["base"]["colocate_with"] = "actor"  # a plain task on the job's GPU
 json.dump(spec, open(out, "w"), indent=1)
 PY
-  local t0 rc; t0=$(date +%s)
-  (cd "$WORK" && timeout "${AGENTS_JOB_TIMEOUT:-240}" tandem run "$WORK/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
-  rc=$?
-  echo "[gpu] example $name rc=$rc ($(( $(date +%s) - t0 )) s)"
-  cp "$WORK/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
-  tail -n 40 "$WORK/runs/$name/tasks/actor.0.err" >"$OUT/$name.actor.log" 2>/dev/null
+  gpu_run_job "$WORK" "$name" "${AGENTS_JOB_TIMEOUT:-240}" "$name"
   grep -h '"eval"' "$WORK/runs/$name/tasks/base.0.out" 2>/dev/null | tail -1 >"$OUT/$name.sft.jsonl"
+  grep -h 'eval sample' "$WORK/runs/$name/tasks/actor.0.err" 2>/dev/null >"$OUT/$name.samples.log"
   grep -E '^\[run\] actor/0 step' "$OUT/$name.err" | tail -2
-  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
 }
 for name in ${AGENTS_EXAMPLES-multiturn toolcalls}; do example "$name"; done
 python3 - "$OUT" ${AGENTS_EXAMPLES-multiturn toolcalls} <<'PY'

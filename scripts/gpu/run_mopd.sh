@@ -67,15 +67,11 @@ arg("actor", "--steps", steps); arg("actor", "--lr", "1e-4" if algo == "grpo" el
 arg("actor", "--eval-every", "25"); arg("actor", "--eval-problems", "256"); arg("actor", "--warmup-steps", "10")
 json.dump(spec, open(out, "w"), indent=1)
 PY
-  local t0 rc; t0=$(date +%s)
-  (cd "$WORK" && timeout "${MOPD_JOB_TIMEOUT:-420}" tandem run "$WORK/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
-  rc=$?
-  echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
-  cp "$WORK/runs/mopd-gpu/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
-  for t in actor add_sft mul_sft base; do tail -n 30 "$WORK/runs/mopd-gpu/tasks/$t.0.err" >"$OUT/$name.$t.log" 2>/dev/null; done
+  gpu_run_job "$WORK" "$name" "${MOPD_JOB_TIMEOUT:-420}" mopd-gpu
+  local rc=$?
+  for t in add_sft mul_sft base; do tail -n 30 "$WORK/runs/mopd-gpu/tasks/$t.0.err" >"$OUT/$name.$t.log" 2>/dev/null; done
   grep -h '"eval"' "$WORK/runs/mopd-gpu/tasks/"{add_sft,mul_sft,base}.0.out 2>/dev/null | tail -3 >"$OUT/$name.sft.jsonl"
   grep -E '^\[run\] actor/0 step' "$OUT/$name.err" | tail -3
-  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
   return $rc
 }
 [[ ${MOPD_SKIP_MOPD:-0} == 1 ]] || job mopd-gpu mopd

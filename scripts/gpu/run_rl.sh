@@ -64,16 +64,10 @@ spec = {
   "handoff": {"controller": "actor", "timeout_s": 600, "on_fault": "fail"}}
 json.dump(spec, open(out, "w"), indent=1)
 PY
-  local t0; t0=$(date +%s)
-  (cd "$WORK" && timeout "${RL_JOB_TIMEOUT:-300}" "$BIN/tandem" run "$WORK/$name.json" --gpus 0 >"$OUT/$name.out" 2>"$OUT/$name.err")
+  gpu_run_job "$WORK" "$name" "${RL_JOB_TIMEOUT:-300}" "$name"
   local rc=$?
-  echo "[gpu] job $name rc=$rc ($(( $(date +%s) - t0 )) s)"
-  cp "$WORK/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
-  cp "$WORK/runs/$name/handoff.jsonl" "$OUT/$name.handoff.jsonl" 2>/dev/null
-  tail -n 40 "$WORK/runs/$name/tasks/actor.0.err" >"$OUT/$name.actor.log" 2>/dev/null
   tail -n 20 "$WORK/runs/$name/tasks/rollout.0.err" >"$OUT/$name.rollout.log" 2>/dev/null
   grep -E '^\[run\] actor/0 step|learning|time per step|tree packing|residency peak' "$OUT/$name.err" | tail -12
-  [[ $rc -eq 0 ]] || { tail -15 "$OUT/$name.err"; tail -15 "$OUT/$name.actor.log"; }
   return $rc
 }
 job "$NAME-tree" "${ACTOR_ARGS[@]}"
