@@ -3,7 +3,7 @@
 // safetensors header (workers/model/safetensors_header.cc) and the
 // checkpoint manifest (workers/checkpoint/checkpoint_manifest.cc).
 //
-// A SAX pass of its own, before the DOM parse: nlohmann's parser callback,
+// A SAX pass of its own (json_key_sax.h), before the DOM parse: nlohmann's parser callback,
 // which could do this while building the DOM, is quadratic in the keys of
 // an object (20k tensors: 30 s instead of 0.1 s). Invalid JSON ends the pass
 // with no answer (the DOM parse reports it). Header-only: common/ does not
@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_key_sax.h"
+
 namespace tandem {
 
 struct RepeatedKey {
@@ -27,37 +29,20 @@ struct RepeatedKey {
 };
 
 namespace json_detail {
-class RepeatedKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+class RepeatedKeyFinder final : public JsonKeySax {
  public:
   std::optional<RepeatedKey> found;
 
-  bool key(string_t& k) override {
-    if (open_.empty()) return true;
-    if (open_.size() == 1) top_key_ = k;
+  void OpenObject() override { open_.emplace_back(); }
+  void CloseObject() override { open_.pop_back(); }
+  bool Key(string_t& k, size_t depth) override {
+    if (depth == 1) top_key_ = k;
     if (!open_.back().insert(k).second) {
-      found = RepeatedKey{k, open_.size(), open_.size() == 1 ? std::string() : top_key_};
+      found = RepeatedKey{k, depth, depth == 1 ? std::string() : top_key_};
       return false;  // stop here
     }
     return true;
   }
-  bool start_object(std::size_t) override {
-    open_.emplace_back();
-    return true;
-  }
-  bool end_object() override {
-    if (!open_.empty()) open_.pop_back();
-    return true;
-  }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
   std::vector<std::set<std::string>> open_;

@@ -4,41 +4,23 @@
 #include <vector>
 
 #include "common/bounded_json.h"
+#include "common/json_key_sax.h"
 
 namespace tandem::agents {
 namespace {
 
 // Counts the keys of each open object; stops at the first over the limit.
-class KeyCounter : public nlohmann::json_sax<nlohmann::json> {
+class KeyCounter final : public JsonKeySax {
  public:
   explicit KeyCounter(size_t max_keys) : max_keys_(max_keys) {}
   bool over = false;
 
-  bool key(string_t&) override {
-    if (!open_.empty() && ++open_.back() > max_keys_) {
-      over = true;
-      return false;
-    }
-    return true;
+  void OpenObject() override { open_.push_back(0); }
+  void CloseObject() override { open_.pop_back(); }
+  bool Key(string_t&, size_t) override {
+    over = ++open_.back() > max_keys_;
+    return !over;
   }
-  bool start_object(std::size_t) override {
-    open_.push_back(0);
-    return true;
-  }
-  bool end_object() override {
-    if (!open_.empty()) open_.pop_back();
-    return true;
-  }
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
   const size_t max_keys_;
