@@ -67,6 +67,8 @@ jq -e -s 'map(select(.["reward/mean"] != null)) | all(.["episode/turns/mean"] > 
 jq -e -s 'map(select(.["reward/mean"] != null)) | all(.["tokens/packed"] * 2 < .["tokens/sequence"])' "$m" >/dev/null ||
   fail "the turns' shared history was not packed once: $(jq -c '[.["tokens/packed"], .["tokens/sequence"]]' "$m")"
 grep -q 'workflow multi-turn-feedback through the proxy' "$run/tasks/actor.0.err" || fail "the actor did not start its proxy"
+grep -q 'eval sample (step 0): ".*That is not right. Try again' "$run/tasks/actor.0.err" ||
+  fail "no eval sample with the feedback in the actor's log: $(grep -m1 'eval sample' "$run/tasks/actor.0.err")"
 
 # simulated-user: the user is a second model served by tandem, a rollout
 # role with --frozen-weights colocated with the actor: handed off like the
