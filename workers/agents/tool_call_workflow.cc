@@ -32,6 +32,7 @@ class ToolCalls final : public Workflow {
  public:
   explicit ToolCalls(int64_t max_turns) : max_turns_(max_turns), tools_(json::array({CalculatorToolJson()})) {}
   std::string_view name() const override { return "tool-calls"; }
+  std::vector<std::string> tool_names() const override { return {"calculator"}; }
 
   StatusOr<Episode> Run(const EpisodeContext& ctx) const override {
     json messages = PromptMessages(*ctx.problem);

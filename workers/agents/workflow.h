@@ -85,6 +85,10 @@ class Workflow {
   virtual StatusOr<Episode> Run(const EpisodeContext& ctx) const = 0;
   // The simulated user this workflow talks to (EpisodeContext::user), if any.
   virtual const UserEndpoint* user_endpoint() const { return nullptr; }
+  // The tools (ToolsNamed names) its first call offers with every prompt:
+  // the prompt the model sees is rendered with them, and the actor's
+  // --max-prompt-tokens counts that (roles::PromptTokensOffering).
+  virtual std::vector<std::string> tool_names() const { return {}; }
 };
 
 // `spec`: "NAME" or {"name": NAME, "options": {...}}.

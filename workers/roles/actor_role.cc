@@ -29,6 +29,7 @@
 #include "workers/roles/model_wait.h"
 #include "workers/roles/objectives.h"
 #include "workers/roles/optimizer_tag.h"
+#include "workers/roles/problem_tokens.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
 #include "workers/runtime/control_client.h"
@@ -264,8 +265,17 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   std::optional<data::TokenId> end = tok.special_tokens().eos;
   if (!end && format.kind == data::ChatFormat::Kind::kChatMl) end = tok.TokenToId("<|im_end|>");
   if (!end) return FailedPrecondition("actor: the tokenizer names no eos token (tokenizer_config.json eos_token)");
-  const data::PromptLengthLimit limit{[&tok, &format](const data::Problem& p) { return train::PromptTokenCount(tok, format, p); },
-                                      static_cast<size_t>(o.max_prompt_tokens)};
+  // --max-prompt-tokens counts the prompt the model is sent: the chat
+  // format's, or under a workflow its first call's, with the tools it offers.
+  std::vector<std::string> offered;
+  if (!o.workflow.is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<agents::Workflow> workflow, agents::MakeWorkflow(o.workflow),
+                            "actor: --workflow");
+    offered = workflow->tool_names();
+  }
+  const data::PromptLengthLimit limit{
+      [&tok, &format, &offered](const data::Problem& p) { return PromptTokensOffering(tok, format, p, offered); },
+      static_cast<size_t>(o.max_prompt_tokens)};
   // Each objective's data set, held-out set and prompt stream (seed + its index).
   TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
   const size_t n_objectives = objectives.list.size();

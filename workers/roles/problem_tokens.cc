@@ -1,6 +1,8 @@
 // A problem's tokens for sft and its evals (problem_tokens.h).
 #include "workers/roles/problem_tokens.h"
 
+#include <limits>
+
 #include "workers/agents/calculator.h"
 #include "workers/agents/tool_chat_template.h"
 
@@ -17,13 +19,24 @@ std::vector<agents::Message> PromptMessages(const data::Problem& problem) {
 
 StatusOr<std::vector<int32_t>> ProblemPromptIds(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
                                                 const data::Problem& problem) {
+  return PromptIdsOffering(tokenizer, format, problem, problem.tools);
+}
+
+StatusOr<std::vector<int32_t>> PromptIdsOffering(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
+                                                 const data::Problem& problem, const std::vector<std::string>& tools) {
   const std::string where = "problem " + problem.id;
-  if (problem.tools.empty()) {
+  if (tools.empty()) {
     TANDEM_ASSIGN_OR_RETURN(data::EncodedChat chat, data::EncodeChat(tokenizer, format, problem.prompt, true), where);
     return std::vector<int32_t>(chat.ids.begin(), chat.ids.end());
   }
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<agents::Tool> tools, agents::ToolsNamed(problem.tools), where);
-  return agents::EncodeParts(tokenizer, agents::RenderParts(PromptMessages(problem), tools, 0, {}));
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<agents::Tool> offered, agents::ToolsNamed(tools), where);
+  return agents::EncodeParts(tokenizer, agents::RenderParts(PromptMessages(problem), offered, 0, {}));
+}
+
+size_t PromptTokensOffering(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
+                            const data::Problem& problem, const std::vector<std::string>& tools) {
+  StatusOr<std::vector<int32_t>> ids = PromptIdsOffering(tokenizer, format, problem, tools);
+  return ids.ok() ? ids->size() : std::numeric_limits<size_t>::max();
 }
 
 StatusOr<train::SftExample> ProblemSftExample(const data::Tokenizer& tokenizer, const data::ChatFormat& format,

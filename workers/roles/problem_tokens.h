@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -27,6 +28,18 @@ namespace tandem::roles {
 
 StatusOr<std::vector<int32_t>> ProblemPromptIds(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
                                                 const data::Problem& problem);
+
+// The prompt's ids when the model is offered `tools` (agents::ToolsNamed
+// names) in place of the problem's own: how a workflow's first call renders
+// it (agents::Workflow::tool_names; none: the chat format's prompt).
+StatusOr<std::vector<int32_t>> PromptIdsOffering(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
+                                                 const data::Problem& problem, const std::vector<std::string>& tools);
+
+// What --max-prompt-tokens measures (data::PromptLengthLimit::count): the
+// length of PromptIdsOffering; SIZE_MAX when the prompt cannot be rendered,
+// so that the filter drops the problem.
+size_t PromptTokensOffering(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
+                            const data::Problem& problem, const std::vector<std::string>& tools);
 
 StatusOr<train::SftExample> ProblemSftExample(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
                                               const data::Problem& problem, data::TokenId end_token);

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 
 #include "common/bounded_json.h"
@@ -211,10 +210,7 @@ StatusOr<SftResult> RunSft(const SftOptions& o) {
   // Data.
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<data::Dataset> train, data::OpenDataset(o.dataset, o.dataset_options), "sft");
   const data::PromptLengthLimit limit{
-      [&tok, &format](const data::Problem& p) {
-        StatusOr<std::vector<int32_t>> ids = ProblemPromptIds(*tok, format, p);
-        return ids.ok() ? ids->size() : std::numeric_limits<size_t>::max();
-      },
+      [&tok, &format](const data::Problem& p) { return PromptTokensOffering(*tok, format, p, p.tools); },
       static_cast<size_t>(o.max_prompt_tokens)};
   TANDEM_ASSIGN_OR_RETURN(const SftHeldOut held, SftHeldOutProblems(o, *train, limit));
   const std::unique_ptr<data::PrefixDataset> prefix = data::TrainingPrefix(*train, held.train_size);

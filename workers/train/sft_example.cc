@@ -2,7 +2,6 @@
 #include "workers/train/sft_example.h"
 
 #include <cstdint>
-#include <limits>
 
 namespace tandem::train {
 
@@ -20,12 +19,6 @@ StatusOr<SftExample> MakeSftExample(const data::Tokenizer& tokenizer, const data
                          "problem " + problem.id + ": reference solution");
   ex.ids.push_back(end_token);
   return ex;
-}
-
-size_t PromptTokenCount(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
-                        const data::Problem& problem) {
-  StatusOr<data::EncodedChat> chat = data::EncodeChat(tokenizer, format, problem.prompt, true);
-  return chat.ok() ? chat->ids.size() : std::numeric_limits<size_t>::max();
 }
 
 }  // namespace tandem::train

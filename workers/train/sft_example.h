@@ -29,10 +29,4 @@ struct SftExample {
 StatusOr<SftExample> MakeSftExample(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
                                     const data::Problem& problem, data::TokenId end_token);
 
-// The prompt's token count after the chat template, generation prompt
-// included (the data library's TokenCounter); SIZE_MAX when it cannot be
-// encoded, so the length filter drops it.
-size_t PromptTokenCount(const data::Tokenizer& tokenizer, const data::ChatFormat& format,
-                        const data::Problem& problem);
-
 }  // namespace tandem::train

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,58 @@ TEST(ProblemTokens, WithoutToolsItIsTheChatFormat) {
   auto refused = ProblemSftExample(tok, data::ChatFormat::ChatMl(), odd, end);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("tool \"search\": unknown"), std::string::npos) << refused.status().ToString();
+}
+
+// The actor's --max-prompt-tokens counts what a workflow's first call sends:
+// with the tool-calls workflow the calculator's tool template (much longer
+// than the chat format's prompt), with single-turn the chat format's.
+TEST(ProblemTokens, TheLimitCountsTheWorkflowsFirstPrompt) {
+  char tmpl[] = "/tmp/tandem-problem-tokens-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const data::Tokenizer tok = ByteTokenizer();
+  const data::TokenId end = *tok.TokenToId("<|im_end|>");
+  const data::ChatFormat format = data::ChatFormat::ChatMl();
+  auto set = data::OpenDataset("synthetic-arith", {{"style", "plain"}});
+  ASSERT_TRUE(set.ok());
+  auto p = (*set)->Get(3);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p->tools.empty());
+  const size_t plain = PromptTokensOffering(tok, format, *p, {});
+  EXPECT_EQ(plain, data::EncodeChat(tok, format, p->prompt, true)->ids.size());
+  for (const std::string name : {"tool-calls", "single-turn"}) {
+    auto wf = agents::MakeWorkflow(name);
+    ASSERT_TRUE(wf.ok());
+    auto rollout = std::make_unique<agents::testing::FakeRollout>(std::vector<int32_t>{});
+    rollout->set_replier([&](const json&) {
+      std::vector<int32_t> out = *tok.Encode("Answer: 1");
+      out.push_back(end);
+      return out;
+    });
+    agents::ProxyOptions po;
+    po.replicas.port_files = {dir + "/rollout." + name + ".port"};
+    rollout->WritePortFile(po.replicas.port_files[0]);
+    agents::Proxy proxy(tok, po);
+    ASSERT_TRUE(proxy.Start().ok());
+    agents::ChatEndpointOptions c;
+    c.port = proxy.port();
+    const agents::ChatClient client(c);
+    agents::EpisodeContext ctx{&*p, &(*set)->verifier(), &client, nullptr, "s", {.temperature = 1.0, .max_tokens = 8}};
+    ASSERT_TRUE((*wf)->Run(ctx).ok());
+    const std::vector<int32_t> sent = rollout->bodies().at(0)["input_ids"].get<std::vector<int32_t>>();
+    const std::vector<std::string> offered = (*wf)->tool_names();
+    EXPECT_EQ(sent, *PromptIdsOffering(tok, format, *p, offered)) << name;
+    EXPECT_EQ(sent.size(), PromptTokensOffering(tok, format, *p, offered)) << name;
+    if (name == "tool-calls") {
+      EXPECT_EQ(offered, std::vector<std::string>{"calculator"});
+      EXPECT_GT(sent.size(), plain + 100) << "the tool template is counted";
+    } else {
+      EXPECT_EQ(sent.size(), plain);
+    }
+  }
+  // A prompt that cannot be rendered is never admitted.
+  EXPECT_EQ(PromptTokensOffering(tok, format, *p, {"search"}), std::numeric_limits<size_t>::max());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "workers/data/prompt_sampler.h"
 #include "workers/data/tokenizer.h"
 #include "workers/model/checkpoint.h"
+#include "workers/roles/problem_tokens.h"
 #include "workers/roles/sft_eval.h"
 #include "workers/roles/sft_role.h"
 #include "workers/train/sft_example.h"
@@ -75,7 +76,7 @@ TEST(SftLearning, LossFallsAndTheSavedModelEvaluatesTheSame) {
   StatusOr<std::unique_ptr<data::Dataset>> train = data::OpenDataset(o.dataset, o.dataset_options);
   ASSERT_TRUE(train.ok());
   const data::PromptLengthLimit limit{
-      [&](const data::Problem& p) { return train::PromptTokenCount(*tok, *format, p); },
+      [&](const data::Problem& p) { return PromptTokensOffering(*tok, *format, p, p.tools); },
       static_cast<size_t>(o.max_prompt_tokens)};
   StatusOr<SftHeldOut> held = SftHeldOutProblems(o, **train, limit);
   ASSERT_TRUE(held.ok());
