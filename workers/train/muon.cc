@@ -46,11 +46,18 @@ at::Tensor NewtonSchulz5(const at::Tensor& g, int steps, at::ScalarType dtype) {
   at::Tensor x = g.to(dtype);
   if (tall) x = x.transpose(-2, -1);
   x = x / (at::linalg_vector_norm(x, 2, at::IntArrayRef{-2, -1}, /*keepdim=*/true) + 1e-7);
+  // Three GEMMs a step and nothing else: the scaling and the sums ride in
+  // the GEMMs' alpha/beta (B = b*A + c*A@A, x = a*x + B@x), so the step
+  // costs its matrix multiplies (docs/benchmarks.md "Optimizers").
+  const std::vector<int64_t> shape = x.sizes().vec();
+  const bool batched = x.dim() > 2;
+  if (batched) x = x.reshape({-1, x.size(-2), x.size(-1)});
   for (int i = 0; i < steps; ++i) {
     const at::Tensor A = at::matmul(x, x.transpose(-2, -1));
-    const at::Tensor B = b * A + c * at::matmul(A, A);
-    x = a * x + at::matmul(B, x);
+    const at::Tensor B = batched ? at::baddbmm(A, A, A, b, c) : at::addmm(A, A, A, b, c);
+    x = batched ? at::baddbmm(x, B, x, a, 1) : at::addmm(x, B, x, a, 1);
   }
+  x = x.reshape(shape);
   if (tall) x = x.transpose(-2, -1);
   return x.to(g.scalar_type());
 }
