@@ -5,11 +5,16 @@
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "workers/ops/glue_common.h"
+#include "workers/ops/tree_attention_varlen.h"
 #include "kernels/tree_attention/tree_attention.h"
+#include "kernels/tree_attention/varlen_plan.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -38,9 +43,12 @@ struct TreeForest::DeviceCache {};
 TreeForest::TreeForest() = default;
 TreeForest::~TreeForest() = default;
 
-c10::intrusive_ptr<TreeForest> TreeForest::Create(Forest forest) {
+c10::intrusive_ptr<TreeForest> TreeForest::Create(Forest forest, int64_t varlen_chunk_keys) {
   ThrowIfError(ValidateForest(forest), "TreeForest::Create");
+  TORCH_CHECK(varlen_chunk_keys >= 1 && varlen_chunk_keys <= INT32_MAX,
+              "TreeForest::Create: varlen_chunk_keys must be in [1, 2^31), got ", varlen_chunk_keys);
   auto f = c10::make_intrusive<TreeForest>();
+  f->varlen_chunk_keys_ = varlen_chunk_keys;
   f->plan_ = ValueOrThrow(BuildTreeAttentionPlan(forest), "TreeForest::Create");
   const std::vector<int32_t> pos = PositionIds(forest);
   f->position_ids_ = at::empty({static_cast<int64_t>(pos.size())}, at::TensorOptions().dtype(at::kLong));
@@ -68,6 +76,24 @@ const void* TreeForest::DevicePlan([[maybe_unused]] const at::Tensor& like) cons
   TORCH_CHECK(false, kFn, ": this build has no CUDA path");
   return nullptr;
 #endif
+}
+
+const std::vector<VarlenChunkTensors>& TreeForest::VarlenChunks(const at::Device& device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = varlen_.find(device.str());
+  if (it != varlen_.end()) return it->second;
+  const VarlenTreePlan plan = ValueOrThrow(BuildVarlenTreePlan(forest_, varlen_chunk_keys_), "TreeForest: varlen plan");
+  std::vector<VarlenChunkTensors> chunks;
+  auto upload = [&](const std::vector<int32_t>& v, at::ScalarType type) {
+    at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(at::kInt));
+    std::copy(v.begin(), v.end(), t.data_ptr<int32_t>());
+    return t.to(device, type);
+  };
+  for (const VarlenChunk& c : plan.chunks) {
+    chunks.push_back({upload(c.cu_q, at::kInt), upload(c.cu_k, at::kInt), upload(c.key_rows, at::kLong), c.q_begin,
+                      c.q_end, c.max_q, c.max_k});
+  }
+  return varlen_.emplace(device.str(), std::move(chunks)).first->second;
 }
 
 namespace {
@@ -99,10 +125,6 @@ TreeAttentionShape CheckArgs(const at::Tensor& q, const at::Tensor& k, const at:
   shape.head_dim = CheckedInt32(q.size(2), kFn, "head dim");
   shape.scale = static_cast<float>(scale);
   ThrowIfError(CheckTreeAttentionShape(shape), kFn);
-  if (q.device().is_cuda()) {
-    TORCH_CHECK(shape.head_dim == 64 || shape.head_dim == 128, kFn, ": CUDA needs head dim 64 or 128, got ",
-                shape.head_dim);
-  }
   return shape;
 }
 
@@ -173,11 +195,40 @@ class TreeAttentionFunction : public torch::autograd::Function<TreeAttentionFunc
 
 }  // namespace
 
+TreeAttentionImpl DefaultCudaTreeAttentionImpl() {
+  static const char* const kVar = "TANDEM_TREE_ATTENTION";
+  static const std::string value = [] {
+    const char* v = std::getenv(kVar);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (value.empty() || value == "tiles") return TreeAttentionImpl::kTiles;
+  if (value == "varlen-flash") return TreeAttentionImpl::kVarlenFlash;
+  if (value == "varlen-reference") return TreeAttentionImpl::kVarlenReference;
+  TORCH_CHECK(false, kVar, "=", value.substr(0, 64), ": expected tiles, varlen-flash or varlen-reference");
+  return TreeAttentionImpl::kTiles;
+}
+
 at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const c10::intrusive_ptr<TreeForest>& forest, double scale) {
+                         const c10::intrusive_ptr<TreeForest>& forest, double scale, TreeAttentionImpl impl) {
   TORCH_CHECK(forest, kFn, ": forest is null");
   TORCH_CHECK(std::isfinite(scale) && scale > 0, kFn, ": scale must be finite and > 0, got ", scale);
-  return TreeAttentionFunction::apply(q, k, v, forest, scale);
+  const TreeAttentionShape shape = CheckArgs(q, k, v, *forest, scale);
+  if (impl == TreeAttentionImpl::kDefault)
+    impl = q.device().is_cuda() ? DefaultCudaTreeAttentionImpl() : TreeAttentionImpl::kTiles;
+  switch (impl) {
+    case TreeAttentionImpl::kVarlenFlash:
+      TORCH_CHECK(q.device().is_cuda(), kFn, ": varlen-flash runs on CUDA only, got ", q.device());
+      TORCH_CHECK(shape.head_dim % 8 == 0 && shape.head_dim <= 256, kFn,
+                  ": varlen-flash needs a head dim that is a multiple of 8 up to 256, got ", shape.head_dim);
+      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kFlash);
+    case TreeAttentionImpl::kVarlenReference:
+      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kReference);
+    default:
+      TORCH_CHECK(!q.device().is_cuda() || shape.head_dim == 64 || shape.head_dim == 128, kFn,
+                  ": the CUDA tree kernels need head dim 64 or 128, got ", shape.head_dim,
+                  " (varlen-flash takes multiples of 8 up to 256)");
+      return TreeAttentionFunction::apply(q, k, v, forest, scale);
+  }
 }
 
 }  // namespace tandem::ops

@@ -6,30 +6,57 @@
 // uploaded on first use and kept for the forest's lifetime. Build one per
 // micro-batch and pass it to every layer's TreeAttention call.
 //
-// TreeAttention(q, k, v, forest, scale) -> out, a custom autograd function
-// (gradients for q, k and v):
+// TreeAttention(q, k, v, forest, scale[, impl]) -> out, a custom autograd
+// function (gradients for q, k and v):
 //   q [T, Hq, D], k and v [T, Hkv, D], out [T, Hq, D]; T = forest tokens,
 //   Hq % Hkv == 0 (GQA), scale > 0 (usually 1/sqrt(D)).
-//   CPU: fp32, the CPU implementation (any D). CUDA: bf16, D in {64, 128},
-//   the CUDA kernels on the current stream of q's device.
+//   CPU: fp32. CUDA: bf16, on the current stream of q's device.
 //   All three on one device with one dtype; any strides (made contiguous).
 // Any violation throws c10::Error naming the argument.
+//
+// Implementations (TreeAttentionImpl):
+//   kTiles           the tree kernels over the tile plan: the CPU
+//                    implementation (any D), the CUDA kernels (D in {64, 128})
+//   kVarlenFlash     CUDA: every segment a block of PyTorch's FlashAttention-2
+//                    varlen kernel over its gathered key path
+//                    (tree_attention_varlen.h; D % 8 == 0, D <= 256)
+//   kVarlenReference the same blocks with ordinary LibTorch ops, any device
+//                    (the CPU path CI tests that decomposition with)
+//   kDefault         kTiles, or the environment's TANDEM_TREE_ATTENTION
+//                    ("tiles", "varlen-flash", "varlen-reference") for CUDA
+//                    tensors; the CPU always takes kTiles by default.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "kernels/tree_attention/forest.h"
 
 namespace tandem::ops {
 
+enum class TreeAttentionImpl { kDefault, kTiles, kVarlenFlash, kVarlenReference };
+
+// One chunk of the varlen plan (kernels/tree_attention/varlen_plan.h) on a
+// device: cu_q and cu_k int32, key_rows int64.
+struct VarlenChunkTensors {
+  at::Tensor cu_q, cu_k, key_rows;
+  int64_t q_begin = 0, q_end = 0, max_q = 0, max_k = 0;
+};
+
 class TreeForest : public torch::CustomClassHolder {
  public:
+  // Keys gathered per varlen call at most (a longer single key path is a
+  // call of its own): 256 Ki keys, 1 GiB of K and V at 8 kv heads of 128 bf16.
+  static constexpr int64_t kVarlenChunkKeys = int64_t{1} << 18;
+
   // Validates the forest and builds its plan; throws c10::Error when invalid.
-  static c10::intrusive_ptr<TreeForest> Create(kernels::Forest forest);
+  static c10::intrusive_ptr<TreeForest> Create(kernels::Forest forest, int64_t varlen_chunk_keys = kVarlenChunkKeys);
   TreeForest();  // empty; use Create
   ~TreeForest() override;
 
@@ -42,17 +69,27 @@ class TreeForest : public torch::CustomClassHolder {
   // The plan on a CUDA device, uploaded on first use (thread-safe); opaque
   // here so that this header needs no CUDA. Used by the glue only.
   const void* DevicePlan(const at::Tensor& like) const;
+  // The varlen plan's chunks on `device`, built and uploaded on first use
+  // (thread-safe). Used by the varlen glue only.
+  const std::vector<VarlenChunkTensors>& VarlenChunks(const at::Device& device) const;
 
  private:
   kernels::Forest forest_;
   kernels::TreeAttentionPlan plan_;
   at::Tensor position_ids_;
+  int64_t varlen_chunk_keys_ = kVarlenChunkKeys;
   struct DeviceCache;
   mutable std::mutex mu_;
   mutable std::unique_ptr<DeviceCache> device_;
+  mutable std::map<std::string, std::vector<VarlenChunkTensors>> varlen_;  // by device, under mu_
 };
 
 at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const c10::intrusive_ptr<TreeForest>& forest, double scale);
+                         const c10::intrusive_ptr<TreeForest>& forest, double scale,
+                         TreeAttentionImpl impl = TreeAttentionImpl::kDefault);
+
+// What kDefault means for CUDA tensors: TANDEM_TREE_ATTENTION, read once;
+// an unknown value throws c10::Error naming the variable and the values.
+TreeAttentionImpl DefaultCudaTreeAttentionImpl();
 
 }  // namespace tandem::ops

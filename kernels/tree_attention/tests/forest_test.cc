@@ -1,6 +1,7 @@
 // Packed forest and builder: validation, depths, the kend visibility rule
 // against the ancestor definition, the tile plan's coverage, and the builder's
-// round trip and reduction ratios.
+// round trip and reduction ratios; the varlen plan's blocks against the
+// forest's mask.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "kernels/tree_attention/forest.h"
 #include "kernels/tree_attention/forest_builder.h"
 #include "kernels/tree_attention/tests/random_forest.h"
+#include "kernels/tree_attention/varlen_plan.h"
 
 namespace tandem::kernels {
 namespace {
@@ -158,6 +160,83 @@ TEST(ForestBuilder, RoundTripsAndReportsReductions) {
   for (size_t i = 0; i < pk.seq_positions.size(); ++i) ASSERT_EQ(flat_rows[2 * i + 1], 2.f * pk.seq_positions[i] + 1);
 
   EXPECT_FALSE(BuildPackedForest({{1, 2}, {}}).ok());
+}
+
+// Every (query, key) pair the varlen blocks compute (bottom-right causal
+// blocks over gathered key paths) is a pair of the forest's mask, and every
+// pair of the mask is computed exactly once; chunks keep to their budget.
+void CheckVarlenPlan(const Forest& f, int64_t budget) {
+  auto plan = BuildVarlenTreePlan(f, budget);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int32_t T = f.num_tokens;
+  const std::vector<int32_t> kend = KeyVisibleEnd(f);
+  std::vector<uint8_t> seen(static_cast<size_t>(T) * static_cast<size_t>(T), 0);
+  int32_t next_segment = 0, next_row = 0;
+  int64_t pairs = 0, gathered = 0;
+  for (const VarlenChunk& c : plan->chunks) {
+    ASSERT_EQ(c.first_segment, next_segment);
+    ASSERT_EQ(c.q_begin, next_row);
+    const size_t blocks = c.cu_q.size() - 1;
+    ASSERT_EQ(c.cu_k.size(), blocks + 1);
+    ASSERT_GE(blocks, 1u);
+    if (blocks > 1) EXPECT_LE(static_cast<int64_t>(c.key_rows.size()), budget);
+    int32_t max_q = 0, max_k = 0;
+    for (size_t b = 0; b < blocks; ++b) {
+      const int32_t lq = c.cu_q[b + 1] - c.cu_q[b], lk = c.cu_k[b + 1] - c.cu_k[b];
+      ASSERT_EQ(lq, f.segments[static_cast<size_t>(c.first_segment) + b].length);
+      max_q = std::max(max_q, lq);
+      max_k = std::max(max_k, lk);
+      for (int32_t i = 0; i < lq; ++i) {
+        for (int32_t j = 0; j <= lk - lq + i; ++j) {
+          const int32_t q = c.q_begin + c.cu_q[b] + i, k = c.key_rows[static_cast<size_t>(c.cu_k[b] + j)];
+          ASSERT_TRUE(k <= q && q < kend[static_cast<size_t>(k)]) << "block " << b << " pair " << q << "," << k;
+          ASSERT_EQ(seen[static_cast<size_t>(q) * T + k]++, 0) << "pair " << q << "," << k << " twice";
+          ++pairs;
+        }
+      }
+    }
+    EXPECT_EQ(c.max_q, max_q);
+    EXPECT_EQ(c.max_k, max_k);
+    EXPECT_EQ(c.q_end, c.q_begin + c.cu_q.back());
+    next_segment += static_cast<int32_t>(blocks);
+    next_row = c.q_end;
+    gathered += static_cast<int64_t>(c.key_rows.size());
+  }
+  EXPECT_EQ(next_segment, static_cast<int32_t>(f.segments.size()));
+  EXPECT_EQ(next_row, T);
+  EXPECT_EQ(pairs, TreePairs(f));  // every pair of the mask, once
+  EXPECT_EQ(plan->pairs, pairs);
+  EXPECT_EQ(plan->gathered_keys, gathered);
+}
+
+TEST(VarlenPlan, BlocksComputeExactlyTheMasksPairs) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const testing::ForestParams shapes[] = {
+      {},                                                        // default
+      {.max_depth = 64, .max_fanout = 1, .max_seg_len = 3},      // a deep chain of 1-3-token segments
+      {.max_depth = 3, .max_fanout = 12, .max_seg_len = 3, .roots = 3, .max_tokens = 600},  // many leaves
+      {.max_depth = 4, .max_fanout = 3, .max_seg_len = 70, .roots = 2, .max_tokens = 700},  // long segments
+  };
+  for (const testing::ForestParams& p : shapes) {
+    for (int rep = 0; rep < 3; ++rep) {
+      const Forest f = testing::RandomForest(rng, p);
+      ASSERT_TRUE(ValidateForest(f).ok());
+      for (int64_t budget : {int64_t{1}, int64_t{37}, int64_t{500}, int64_t{1} << 30}) {
+        SCOPED_TRACE("budget " + std::to_string(budget));
+        CheckVarlenPlan(f, budget);
+      }
+    }
+  }
+  auto group = BuildPackedForest(testing::RandomGroup(rng, 50, 20, 8));
+  ASSERT_TRUE(group.ok());
+  CheckVarlenPlan(group->forest, 1 << 20);
+  auto one = BuildVarlenTreePlan(group->forest, 1 << 20);
+  EXPECT_EQ(one->chunks.size(), 1u);
+  EXPECT_EQ(one->gathered_keys, 50 + 8 * (50 + 20));  // the prompt's own block, then the flat batch's keys
+  EXPECT_FALSE(BuildVarlenTreePlan(group->forest, 0).ok());
+  CheckVarlenPlan(Forest{0, {}}, 10);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "workers/ops/tests/torch_test_util.h"
 #include "kernels/tree_attention/forest_builder.h"
+#include "kernels/tree_attention/tests/random_forest.h"
 
 namespace tandem::ops {
 
@@ -94,6 +95,53 @@ TEST_P(TreeAttentionOpTest, OutputAndGradientsMatchDenseReference) {
   }
 }
 
+// The varlen implementations (tree_attention_varlen.h) against the same
+// float64 reference: the reference kernel on every device, FlashAttention-2
+// on CUDA (head dim 48 too, which the tree kernels do not take); forests
+// with deep chains of 1-3-token segments and many leaves; a chunk budget of
+// 7 keys cuts them into many calls.
+TEST_P(TreeAttentionOpTest, VarlenMatchesDenseReference) {
+  const at::Device dev = GetParam();
+  testing::PoisonOutputs poison;
+  std::vector<TreeAttentionImpl> impls = {TreeAttentionImpl::kVarlenReference};
+  if (dev.is_cuda()) impls.push_back(TreeAttentionImpl::kVarlenFlash);
+  const uint64_t seed = kernels::testing::FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const kernels::testing::ForestParams chain{.max_depth = 40, .max_fanout = 1, .max_seg_len = 3, .max_tokens = 120};
+  const kernels::testing::ForestParams leaves{.max_depth = 3, .max_fanout = 9, .max_seg_len = 3, .roots = 2,
+                                              .max_tokens = 200};
+  auto group = BuildPackedForest(RandomSequences(rng, 70, 5, 40));
+  ASSERT_TRUE(group.ok());
+  const Forest forests[] = {group->forest, kernels::testing::RandomForest(rng, chain),
+                            kernels::testing::RandomForest(rng, leaves)};
+  for (const Forest& f : forests) {
+    for (int64_t budget : {TreeForest::kVarlenChunkKeys, int64_t{7}}) {
+      auto forest = TreeForest::Create(f, budget);
+      for (int64_t D : dev.is_cuda() ? std::vector<int64_t>{48, 128} : std::vector<int64_t>{16}) {
+        for (TreeAttentionImpl impl : impls) {
+          SCOPED_TRACE("tokens " + std::to_string(f.num_tokens) + " budget " + std::to_string(budget) + " D " +
+                       std::to_string(D) + " impl " + std::to_string(static_cast<int>(impl)));
+          const int64_t T = forest->num_tokens(), Hq = 4, Hkv = 2;
+          const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+          auto q = MakeInput(testing::Random(rng, {T, Hq, D}), dev);
+          auto k = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
+          auto v = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
+          const at::Tensor dout = testing::Random(rng, {T, Hq, D});
+          const at::Tensor out = TreeAttention(q.dev, k.dev, v.dev, forest, scale, impl);
+          const at::Tensor ref = DenseReference(forest->forest(), q.ref, k.ref, v.ref, scale);
+          EXPECT_EQ(out.scalar_type(), testing::DataType(dev));
+          EXPECT_EQ(Close(out, ref, OutputTol(dev, ref)), "");
+          const auto g = testing::Grads({out}, {dout.to(dev, out.scalar_type())}, {q.dev, k.dev, v.dev});
+          const auto gr = testing::Grads({ref}, {dout}, {q.ref, k.ref, v.ref});
+          const char* names[] = {"dq", "dk", "dv"};
+          for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(g[i], gr[i], GradTol(dev, gr[i])), "") << names[i];
+        }
+      }
+    }
+  }
+}
+
 TEST_P(TreeAttentionOpTest, ForestReusedAcrossCallsGivesSameResult) {
   const at::Device dev = GetParam();
   std::mt19937_64 rng(kernels::testing::FreshSeed());
@@ -129,10 +177,38 @@ TEST_P(TreeAttentionOpTest, RejectsBadArgumentsWithErrors) {
   EXPECT_THROW(TreeAttention(q, kv, kv, forest, std::nan("")), c10::Error);
   EXPECT_THROW(TreeAttention(q.view({T, 256}), kv, kv, forest, 0.1), c10::Error);               // rank
   EXPECT_THROW(TreeAttention(q, kv, kv, c10::intrusive_ptr<TreeForest>(), 0.1), c10::Error);    // no forest
+  EXPECT_THROW(TreeForest::Create(packed->forest, 0), c10::Error);                              // chunk budget
   if (dev.is_cuda()) {
     EXPECT_THROW(TreeAttention(q.cpu(), kv, kv, forest, 0.1), c10::Error);                     // mixed devices
     const at::Tensor q48 = at::zeros({T, 4, 48}, opts), kv48 = at::zeros({T, 2, 48}, opts);
     EXPECT_THROW(TreeAttention(q48, kv48, kv48, forest, 0.1), c10::Error);                     // head dim
+  }
+}
+
+TEST(TreeAttentionOpCpuTest, VarlenAgreesWithTheTilesAndRefusesFlashOnTheCpu) {
+  const uint64_t seed = kernels::testing::FreshSeed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  auto packed = BuildPackedForest(RandomSequences(rng, 90, 6, 50));
+  ASSERT_TRUE(packed.ok());
+  auto forest = TreeForest::Create(packed->forest, 100);
+  const int64_t T = forest->num_tokens();
+  std::vector<at::Tensor> in = {testing::Random(rng, {T, 4, 32}).to(at::kFloat),
+                                testing::Random(rng, {T, 1, 32}).to(at::kFloat),
+                                testing::Random(rng, {T, 1, 32}).to(at::kFloat)};
+  for (auto& t : in) t.requires_grad_(true);
+  const at::Tensor w = testing::Random(rng, {T, 4, 32}).to(at::kFloat);
+  const at::Tensor tiles = TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kTiles);
+  const at::Tensor varlen = TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kVarlenReference);
+  EXPECT_EQ(Close(varlen, tiles, OutputTol(at::Device(at::kCPU), tiles)), "");
+  const auto gt = testing::Grads({tiles}, {w}, in);
+  const auto gv = testing::Grads({varlen}, {w}, in);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(gv[i], gt[i], GradTol(at::Device(at::kCPU), gt[i])), "") << i;
+  try {
+    TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kVarlenFlash);
+    ADD_FAILURE() << "varlen-flash ran on the CPU";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA only"), std::string::npos) << e.what();
   }
 }
 
