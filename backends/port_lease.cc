@@ -2,10 +2,15 @@
 #include "backends/port_lease.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "common/log.h"
@@ -40,6 +45,52 @@ bool PortIsFree(int port) {
   return CanBind(port, htonl(INADDR_ANY)) && CanBind(port, htonl(INADDR_LOOPBACK));
 }
 
+std::optional<PortClaim> PortClaim::TryTake(const std::filesystem::path& lock_dir, int port) {
+  const std::string path = (lock_dir / std::to_string(port)).string();
+  // Read-only: any user may lock a file another user created (mode 0644).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return std::nullopt;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  return PortClaim(fd);
+}
+
+PortClaim& PortClaim::operator=(PortClaim&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+PortClaim::~PortClaim() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+
+// The lock directory, created mode 1777 if missing; "" (claims off, with a
+// warning) when it cannot be made or is not a writable directory.
+std::filesystem::path UsableLockDir(const std::filesystem::path& dir) {
+  if (dir.empty()) return dir;
+  if (::mkdir(dir.c_str(), 01777) == 0) {
+    ::chmod(dir.c_str(), 01777);  // past the umask: every user's daemons share it
+  } else if (errno != EEXIST) {
+    log::Warn("ports", "port claims off: cannot create {}: {}", dir.string(), std::strerror(errno));
+    return {};
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::access(dir.c_str(), W_OK | X_OK) != 0) {
+    log::Warn("ports", "port claims off: {} is not a directory this user can write", dir.string());
+    return {};
+  }
+  return dir;
+}
+
+}  // namespace
+
 StatusOr<PortLeaseRegistry> PortLeaseRegistry::Create(const PortLeaseOptions& options) {
   const PortRange r = options.range;
   if (r.empty() || r.first < 1 || r.last > 65535)
@@ -47,6 +98,7 @@ StatusOr<PortLeaseRegistry> PortLeaseRegistry::Create(const PortLeaseOptions& op
                            std::to_string(r.last) + ": expected 1 <= first <= last <= 65535");
   PortLeaseRegistry reg;
   reg.verify_ = options.verify_by_binding;
+  reg.lock_dir_ = UsableLockDir(options.lock_dir);
   PortRange eph;  // empty unless the file says otherwise
   if (!options.ephemeral_range_file.empty()) {
     auto e = ReadEphemeralRange(options.ephemeral_range_file);
@@ -89,11 +141,19 @@ StatusOr<std::vector<int>> PortLeaseRegistry::Lease(const std::string& owner, in
     int p = NextCandidate();
     if (holder_.count(p)) continue;
     if (verify_ && !PortIsFree(p)) continue;
+    if (!lock_dir_.empty()) {
+      std::optional<PortClaim> claim = PortClaim::TryTake(lock_dir_, p);
+      if (!claim) continue;  // another daemon on this machine leased it
+      claims_.emplace(p, std::move(*claim));
+    }
     got.push_back(p);
     holder_[p] = owner;  // held now so the rest of this loop skips it
   }
   if (static_cast<int>(got.size()) < count) {
-    for (int p : got) holder_.erase(p);
+    for (int p : got) {
+      holder_.erase(p);
+      claims_.erase(p);
+    }
     return ResourceExhausted("port lease for " + owner + ": wanted " + std::to_string(count) +
                              " ports, only " + std::to_string(got.size()) +
                              " free in the lease range (" + std::to_string(holder_.size()) +
@@ -107,7 +167,10 @@ StatusOr<std::vector<int>> PortLeaseRegistry::Lease(const std::string& owner, in
 void PortLeaseRegistry::Release(const std::string& owner) {
   auto it = by_owner_.find(owner);
   if (it == by_owner_.end()) return;
-  for (int p : it->second) holder_.erase(p);
+  for (int p : it->second) {
+    holder_.erase(p);
+    claims_.erase(p);
+  }
   by_owner_.erase(it);
 }
 
@@ -125,6 +188,13 @@ Status PortLeaseRegistry::Adopt(const std::string& owner, const std::vector<int>
     if (holder_.count(p)) continue;  // already this owner's
     holder_[p] = owner;
     mine.push_back(p);
+    // The task holds the port; the claim keeps other daemons' leases off it.
+    if (lock_dir_.empty()) continue;
+    if (std::optional<PortClaim> claim = PortClaim::TryTake(lock_dir_, p)) {
+      claims_.emplace(p, std::move(*claim));
+    } else {
+      log::Warn("ports", "adopted port {} of {} is claimed by another process on this machine", p, owner);
+    }
   }
   return Status::Ok();
 }

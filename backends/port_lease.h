@@ -8,9 +8,16 @@
 //   SO_REUSEADDR off) before it is handed out; a port that is in use by
 //   anything on the machine is skipped.
 // - A port is never leased to two live owners. Owners are task ids.
+// - Nor by two daemons on one machine (two `tandem run`s side by side, each
+//   with its own registry): a leased port is also held as an exclusive
+//   flock on lock_dir/<port>, released with the lease or when the daemon's
+//   process ends (a daemon killed with -9 leaves no stale claim). A port
+//   another process holds is skipped like a bound one. Without a usable
+//   lock_dir (it cannot be created or written) the registry warns once and
+//   leases without machine-wide claims, as before.
 // - Release(owner) frees an owner's ports when its task ends; Adopt(owner,
 //   ports) restores a known lease after a daemon restart (without binding:
-//   the running task holds them).
+//   the running task holds them; their claims are taken again where free).
 // - Candidates are scanned round-robin from where the last lease stopped, so a
 //   port just released (maybe still in TIME_WAIT) is reused last.
 // Not thread-safe: owned by the daemon's io_context like the rest of its state.
@@ -18,7 +25,9 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -38,6 +47,26 @@ struct PortLeaseOptions {
   // "no ephemeral range to avoid".
   std::filesystem::path ephemeral_range_file = "/proc/sys/net/ipv4/ip_local_port_range";
   bool verify_by_binding = true;
+  // Machine-wide claims (above); "" turns them off. Created mode 1777 (every
+  // user's daemons share it, like /tmp).
+  std::filesystem::path lock_dir = "/tmp/tandem-ports";
+};
+
+// An exclusive flock on one file, held until destroyed (or moved from).
+class PortClaim {
+ public:
+  // Takes lock_dir/<port> without waiting; nullopt when another open file
+  // holds it or the file cannot be opened.
+  static std::optional<PortClaim> TryTake(const std::filesystem::path& lock_dir, int port);
+  PortClaim(PortClaim&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  PortClaim& operator=(PortClaim&& other) noexcept;
+  PortClaim(const PortClaim&) = delete;
+  PortClaim& operator=(const PortClaim&) = delete;
+  ~PortClaim();
+
+ private:
+  explicit PortClaim(int fd) : fd_(fd) {}
+  int fd_ = -1;
 };
 
 // Reads "first last" from an ip_local_port_range file.
@@ -79,6 +108,8 @@ class PortLeaseRegistry {
   bool verify_ = true;
   std::map<int, std::string> holder_;                 // port -> owner
   std::map<std::string, std::vector<int>> by_owner_;  // owner -> ports
+  std::filesystem::path lock_dir_;                    // "" = no machine-wide claims
+  std::map<int, PortClaim> claims_;                   // port -> its claim
 };
 
 }  // namespace tandem::backends

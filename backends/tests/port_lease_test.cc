@@ -1,13 +1,19 @@
-// PortLeaseRegistry: range clipping, bind verification, ownership, adoption.
+// PortLeaseRegistry: range clipping, bind verification, ownership, adoption,
+// and the machine-wide claims between registries (two daemons on one machine),
+// a claim dying with its process.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include "backends/port_lease.h"
 
@@ -19,6 +25,26 @@ std::filesystem::path RangeFile(const std::string& text) {
   auto p = std::filesystem::temp_directory_path() /
            ("tandem-port-range-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
   std::ofstream(p) << text;
+  return p;
+}
+
+// A lock directory of this test's own (claims in the machine-wide one may
+// be held by daemons of tests running beside this one).
+std::filesystem::path PrivateLockDir() {
+  // Removed when the test binary exits (an exiting child of a fork test does not).
+  static const pid_t owner = ::getpid();
+  static struct Dirs {
+    std::vector<std::filesystem::path> made;
+    ~Dirs() {
+      if (::getpid() != owner) return;
+      std::error_code ec;
+      for (const auto& d : made) std::filesystem::remove_all(d, ec);
+    }
+  } dirs;
+  auto p = std::filesystem::temp_directory_path() /
+           ("tandem-port-locks-" + std::to_string(owner) + "-" + std::to_string(dirs.made.size()));
+  std::filesystem::remove_all(p);
+  dirs.made.push_back(p);
   return p;
 }
 
@@ -84,6 +110,7 @@ TEST(PortLease, DefaultRangeIsOutsideTheKernelsEphemeralRange) {
 TEST(PortLease, NeverLeasesOnePortTwiceAndReleaseFreesIt) {
   PortLeaseOptions o;
   o.range = {21000, 21009};
+  o.lock_dir = PrivateLockDir();
   auto reg = PortLeaseRegistry::Create(o);
   ASSERT_TRUE(reg.ok());
   std::set<int> all;
@@ -107,6 +134,7 @@ TEST(PortLease, NeverLeasesOnePortTwiceAndReleaseFreesIt) {
 TEST(PortLease, APortInUseIsSkipped) {
   PortLeaseOptions o;
   o.range = {21100, 21102};
+  o.lock_dir = PrivateLockDir();
   Occupier busy(21100);
   ASSERT_GE(busy.fd, 0) << "could not occupy 21100 for the test";
   EXPECT_FALSE(PortIsFree(21100));
@@ -121,6 +149,7 @@ TEST(PortLease, APortInUseIsSkipped) {
 TEST(PortLease, AdoptRestoresLeasesAfterARestart) {
   PortLeaseOptions o;
   o.range = {21200, 21203};
+  o.lock_dir = PrivateLockDir();
   auto reg = PortLeaseRegistry::Create(o);
   ASSERT_TRUE(reg.ok());
   ASSERT_TRUE(reg->Adopt("old.task", {21200, 21201}).ok());
@@ -132,6 +161,90 @@ TEST(PortLease, AdoptRestoresLeasesAfterARestart) {
   EXPECT_EQ(std::set<int>(ports->begin(), ports->end()), (std::set<int>{21202, 21203}));
   reg->Release("old.task");
   EXPECT_EQ(reg->leased_count(), 2u);
+}
+
+// Two daemons on one machine: two registries over one lock directory never
+// lease one port, and a released port is the other's to take.
+TEST(PortLease, TwoRegistriesOnOneLockDirNeverLeaseOnePort) {
+  PortLeaseOptions o;
+  o.range = {21300, 21307};
+  o.verify_by_binding = false;
+  o.lock_dir = PrivateLockDir();
+  auto a = PortLeaseRegistry::Create(o);
+  auto b = PortLeaseRegistry::Create(o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto mine = a->Lease("a.task", 5);
+  ASSERT_TRUE(mine.ok());
+  auto too_many = b->Lease("b.task", 4);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), StatusCode::kResourceExhausted);
+  auto theirs = b->Lease("b.task", 3);
+  ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+  std::set<int> all(mine->begin(), mine->end());
+  for (int p : *theirs) EXPECT_TRUE(all.insert(p).second) << "port " << p << " leased by both";
+  EXPECT_EQ(all.size(), 8u);
+  a->Release("a.task");
+  auto after = b->Lease("b.later", 5);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(std::set<int>(after->begin(), after->end()), std::set<int>(mine->begin(), mine->end()));
+  // A port adopted after a restart is claimed again.
+  auto c = PortLeaseRegistry::Create(o);
+  ASSERT_TRUE(c.ok());
+  b->Release("b.later");
+  ASSERT_TRUE(c->Adopt("old.task", {(*mine)[0]}).ok());
+  auto rest = b->Lease("b.rest", 4);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(std::count(rest->begin(), rest->end(), (*mine)[0]), 0) << "an adopted port was leased again";
+}
+
+// A daemon killed with -9 leaves no claim behind: its ports are free again
+// as soon as its process is gone.
+TEST(PortLease, AClaimDiesWithItsProcess) {
+  PortLeaseOptions o;
+  o.range = {21400, 21403};
+  o.verify_by_binding = false;
+  o.lock_dir = PrivateLockDir();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto reg = PortLeaseRegistry::Create(o);
+    const bool ok = reg.ok() && reg->Lease("doomed", 4).ok();
+    const char c = ok ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  EXPECT_EQ(c, 'y');
+  auto reg = PortLeaseRegistry::Create(o);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_FALSE(reg->Lease("t", 1).ok()) << "every port is claimed by the live child";
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  auto ports = reg->Lease("t", 4);
+  ASSERT_TRUE(ports.ok()) << ports.status().ToString();
+}
+
+// A lock directory that cannot be used turns the claims off; leasing works as
+// before.
+TEST(PortLease, WithoutAUsableLockDirItLeasesWithoutClaims) {
+  const auto file = RangeFile("not a directory");
+  PortLeaseOptions o;
+  o.range = {21500, 21501};
+  o.verify_by_binding = false;
+  o.lock_dir = file;
+  auto a = PortLeaseRegistry::Create(o);
+  auto b = PortLeaseRegistry::Create(o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->Lease("a", 2).ok());
+  EXPECT_TRUE(b->Lease("b", 2).ok()) << "no claims: each registry sees only its own leases";
+  o.lock_dir = "";
+  EXPECT_TRUE(PortLeaseRegistry::Create(o).ok());
 }
 
 }  // namespace

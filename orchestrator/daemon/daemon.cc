@@ -94,7 +94,9 @@ Status Daemon::Start(const fs::path& run_root) {
   if (!log.ok()) return log.status().WithContext("open journal");
   log_ = std::move(log).value();
 
-  auto ports = backends::PortLeaseRegistry::Create();
+  backends::PortLeaseOptions port_options;
+  port_options.lock_dir = settings_.port_lock_dir == "none" ? std::string() : settings_.port_lock_dir;
+  auto ports = backends::PortLeaseRegistry::Create(port_options);
   if (!ports.ok()) return ports.status().WithContext("port leases");
   ports_ = std::make_unique<backends::PortLeaseRegistry>(std::move(ports).value());
   backends::LocalExecutorOptions lopts;

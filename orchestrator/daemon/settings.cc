@@ -44,6 +44,10 @@ void AddDaemonFlags(CLI::App& app, DaemonSettings& s, bool include_socket) {
       ->envname("TANDEM_EXEC_SHIM");
   app.add_option("--worker-bin", s.worker_bin, "Path of tandem-worker, run for roles with \"worker\" (default: beside this binary)")
       ->envname("TANDEM_WORKER_BIN");
+  app.add_option("--port-lock-dir", s.port_lock_dir,
+                 "Directory of the machine-wide claims on leased ports, shared by every daemon on this machine so "
+                 "that two never lease one port (\"none\": no claims)")
+      ->envname("TANDEM_PORT_LOCK_DIR");
   app.add_option("--slurm-job", s.slurm_job,
                  "Slurm allocation whose job steps run jobs with backend.kind \"slurm\" "
                  "(default: $SLURM_JOB_ID; \"submit\": one batch job per tandem job; \"none\": no Slurm backend)")

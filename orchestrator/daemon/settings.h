@@ -30,6 +30,7 @@ struct DaemonSettings {
   std::string log_level = "info";  // --log-level TANDEM_LOG_LEVEL   info
   std::string exec_shim;     // --exec-shim       TANDEM_EXEC_SHIM   tandem-exec beside this binary
   std::string worker_bin;    // --worker-bin      TANDEM_WORKER_BIN  tandem-worker beside this binary
+  std::string port_lock_dir = "/tmp/tandem-ports";  // --port-lock-dir TANDEM_PORT_LOCK_DIR /tmp/tandem-ports ("none": no machine-wide port claims)
   std::string slurm_job;     // --slurm-job       TANDEM_SLURM_JOB   $SLURM_JOB_ID ("submit": submit mode, "none": no Slurm backend)
   std::string slurm_api = "auto";  // --slurm-api TANDEM_SLURM_API   auto (submit mode: libslurm when usable, else CLI), lib, cli
   std::string redis_url;     // --redis           TANDEM_REDIS_URL   "" (no redis backend)
