@@ -57,24 +57,7 @@ PY
   grep -E '^\[run\] actor/0 step' "$OUT/$name.err" | tail -2
 }
 for name in ${AGENTS_EXAMPLES-multiturn toolcalls}; do example "$name"; done
-python3 - "$OUT" ${AGENTS_EXAMPLES-multiturn toolcalls} <<'PY'
-import json, os, sys
-out, names = sys.argv[1], sys.argv[2:]
-res = {}
-for name in names:
-    p = os.path.join(out, name + ".metrics.jsonl")
-    if not os.path.exists(p): continue
-    rows = [json.loads(l) for l in open(p)]
-    evals = [{k: r[k] for k in r if k.startswith("eval/") or k == "step"} for r in rows if "eval/accuracy" in r]
-    steps = [r for r in rows if "seconds/step" in r][1:]
-    keys = [k for k in (steps[0] if steps else {}) if k.startswith("seconds/") or k.startswith("episode/")]
-    res[name] = {"evals": evals, "steps": len(steps) + 1,
-                 "means": {k: sum(r.get(k, 0) for r in steps) / len(steps) for k in keys} if steps else {}}
-    s = os.path.join(out, name + ".sft.jsonl")
-    if os.path.exists(s): res[name]["sft"] = [json.loads(l) for l in open(s) if l.strip()]
-json.dump(res, open(os.path.join(out, "agents.json"), "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+python3 scripts/gpu/summarize_runs.py "$OUT" agents ${AGENTS_EXAMPLES-multiturn toolcalls}
 
 if [[ ${AGENTS_TREE:-1} == 1 ]]; then
   turns=${AGENTS_TURNS:-3}

@@ -76,20 +76,4 @@ PY
 }
 [[ ${MOPD_SKIP_MOPD:-0} == 1 ]] || job mopd-gpu mopd
 [[ ${MOPD_GRPO:-0} == 1 ]] && job grpo-gpu grpo
-python3 - "$OUT" <<'PY'
-import json, os, sys
-out = sys.argv[1]
-res = {}
-for name in ["mopd-gpu", "grpo-gpu"]:
-    p = os.path.join(out, name + ".metrics.jsonl")
-    if not os.path.exists(p): continue
-    rows = [json.loads(l) for l in open(p)]
-    evals = [{k: r[k] for k in r if k.startswith("eval/") or k == "step"} for r in rows if "eval/accuracy" in r]
-    steps = [r for r in rows if "seconds/step" in r][1:]
-    keys = [k for k in (steps[0] if steps else {}) if k.startswith("seconds/")]
-    res[name] = {"evals": evals, "phases": {k: sum(r[k] for r in steps) / len(steps) for k in keys}}
-    s = os.path.join(out, name + ".sft.jsonl")
-    if os.path.exists(s): res[name]["sft"] = [json.loads(l) for l in open(s) if l.strip()]
-json.dump(res, open(os.path.join(out, "mopd.json"), "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+python3 scripts/gpu/summarize_runs.py "$OUT" mopd mopd-gpu grpo-gpu

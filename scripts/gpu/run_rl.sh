@@ -83,20 +83,4 @@ if [[ ${RL_BASELINE:-1} == 1 ]]; then
     >"$OUT/baseline.log" 2>&1
   echo "[gpu] baseline rc=$?"; tail -8 "$OUT/baseline.log"
 fi
-python3 - "$OUT" "$NAME" <<'PY'
-import json, os, sys
-out, prefix = sys.argv[1:]
-def phases(path):
-    rows = [json.loads(l) for l in open(path) if '"reward/mean"' in l]
-    rows = rows[1:] or rows  # the first step warms up
-    keys = ["seconds/step", "seconds/rollout", "seconds/train", "seconds/sync", "tokens/sequence", "tokens/packed"]
-    return {k: sum(r[k] for r in rows) / len(rows) for k in keys} | {"steps_measured": len(rows)}
-res = {}
-for name in [prefix + "-tree", prefix + "-flat"]:
-    p = os.path.join(out, name + ".metrics.jsonl")
-    if os.path.exists(p): res[name] = phases(p)
-if os.path.exists(os.path.join(out, "baseline.json")):
-    res["baseline"] = json.load(open(os.path.join(out, "baseline.json")))
-json.dump(res, open(os.path.join(out, prefix + ".json"), "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+python3 scripts/gpu/summarize_runs.py "$OUT" "$NAME" "$NAME-tree" "$NAME-flat" --with "baseline=$OUT/baseline.json"
