@@ -13,6 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace tandem {
 
@@ -32,5 +35,10 @@ class Xxh64 {
 
 // One-shot XXH64.
 uint64_t Xxh64Of(const void* data, size_t n, uint64_t seed = 0);
+
+// A digest as the manifests write it, 16 lowercase hex digits, and back:
+// nullopt unless exactly 16 lowercase hex digits.
+std::string Xxh64Hex(uint64_t digest);
+std::optional<uint64_t> ParseXxh64Hex(std::string_view hex);
 
 }  // namespace tandem

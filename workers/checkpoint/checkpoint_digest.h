@@ -5,14 +5,13 @@
 // is no defence against someone who forges a checkpoint on purpose (the run
 // dir is trusted storage whose bytes may be damaged, not attacked).
 //
-// In the manifest a digest is 16 lowercase hex digits ("xxh64").
+// In the manifest a digest is 16 lowercase hex digits ("xxh64";
+// Xxh64Hex and ParseXxh64Hex, common/xxh64.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include "common/xxh64.h"
@@ -34,10 +33,5 @@ class Digester {
 
 // The digest of `bytes` in one call (equal to a Digester fed the same bytes).
 uint64_t DigestOf(std::span<const std::byte> bytes);
-
-// "0123456789abcdef" for the manifest, and back: nullopt unless exactly 16
-// lowercase hex digits.
-std::string DigestToHex(uint64_t digest);
-std::optional<uint64_t> DigestFromHex(std::string_view hex);
 
 }  // namespace tandem::checkpoint

@@ -130,7 +130,7 @@ StatusOr<Manifest> ParseManifest(std::string_view text) {
     TANDEM_ASSIGN_OR_RETURN(mf.bytes, U64Field(f["bytes"], "bytes", kMaxFileBytes), at);
     const json& d = f["xxh64"];
     std::optional<uint64_t> digest;
-    if (d.is_string()) digest = DigestFromHex(d.get_ref<const std::string&>());
+    if (d.is_string()) digest = ParseXxh64Hex(d.get_ref<const std::string&>());
     if (!digest) return InvalidArgument(at + ".xxh64 is " + DumpJson(d) + ", expected 16 lowercase hex digits");
     mf.digest = *digest;
     total += mf.bytes;  // each <= 2^50, at most 10^5 of them: no overflow
@@ -167,7 +167,7 @@ StatusOr<std::string> ManifestJson(const Manifest& manifest) {
   j["weight_version"] = manifest.weight_version;
   j["digest"] = kDigestAlgorithm;
   json arr = json::array();
-  for (const auto& f : files) arr.push_back({{"path", f.path}, {"bytes", f.bytes}, {"xxh64", DigestToHex(f.digest)}});
+  for (const auto& f : files) arr.push_back({{"path", f.path}, {"bytes", f.bytes}, {"xxh64", Xxh64Hex(f.digest)}});
   j["files"] = std::move(arr);
   j["metadata"] = manifest.metadata;
   // Invalid UTF-8 in metadata strings becomes U+FFFD rather than throwing;

@@ -73,8 +73,8 @@ Status CheckFile(int dir_fd, const std::string& dir, const ManifestFile& f, Veri
     return DataLoss("size mismatch of file " + Q(f.path) + ": read " + std::to_string(total) +
                     " bytes, the manifest says " + std::to_string(f.bytes) + " (changed while read)");
   if (digester.Digest() != f.digest)
-    return DataLoss("digest mismatch of file " + Q(f.path) + ": xxh64 " + DigestToHex(digester.Digest()) +
-                    " on disk, the manifest says " + DigestToHex(f.digest));
+    return DataLoss("digest mismatch of file " + Q(f.path) + ": xxh64 " + Xxh64Hex(digester.Digest()) +
+                    " on disk, the manifest says " + Xxh64Hex(f.digest));
   return Status::Ok();
 }
 

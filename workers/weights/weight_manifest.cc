@@ -2,11 +2,11 @@
 #include "workers/weights/weight_manifest.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <set>
 
 #include "common/bounded_json.h"
+#include "common/xxh64.h"
 
 namespace tandem::weights {
 namespace {
@@ -68,14 +68,9 @@ StatusOr<uint64_t> ParseDigest(const json& j, const std::string& path) {
   const std::string s = j.get<std::string>();
   if (s.size() != 22 || s.compare(0, 6, "xxh64:") != 0)
     return InvalidArgument(path + ": expected \"xxh64:\" and 16 hex digits, got \"" + s.substr(0, 40) + "\"");
-  uint64_t v = 0;
-  for (size_t i = 6; i < s.size(); ++i) {
-    const char c = s[i];
-    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return InvalidArgument(path + ": \"" + s + "\" is not lowercase hex after \"xxh64:\"");
-    v = v << 4 | static_cast<uint64_t>(d);
-  }
-  return v;
+  const std::optional<uint64_t> v = ParseXxh64Hex(std::string_view(s).substr(6));
+  if (!v) return InvalidArgument(path + ": \"" + s + "\" is not lowercase hex after \"xxh64:\"");
+  return *v;
 }
 
 // prod(shape) * size, or nullopt on overflow past 2^63.
@@ -111,11 +106,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
-std::string DigestString(uint64_t digest) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "xxh64:%016llx", static_cast<unsigned long long>(digest));
-  return buf;
-}
+std::string DigestString(uint64_t digest) { return "xxh64:" + Xxh64Hex(digest); }
 
 Status ValidateWeightManifest(const WeightManifest& m) {
   if (m.version < 0) return InvalidArgument("version: " + std::to_string(m.version) + ", expected >= 0");

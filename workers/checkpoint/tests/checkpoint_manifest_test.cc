@@ -52,9 +52,9 @@ TEST(CheckpointManifest, DigestStreamingEqualsOneShot) {
   EXPECT_EQ(d.Digest(), DigestOf(all));
   bytes[5000] ^= 1;
   EXPECT_NE(d.Digest(), DigestOf(std::as_bytes(std::span(bytes.data(), bytes.size()))));
-  EXPECT_EQ(DigestFromHex(DigestToHex(0x00ab00cd00ef0012ull)), 0x00ab00cd00ef0012ull);
-  EXPECT_FALSE(DigestFromHex("00AB00CD00EF0012").has_value());
-  EXPECT_FALSE(DigestFromHex("0ab").has_value());
+  EXPECT_EQ(ParseXxh64Hex(Xxh64Hex(0x00ab00cd00ef0012ull)), 0x00ab00cd00ef0012ull);
+  EXPECT_FALSE(ParseXxh64Hex("00AB00CD00EF0012").has_value());
+  EXPECT_FALSE(ParseXxh64Hex("0ab").has_value());
 }
 
 TEST(CheckpointManifest, ValidPathsAccepted) {

@@ -15,6 +15,8 @@
 #include <random>
 #include <string>
 
+#include "workers/weights/tests/shm_tamper.h"
+
 namespace tandem::weights {
 namespace {
 
@@ -45,19 +47,6 @@ uint64_t Publish(const std::string& name, const WeightManifest& m, uint32_t read
   }
   EXPECT_TRUE(seg->Seal(digest.Digest()).ok());
   return digest.Digest();
-}
-
-// Maps /name read-write and runs `edit` on its bytes (a hostile writer).
-void Tamper(const std::string& name, const std::function<void(unsigned char*, size_t)>& edit) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0);
-  struct stat st {};
-  ASSERT_EQ(::fstat(fd, &st), 0);
-  void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  ASSERT_NE(p, MAP_FAILED);
-  edit(static_cast<unsigned char*>(p), static_cast<size_t>(st.st_size));
-  ::munmap(p, static_cast<size_t>(st.st_size));
 }
 
 SegmentHeader* Header(unsigned char* p) { return reinterpret_cast<SegmentHeader*>(p); }
@@ -128,7 +117,7 @@ TEST(ShmSegmentTest, HostileHeadersAndManifestsAreRefused) {
   for (const HostileHeader& c : cases) {
     const std::string name = UniqueName("hostile");
     Publish(name, SmallManifest(), 0);
-    Tamper(name, c.edit);
+    testing::TamperShm(name, c.edit);
     auto r = ShmSegment::Open(name);
     EXPECT_FALSE(r.ok()) << c.what << ": accepted";
     if (!r.ok()) {
@@ -160,7 +149,7 @@ TEST(ShmSegmentTest, TruncatedSegmentIsRefused) {
 TEST(ShmSegmentTest, CorruptBufferByteFailsTheDigest) {
   const std::string name = UniqueName("bytes");
   Publish(name, SmallManifest(), 0);
-  Tamper(name, [](unsigned char* p, size_t) { p[4096 + 12288 + 17] ^= 0x40; });  // buffer 1
+  testing::TamperShm(name, [](unsigned char* p, size_t) { p[4096 + 12288 + 17] ^= 0x40; });  // buffer 1
   auto seg = ShmSegment::Open(name);
   ASSERT_TRUE(seg.ok()) << seg.status().ToString();  // the header and manifest are fine
   const Status st = seg->VerifyDigest();

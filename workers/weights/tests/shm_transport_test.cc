@@ -11,6 +11,7 @@
 #include <random>
 
 #include "workers/weights/shm_segment.h"
+#include "workers/weights/tests/shm_tamper.h"
 #include "workers/weights/tests/transport_suite.h"
 
 namespace tandem::weights::testing {
@@ -29,7 +30,7 @@ class ShmHarness final : public TransportHarness {
   }
   bool durable() const override { return false; }
   std::string CorruptManifest(const std::string& source) override {
-    Edit(source, [](unsigned char* p, size_t n) { p[n - 20] ^= 0x01; });  // inside the manifest's JSON
+    TamperShm(source.substr(4), [](unsigned char* p, size_t n) { p[n - 20] ^= 0x01; });  // inside the manifest's JSON
     return "corrupt manifest";
   }
   std::string Truncate(const std::string& source) override {
@@ -43,17 +44,6 @@ class ShmHarness final : public TransportHarness {
   }
 
  private:
-  static void Edit(const std::string& source, const std::function<void(unsigned char*, size_t)>& edit) {
-    const int fd = ::shm_open(source.substr(4).c_str(), O_RDWR, 0);
-    ASSERT_GE(fd, 0) << source;
-    struct stat st {};
-    ASSERT_EQ(::fstat(fd, &st), 0);
-    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    ASSERT_NE(p, MAP_FAILED);
-    edit(static_cast<unsigned char*>(p), static_cast<size_t>(st.st_size));
-    ::munmap(p, static_cast<size_t>(st.st_size));
-  }
   std::string job_ = UniqueJob();
   int n_ = 0;
 };
