@@ -63,6 +63,27 @@ at::Tensor DenseReference(const Forest& forest, const at::Tensor& q, const at::T
   return s.softmax(-1).matmul(vr).permute({1, 0, 2});
 }
 
+// Random q, k, v (4 query heads, 2 kv heads, head dim D) on `dev`: the
+// output and the gradients of `impl` against DenseReference.
+void ExpectMatchesDenseReference(std::mt19937_64& rng, const at::Device& dev,
+                                 const c10::intrusive_ptr<TreeForest>& forest, int64_t D, TreeAttentionImpl impl) {
+  const int64_t T = forest->num_tokens(), Hq = 4, Hkv = 2;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto q = MakeInput(testing::Random(rng, {T, Hq, D}), dev);
+  auto k = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
+  auto v = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
+  const at::Tensor dout = testing::Random(rng, {T, Hq, D});
+  const at::Tensor out = TreeAttention(q.dev, k.dev, v.dev, forest, scale, impl);
+  const at::Tensor ref = DenseReference(forest->forest(), q.ref, k.ref, v.ref, scale);
+  EXPECT_EQ(out.device(), dev);
+  EXPECT_EQ(out.scalar_type(), testing::DataType(dev));
+  EXPECT_EQ(Close(out, ref, OutputTol(dev, ref)), "");
+  const auto g = testing::Grads({out}, {dout.to(dev, out.scalar_type())}, {q.dev, k.dev, v.dev});
+  const auto gr = testing::Grads({ref}, {dout}, {q.ref, k.ref, v.ref});
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(g[i], gr[i], GradTol(dev, gr[i])), "") << names[i];
+}
+
 class TreeAttentionOpTest : public ::testing::TestWithParam<at::Device> {};
 
 TEST_P(TreeAttentionOpTest, OutputAndGradientsMatchDenseReference) {
@@ -74,24 +95,7 @@ TEST_P(TreeAttentionOpTest, OutputAndGradientsMatchDenseReference) {
     std::mt19937_64 rng(seed);
     auto packed = BuildPackedForest(RandomSequences(rng, 70, 5, 40));
     ASSERT_TRUE(packed.ok()) << packed.status().ToString();
-    auto forest = TreeForest::Create(packed->forest);
-    const int64_t T = forest->num_tokens(), Hq = 4, Hkv = 2;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    auto q = MakeInput(testing::Random(rng, {T, Hq, D}), dev);
-    auto k = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
-    auto v = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
-    const at::Tensor dout = testing::Random(rng, {T, Hq, D});
-
-    const at::Tensor out = TreeAttention(q.dev, k.dev, v.dev, forest, scale);
-    const at::Tensor ref = DenseReference(forest->forest(), q.ref, k.ref, v.ref, scale);
-    EXPECT_EQ(out.device(), dev);
-    EXPECT_EQ(out.scalar_type(), testing::DataType(dev));
-    EXPECT_EQ(Close(out, ref, OutputTol(dev, ref)), "");
-
-    const auto g = testing::Grads({out}, {dout.to(dev, out.scalar_type())}, {q.dev, k.dev, v.dev});
-    const auto gr = testing::Grads({ref}, {dout}, {q.ref, k.ref, v.ref});
-    const char* names[] = {"dq", "dk", "dv"};
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(g[i], gr[i], GradTol(dev, gr[i])), "") << names[i];
+    ExpectMatchesDenseReference(rng, dev, TreeForest::Create(packed->forest), D, TreeAttentionImpl::kDefault);
   }
 }
 
@@ -122,20 +126,7 @@ TEST_P(TreeAttentionOpTest, VarlenMatchesDenseReference) {
         for (TreeAttentionImpl impl : impls) {
           SCOPED_TRACE("tokens " + std::to_string(f.num_tokens) + " budget " + std::to_string(budget) + " D " +
                        std::to_string(D) + " impl " + std::to_string(static_cast<int>(impl)));
-          const int64_t T = forest->num_tokens(), Hq = 4, Hkv = 2;
-          const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-          auto q = MakeInput(testing::Random(rng, {T, Hq, D}), dev);
-          auto k = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
-          auto v = MakeInput(testing::Random(rng, {T, Hkv, D}), dev);
-          const at::Tensor dout = testing::Random(rng, {T, Hq, D});
-          const at::Tensor out = TreeAttention(q.dev, k.dev, v.dev, forest, scale, impl);
-          const at::Tensor ref = DenseReference(forest->forest(), q.ref, k.ref, v.ref, scale);
-          EXPECT_EQ(out.scalar_type(), testing::DataType(dev));
-          EXPECT_EQ(Close(out, ref, OutputTol(dev, ref)), "");
-          const auto g = testing::Grads({out}, {dout.to(dev, out.scalar_type())}, {q.dev, k.dev, v.dev});
-          const auto gr = testing::Grads({ref}, {dout}, {q.ref, k.ref, v.ref});
-          const char* names[] = {"dq", "dk", "dv"};
-          for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(g[i], gr[i], GradTol(dev, gr[i])), "") << names[i];
+          ExpectMatchesDenseReference(rng, dev, forest, D, impl);
         }
       }
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -33,6 +34,28 @@ data::Tokenizer ByteTokenizer() {
   return *data::Tokenizer::FromJson(files->tokenizer_json, files->tokenizer_config_json);
 }
 
+// The trained model as a workflow meets it: a proxy in front of a fake
+// rollout that answers with `replier`'s ids, and a chat client of the proxy.
+struct ProxiedRollout {
+  ProxiedRollout(const data::Tokenizer& tok, const std::string& port_file,
+                 std::function<std::vector<int32_t>(const json&)> replier)
+      : rollout(std::make_unique<agents::testing::FakeRollout>(std::vector<int32_t>{})) {
+    rollout->set_replier(std::move(replier));
+    agents::ProxyOptions po;
+    po.replicas.port_files = {port_file};
+    rollout->WritePortFile(port_file);
+    proxy = std::make_unique<agents::Proxy>(tok, po);
+    started = proxy->Start().ok();
+    agents::ChatEndpointOptions c;
+    c.port = proxy->port();
+    client = std::make_unique<agents::ChatClient>(c);
+  }
+  std::unique_ptr<agents::testing::FakeRollout> rollout;
+  std::unique_ptr<agents::Proxy> proxy;
+  std::unique_ptr<agents::ChatClient> client;
+  bool started = false;
+};
+
 TEST(ProblemTokens, AToolCallReferenceIsTheSessionTheWorkflowRecords) {
   char tmpl[] = "/tmp/tandem-problem-tokens-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -53,37 +76,30 @@ TEST(ProblemTokens, AToolCallReferenceIsTheSessionTheWorkflowRecords) {
 
     // The model says what the reference says, turn by turn.
     size_t said = 0;
-    auto rollout = std::make_unique<agents::testing::FakeRollout>(std::vector<int32_t>{});
-    rollout->set_replier([&](const json&) {
+    ProxiedRollout model(tok, dir + "/rollout.0.port", [&](const json&) {
       std::vector<int32_t> out = *tok.Encode(p->reference_turns[said == 0 ? 0 : 2].content);
       out.push_back(end);
       ++said;
       return out;
     });
-    agents::ProxyOptions po;
-    po.replicas.port_files = {dir + "/rollout.0.port"};
-    rollout->WritePortFile(po.replicas.port_files[0]);
-    agents::Proxy proxy(tok, po);
-    ASSERT_TRUE(proxy.Start().ok());
-    agents::ChatEndpointOptions c;
-    c.port = proxy.port();
-    const agents::ChatClient client(c);
+    ASSERT_TRUE(model.started);
     auto wf = agents::MakeWorkflow("tool-calls");
     ASSERT_TRUE(wf.ok());
-    agents::EpisodeContext ctx{&*p, &(*set)->verifier(), &client, nullptr, "s", {.temperature = 1.0, .max_tokens = 64}};
+    agents::EpisodeContext ctx{&*p, &(*set)->verifier(), model.client.get(), nullptr, "s",
+                               {.temperature = 1.0, .max_tokens = 64}};
     auto ep = (*wf)->Run(ctx);
     ASSERT_TRUE(ep.ok()) << ep.status().ToString();
     EXPECT_TRUE(ep->solved) << "the calculator gave the problem's answer";
     EXPECT_EQ(ep->tool_errors, 0);
     // The workflow's first prompt is the sft prompt.
-    const std::vector<json> bodies = rollout->bodies();
+    const std::vector<json> bodies = model.rollout->bodies();
     ASSERT_EQ(bodies.size(), 2u);
     auto prompt = ProblemPromptIds(tok, format, *p);
     ASSERT_TRUE(prompt.ok());
     EXPECT_EQ(bodies[0]["input_ids"].get<std::vector<int32_t>>(), *prompt);
     EXPECT_EQ(static_cast<size_t>(ex->prompt_tokens), prompt->size());
     // The session's tokens are the sft example's, trained alike.
-    auto session = proxy.ExportSession("s");
+    auto session = model.proxy->ExportSession("s");
     ASSERT_TRUE(session.ok());
     auto seqs = agents::EpisodeSequences(*session, *ep, agents::AdvantageUnit::kEpisode);
     ASSERT_TRUE(seqs.ok()) << seqs.status().ToString();
@@ -137,23 +153,16 @@ TEST(ProblemTokens, TheLimitCountsTheWorkflowsFirstPrompt) {
   for (const std::string name : {"tool-calls", "single-turn"}) {
     auto wf = agents::MakeWorkflow(name);
     ASSERT_TRUE(wf.ok());
-    auto rollout = std::make_unique<agents::testing::FakeRollout>(std::vector<int32_t>{});
-    rollout->set_replier([&](const json&) {
+    ProxiedRollout model(tok, dir + "/rollout." + name + ".port", [&](const json&) {
       std::vector<int32_t> out = *tok.Encode("Answer: 1");
       out.push_back(end);
       return out;
     });
-    agents::ProxyOptions po;
-    po.replicas.port_files = {dir + "/rollout." + name + ".port"};
-    rollout->WritePortFile(po.replicas.port_files[0]);
-    agents::Proxy proxy(tok, po);
-    ASSERT_TRUE(proxy.Start().ok());
-    agents::ChatEndpointOptions c;
-    c.port = proxy.port();
-    const agents::ChatClient client(c);
-    agents::EpisodeContext ctx{&*p, &(*set)->verifier(), &client, nullptr, "s", {.temperature = 1.0, .max_tokens = 8}};
+    ASSERT_TRUE(model.started);
+    agents::EpisodeContext ctx{&*p, &(*set)->verifier(), model.client.get(), nullptr, "s",
+                               {.temperature = 1.0, .max_tokens = 8}};
     ASSERT_TRUE((*wf)->Run(ctx).ok());
-    const std::vector<int32_t> sent = rollout->bodies().at(0)["input_ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> sent = model.rollout->bodies().at(0)["input_ids"].get<std::vector<int32_t>>();
     const std::vector<std::string> offered = (*wf)->tool_names();
     EXPECT_EQ(sent, *PromptIdsOffering(tok, format, *p, offered)) << name;
     EXPECT_EQ(sent.size(), PromptTokensOffering(tok, format, *p, offered)) << name;
