@@ -228,10 +228,17 @@ void ExpectSameModel(const dptest::RunConfig& config) {
     const GrpoStepStats& want = one->steps[s];
     ASSERT_EQ(stats[s].size(), 11u);
     EXPECT_EQ(stats[s][0], want.updated ? 1 : 0);
-    EXPECT_NEAR(stats[s][1], want.grad_norm, 1e-5 * want.grad_norm);
+    // Step 0 starts from equal parameters: only the reduction order differs.
+    // Later steps start from parameters up to max_diff apart (above), and the
+    // loss and norm follow them: 4.5e-6 of a loss of 1.87 at step 1 (grpo,
+    // AVX2 or AVX-512 kernels; 0 with ATen's default kernels), so 1e-4
+    // relative, as max_diff's bound.
+    const double rel = s == 0 ? 1e-5 : 1e-4;
+    const double pg_loss = want.loss.count("pg_loss") ? want.loss.at("pg_loss") : 0.0;
+    EXPECT_NEAR(stats[s][1], want.grad_norm, rel * want.grad_norm);
     EXPECT_NEAR(stats[s][2], want.reward_mean, 1e-12);
     EXPECT_NEAR(stats[s][3], want.reward_std, 1e-12);
-    EXPECT_NEAR(stats[s][4], want.loss.count("pg_loss") ? want.loss.at("pg_loss") : 0.0, 1e-6);
+    EXPECT_NEAR(stats[s][4], pg_loss, s == 0 ? 1e-6 : rel * std::max(1.0, std::fabs(pg_loss)));
     EXPECT_EQ(stats[s][5], want.trajectories);
     EXPECT_EQ(stats[s][6], want.groups);
     EXPECT_EQ(stats[s][7], want.response_tokens);
