@@ -18,6 +18,15 @@
 // so the gather is bounded: blocks are cut into chunks of consecutive
 // segments whose gathered keys stay within a budget (a segment whose path
 // alone exceeds it is a chunk of its own). Each chunk is one call.
+//
+// The split form (BuildVarlenSplitPlan) needs no causal alignment, for
+// kernels whose causal mask is aligned top-left: a self part, every segment
+// against its own keys (square causal blocks over the packed rows as they
+// are, nothing gathered), and an ancestor part, one block per segment with
+// children: the rows of its children (gathered) against its key path
+// (gathered once, not once per child), every query seeing every key. A
+// row's two partial results are merged by their log-sum-exp; the backward
+// runs both parts with the merged output and log-sum-exp.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +38,16 @@
 namespace tandem::kernels {
 
 struct VarlenChunk {
-  int32_t first_segment = 0;   // segments [first_segment, first_segment + cu_q.size() - 1)
-  int32_t q_begin = 0;         // packed query rows [q_begin, q_end)
+  int32_t first_segment = 0;   // (the single form) segments [first_segment, first_segment + cu_q.size() - 1)
+  int32_t q_begin = 0;         // packed query rows [q_begin, q_end), when q_rows is empty
   int32_t q_end = 0;
-  std::vector<int32_t> cu_q;   // block b's queries: q_begin + [cu_q[b], cu_q[b+1])
-  std::vector<int32_t> cu_k;   // block b's keys: key_rows[cu_k[b] .. cu_k[b+1])
-  std::vector<int32_t> key_rows;
+  std::vector<int32_t> q_rows; // else the packed row of each query row (gathered)
+  std::vector<int32_t> cu_q;   // block b's queries: [cu_q[b], cu_q[b+1]) of the chunk's query rows
+  std::vector<int32_t> cu_k;   // block b's keys: [cu_k[b], cu_k[b+1]) of the chunk's key rows
+  std::vector<int32_t> key_rows;  // the packed row of each key row; empty: the query rows' own keys
   int32_t max_q = 0;           // longest block, queries and keys
   int32_t max_k = 0;
+  bool causal = true;          // bottom-right causal blocks; false: each query sees every key of its block
 };
 
 struct VarlenTreePlan {
@@ -47,5 +58,16 @@ struct VarlenTreePlan {
 
 // The forest must be valid (ValidateForest); 1 <= max_chunk_keys < 2^31.
 StatusOr<VarlenTreePlan> BuildVarlenTreePlan(const Forest& forest, int64_t max_chunk_keys);
+
+struct VarlenSplitPlan {
+  VarlenChunk self;                   // causal, the packed rows, no key_rows
+  std::vector<VarlenChunk> ancestors; // not causal, q_rows and key_rows gathered; a row in at most one
+  int64_t gathered_keys = 0;
+  int64_t gathered_queries = 0;
+  int64_t pairs = 0;                  // both parts: TreePairs
+};
+
+// The same preconditions; the ancestor part is cut at max_chunk_keys keys.
+StatusOr<VarlenSplitPlan> BuildVarlenSplitPlan(const Forest& forest, int64_t max_chunk_keys);
 
 }  // namespace tandem::kernels

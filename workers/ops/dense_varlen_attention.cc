@@ -47,9 +47,10 @@ at::Tensor TokenRows(const at::Tensor& x, int64_t l) {
   return x.view({hkv, g, l, d}).permute({2, 0, 1, 3}).reshape({l, hkv * g, d});
 }
 
-// Scores of a block, masked bottom-right causal: [Hkv, g * lq, lk].
-at::Tensor MaskedScores(const at::Tensor& qh, const at::Tensor& kh, int64_t lq, int64_t lk, double scale) {
+// Scores of a block, masked bottom-right causal when `causal`: [Hkv, g * lq, lk].
+at::Tensor MaskedScores(const at::Tensor& qh, const at::Tensor& kh, int64_t lq, int64_t lk, double scale, bool causal) {
   const at::Tensor s = qh.matmul(kh.transpose(1, 2)) * scale;
+  if (!causal) return s;
   const auto opts = at::TensorOptions().dtype(at::kLong).device(qh.device());
   const at::Tensor i = at::arange(lq, opts).repeat({qh.size(1) / lq});
   const at::Tensor hidden = at::arange(lk, opts).unsqueeze(0).gt((i + (lk - lq)).unsqueeze(1));
@@ -78,7 +79,7 @@ std::pair<at::Tensor, DenseVarlenSaved> ReferenceForward(const at::Tensor& q, co
     const at::Tensor qh = GroupRows(q.narrow(0, b.q0, b.lq), hkv, acc);
     const at::Tensor kh = k.narrow(0, b.k0, b.lk).to(acc).permute({1, 0, 2});
     const at::Tensor vh = v.narrow(0, b.k0, b.lk).to(acc).permute({1, 0, 2});
-    const at::Tensor s = MaskedScores(qh, kh, b.lq, b.lk, call.scale);
+    const at::Tensor s = MaskedScores(qh, kh, b.lq, b.lk, call.scale, call.causal);
     const at::Tensor lse = s.logsumexp(-1);  // [Hkv, g * lq]
     outs.push_back(TokenRows((s - lse.unsqueeze(-1)).exp().matmul(vh), b.lq).to(q.scalar_type()));
     lses.push_back(lse.reshape({q.size(1), b.lq}));  // head hkv * g + gi
@@ -101,7 +102,7 @@ std::array<at::Tensor, 3> ReferenceBackward(const at::Tensor& dout, const at::Te
     const at::Tensor kh = k.narrow(0, b.k0, b.lk).to(acc).permute({1, 0, 2});
     const at::Tensor vh = v.narrow(0, b.k0, b.lk).to(acc).permute({1, 0, 2});
     const at::Tensor lse = saved.lse.narrow(1, b.q0, b.lq).to(acc).reshape({hkv, -1});
-    const at::Tensor p = (MaskedScores(qh, kh, b.lq, b.lk, call.scale) - lse.unsqueeze(-1)).exp();
+    const at::Tensor p = (MaskedScores(qh, kh, b.lq, b.lk, call.scale, call.causal) - lse.unsqueeze(-1)).exp();
     const at::Tensor ds = p * (doh.matmul(vh.transpose(1, 2)) - (doh * oh).sum(-1, true));
     dqs.push_back(TokenRows(ds.matmul(kh) * call.scale, b.lq).to(q.scalar_type()));
     dk.narrow(0, b.k0, b.lk).add_((ds.transpose(1, 2).matmul(qh) * call.scale).permute({1, 0, 2}));
@@ -121,7 +122,7 @@ std::pair<at::Tensor, DenseVarlenSaved> DenseVarlenForward(DenseVarlenKernel ker
   const std::vector<c10::IValue> r =
       CallOp("aten::_flash_attention_forward", "",
              {{"query", q}, {"key", k}, {"value", v}, {"cum_seq_q", call.cu_q}, {"cum_seq_k", call.cu_k},
-              {"max_q", call.max_q}, {"max_k", call.max_k}, {"dropout_p", 0.0}, {"is_causal", true},
+              {"max_q", call.max_q}, {"max_k", call.max_k}, {"dropout_p", 0.0}, {"is_causal", call.causal},
               {"return_debug_mask", false}, {"scale", call.scale}});
   TORCH_CHECK(r.size() >= 4, kFn, ": aten::_flash_attention_forward returned ", r.size(), " values, expected 5");
   return {r[0].toTensor(), {r[1].toTensor(), r[2].toTensor(), r[3].toTensor()}};
@@ -136,7 +137,7 @@ std::array<at::Tensor, 3> DenseVarlenBackward(DenseVarlenKernel kernel, const at
       CallOp("aten::_flash_attention_backward", "",
              {{"grad_out", dout}, {"query", q}, {"key", k}, {"value", v}, {"out", out}, {"logsumexp", saved.lse},
               {"cum_seq_q", call.cu_q}, {"cum_seq_k", call.cu_k}, {"max_q", call.max_q}, {"max_k", call.max_k},
-              {"dropout_p", 0.0}, {"is_causal", true}, {"rng_state|philox_seed", saved.rng_state},
+              {"dropout_p", 0.0}, {"is_causal", call.causal}, {"rng_state|philox_seed", saved.rng_state},
               {"unused|philox_offset", saved.unused}, {"scale", call.scale}});
   TORCH_CHECK(r.size() == 3, kFn, ": aten::_flash_attention_backward returned ", r.size(), " values, expected 3");
   return {r[0].toTensor(), r[1].toTensor(), r[2].toTensor()};

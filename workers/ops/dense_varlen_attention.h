@@ -7,7 +7,8 @@
 // queries and Lk >= Lq keys sees keys j <= Lk - Lq + i (the causal mask
 // aligned bottom-right). q [Tq, Hq, D], k and v [Tk, Hkv, D], contiguous,
 // one dtype and device, Hq % Hkv == 0; cu_q and cu_k int32 [B + 1] on that
-// device, from 0; max_q and max_k the longest block's lengths.
+// device, from 0; max_q and max_k the longest block's lengths. With
+// causal false every query of a block sees every key of it.
 //
 // Kernels:
 //   kFlash      aten::_flash_attention_forward / _backward: PyTorch's
@@ -36,6 +37,7 @@ struct DenseVarlenCall {
   at::Tensor cu_q, cu_k;
   int64_t max_q = 0, max_k = 0;
   double scale = 1;
+  bool causal = true;  // false: every query sees every key of its block
 };
 
 struct DenseVarlenSaved {

@@ -78,22 +78,31 @@ const void* TreeForest::DevicePlan([[maybe_unused]] const at::Tensor& like) cons
 #endif
 }
 
-const std::vector<VarlenChunkTensors>& TreeForest::VarlenChunks(const at::Device& device) const {
+const std::vector<VarlenChunkTensors>& TreeForest::VarlenChunks(const at::Device& device, bool split) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = varlen_.find(device.str());
+  const std::string key = (split ? "split:" : "single:") + device.str();
+  auto it = varlen_.find(key);
   if (it != varlen_.end()) return it->second;
-  const VarlenTreePlan plan = ValueOrThrow(BuildVarlenTreePlan(forest_, varlen_chunk_keys_), "TreeForest: varlen plan");
-  std::vector<VarlenChunkTensors> chunks;
+  std::vector<VarlenChunk> plan;
+  if (split) {
+    VarlenSplitPlan p = ValueOrThrow(BuildVarlenSplitPlan(forest_, varlen_chunk_keys_), "TreeForest: varlen plan");
+    plan.push_back(std::move(p.self));
+    for (VarlenChunk& c : p.ancestors) plan.push_back(std::move(c));
+  } else {
+    plan = ValueOrThrow(BuildVarlenTreePlan(forest_, varlen_chunk_keys_), "TreeForest: varlen plan").chunks;
+  }
   auto upload = [&](const std::vector<int32_t>& v, at::ScalarType type) {
+    if (v.empty() && type == at::kLong) return at::Tensor();  // rows as they are
     at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(at::kInt));
     std::copy(v.begin(), v.end(), t.data_ptr<int32_t>());
     return t.to(device, type);
   };
-  for (const VarlenChunk& c : plan.chunks) {
-    chunks.push_back({upload(c.cu_q, at::kInt), upload(c.cu_k, at::kInt), upload(c.key_rows, at::kLong), c.q_begin,
-                      c.q_end, c.max_q, c.max_k});
+  std::vector<VarlenChunkTensors> chunks;
+  for (const VarlenChunk& c : plan) {
+    chunks.push_back({upload(c.cu_q, at::kInt), upload(c.cu_k, at::kInt), upload(c.q_rows, at::kLong),
+                      upload(c.key_rows, at::kLong), c.q_begin, c.q_end, c.max_q, c.max_k, c.causal});
   }
-  return varlen_.emplace(device.str(), std::move(chunks)).first->second;
+  return varlen_.emplace(key, std::move(chunks)).first->second;
 }
 
 namespace {
@@ -203,8 +212,11 @@ TreeAttentionImpl DefaultCudaTreeAttentionImpl() {
   }();
   if (value.empty() || value == "tiles") return TreeAttentionImpl::kTiles;
   if (value == "varlen-flash") return TreeAttentionImpl::kVarlenFlash;
+  if (value == "varlen-split-flash") return TreeAttentionImpl::kVarlenSplitFlash;
   if (value == "varlen-reference") return TreeAttentionImpl::kVarlenReference;
-  TORCH_CHECK(false, kVar, "=", value.substr(0, 64), ": expected tiles, varlen-flash or varlen-reference");
+  if (value == "varlen-split-reference") return TreeAttentionImpl::kVarlenSplitReference;
+  TORCH_CHECK(false, kVar, "=", value.substr(0, 64),
+              ": expected tiles, varlen-flash, varlen-split-flash, varlen-reference or varlen-split-reference");
   return TreeAttentionImpl::kTiles;
 }
 
@@ -215,14 +227,17 @@ at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const TreeAttentionShape shape = CheckArgs(q, k, v, *forest, scale);
   if (impl == TreeAttentionImpl::kDefault)
     impl = q.device().is_cuda() ? DefaultCudaTreeAttentionImpl() : TreeAttentionImpl::kTiles;
+  const bool split = impl == TreeAttentionImpl::kVarlenSplitFlash || impl == TreeAttentionImpl::kVarlenSplitReference;
   switch (impl) {
     case TreeAttentionImpl::kVarlenFlash:
+    case TreeAttentionImpl::kVarlenSplitFlash:
       TORCH_CHECK(q.device().is_cuda(), kFn, ": varlen-flash runs on CUDA only, got ", q.device());
       TORCH_CHECK(shape.head_dim % 8 == 0 && shape.head_dim <= 256, kFn,
                   ": varlen-flash needs a head dim that is a multiple of 8 up to 256, got ", shape.head_dim);
-      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kFlash);
+      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kFlash, split);
     case TreeAttentionImpl::kVarlenReference:
-      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kReference);
+    case TreeAttentionImpl::kVarlenSplitReference:
+      return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kReference, split);
     default:
       TORCH_CHECK(!q.device().is_cuda() || shape.head_dim == 64 || shape.head_dim == 128, kFn,
                   ": the CUDA tree kernels need head dim 64 or 128, got ", shape.head_dim,

@@ -20,10 +20,14 @@
 //   kVarlenFlash     CUDA: every segment a block of PyTorch's FlashAttention-2
 //                    varlen kernel over its gathered key path
 //                    (tree_attention_varlen.h; D % 8 == 0, D <= 256)
-//   kVarlenReference the same blocks with ordinary LibTorch ops, any device
-//                    (the CPU path CI tests that decomposition with)
+//   kVarlenSplitFlash the same kernel on the split form (a self part and an
+//                    ancestor part merged by log-sum-exp; varlen_plan.h)
+//   kVarlenReference, kVarlenSplitReference
+//                    the two forms with ordinary LibTorch ops, any device
+//                    (the CPU path CI tests the decompositions with)
 //   kDefault         kTiles, or the environment's TANDEM_TREE_ATTENTION
-//                    ("tiles", "varlen-flash", "varlen-reference") for CUDA
+//                    ("tiles", "varlen-flash", "varlen-split-flash",
+//                    "varlen-reference", "varlen-split-reference") for CUDA
 //                    tensors; the CPU always takes kTiles by default.
 #pragma once
 
@@ -40,13 +44,22 @@
 
 namespace tandem::ops {
 
-enum class TreeAttentionImpl { kDefault, kTiles, kVarlenFlash, kVarlenReference };
+enum class TreeAttentionImpl {
+  kDefault,
+  kTiles,
+  kVarlenFlash,
+  kVarlenSplitFlash,
+  kVarlenReference,
+  kVarlenSplitReference
+};
 
-// One chunk of the varlen plan (kernels/tree_attention/varlen_plan.h) on a
-// device: cu_q and cu_k int32, key_rows int64.
+// One chunk of a varlen plan (kernels/tree_attention/varlen_plan.h) on a
+// device: cu_q and cu_k int32; q_rows and key_rows int64, undefined where
+// the plan's are empty (the packed rows [q_begin, q_end) as they are).
 struct VarlenChunkTensors {
-  at::Tensor cu_q, cu_k, key_rows;
+  at::Tensor cu_q, cu_k, q_rows, key_rows;
   int64_t q_begin = 0, q_end = 0, max_q = 0, max_k = 0;
+  bool causal = true;
 };
 
 class TreeForest : public torch::CustomClassHolder {
@@ -69,9 +82,10 @@ class TreeForest : public torch::CustomClassHolder {
   // The plan on a CUDA device, uploaded on first use (thread-safe); opaque
   // here so that this header needs no CUDA. Used by the glue only.
   const void* DevicePlan(const at::Tensor& like) const;
-  // The varlen plan's chunks on `device`, built and uploaded on first use
-  // (thread-safe). Used by the varlen glue only.
-  const std::vector<VarlenChunkTensors>& VarlenChunks(const at::Device& device) const;
+  // A varlen plan's chunks on `device`, built and uploaded on first use
+  // (thread-safe): the single form's, or the split form's (the self part
+  // first, then the ancestor part's). Used by the varlen glue only.
+  const std::vector<VarlenChunkTensors>& VarlenChunks(const at::Device& device, bool split) const;
 
  private:
   kernels::Forest forest_;
@@ -81,7 +95,7 @@ class TreeForest : public torch::CustomClassHolder {
   struct DeviceCache;
   mutable std::mutex mu_;
   mutable std::unique_ptr<DeviceCache> device_;
-  mutable std::map<std::string, std::vector<VarlenChunkTensors>> varlen_;  // by device, under mu_
+  mutable std::map<std::string, std::vector<VarlenChunkTensors>> varlen_;  // by form and device, under mu_
 };
 
 at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

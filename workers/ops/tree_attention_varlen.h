@@ -3,13 +3,16 @@
 // attention on dense varlen kernels").
 //
 // Each chunk of the forest's varlen plan (kernels/tree_attention/
-// varlen_plan.h) is one dense call (dense_varlen_attention.h): the chunk's
-// query rows as they are, its key paths gathered from k and v. The
-// gradients of the gathered keys and values are summed back into the packed
-// rows in fp32 (index_add; on CUDA its atomics make dk and dv's last bits
-// depend on the order of the adds), dq is the calls' own. An autograd
-// function; TreeAttention (tree_attention_op.h) calls it for the kVarlen*
-// implementations after checking its arguments.
+// varlen_plan.h) is one dense call (dense_varlen_attention.h). The single
+// form: the chunk's query rows as they are, its key paths gathered from k
+// and v, bottom-right causal. The split form (`split`): the self part over
+// the packed rows (causal, square blocks), then each ancestor chunk over its
+// gathered rows and key paths (not causal), its result merged into the
+// rows' by log-sum-exp; the backward runs every call with the merged output
+// and log-sum-exp. The gradients of gathered rows are summed back in fp32
+// (index_add; on CUDA its atomics make the last bits depend on the order of
+// the adds). An autograd function; TreeAttention (tree_attention_op.h)
+// calls it for the kVarlen* implementations after checking its arguments.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +23,7 @@
 namespace tandem::ops {
 
 at::Tensor TreeAttentionVarlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const c10::intrusive_ptr<TreeForest>& forest, double scale, DenseVarlenKernel kernel);
+                               const c10::intrusive_ptr<TreeForest>& forest, double scale, DenseVarlenKernel kernel,
+                               bool split);
 
 }  // namespace tandem::ops

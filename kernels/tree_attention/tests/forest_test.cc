@@ -162,9 +162,38 @@ TEST(ForestBuilder, RoundTripsAndReportsReductions) {
   EXPECT_FALSE(BuildPackedForest({{1, 2}, {}}).ok());
 }
 
-// Every (query, key) pair the varlen blocks compute (bottom-right causal
-// blocks over gathered key paths) is a pair of the forest's mask, and every
-// pair of the mask is computed exactly once; chunks keep to their budget.
+// Marks every (query, key) pair a varlen chunk computes in `seen` (T x T),
+// checking each is a pair of the forest's mask and marked once; returns how
+// many it marked.
+int64_t MarkPairs(const VarlenChunk& c, const std::vector<int32_t>& kend, int32_t T, std::vector<uint8_t>& seen) {
+  int64_t pairs = 0;
+  const size_t blocks = c.cu_q.size() - 1;
+  EXPECT_EQ(c.cu_k.size(), blocks + 1);
+  int32_t max_q = 0, max_k = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    const int32_t lq = c.cu_q[b + 1] - c.cu_q[b], lk = c.cu_k[b + 1] - c.cu_k[b];
+    max_q = std::max(max_q, lq);
+    max_k = std::max(max_k, lk);
+    for (int32_t i = 0; i < lq; ++i) {
+      const int32_t qi = c.cu_q[b] + i;
+      const int32_t q = c.q_rows.empty() ? c.q_begin + qi : c.q_rows[static_cast<size_t>(qi)];
+      for (int32_t j = 0; j < (c.causal ? lk - lq + i + 1 : lk); ++j) {
+        const int32_t kj = c.cu_k[b] + j;
+        const int32_t k = c.key_rows.empty() ? c.q_begin + kj : c.key_rows[static_cast<size_t>(kj)];
+        EXPECT_TRUE(k <= q && q < kend[static_cast<size_t>(k)]) << "block " << b << " pair " << q << "," << k;
+        EXPECT_EQ(seen[static_cast<size_t>(q) * T + k]++, 0) << "pair " << q << "," << k << " twice";
+        ++pairs;
+      }
+    }
+  }
+  EXPECT_EQ(c.max_q, max_q);
+  EXPECT_EQ(c.max_k, max_k);
+  return pairs;
+}
+
+// The single form: consecutive chunks of bottom-right causal blocks over the
+// packed query rows compute exactly the mask's pairs, each once, and keep to
+// their budget.
 void CheckVarlenPlan(const Forest& f, int64_t budget) {
   auto plan = BuildVarlenTreePlan(f, budget);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -176,27 +205,13 @@ void CheckVarlenPlan(const Forest& f, int64_t budget) {
   for (const VarlenChunk& c : plan->chunks) {
     ASSERT_EQ(c.first_segment, next_segment);
     ASSERT_EQ(c.q_begin, next_row);
+    ASSERT_TRUE(c.causal && c.q_rows.empty());
     const size_t blocks = c.cu_q.size() - 1;
-    ASSERT_EQ(c.cu_k.size(), blocks + 1);
     ASSERT_GE(blocks, 1u);
     if (blocks > 1) EXPECT_LE(static_cast<int64_t>(c.key_rows.size()), budget);
-    int32_t max_q = 0, max_k = 0;
-    for (size_t b = 0; b < blocks; ++b) {
-      const int32_t lq = c.cu_q[b + 1] - c.cu_q[b], lk = c.cu_k[b + 1] - c.cu_k[b];
-      ASSERT_EQ(lq, f.segments[static_cast<size_t>(c.first_segment) + b].length);
-      max_q = std::max(max_q, lq);
-      max_k = std::max(max_k, lk);
-      for (int32_t i = 0; i < lq; ++i) {
-        for (int32_t j = 0; j <= lk - lq + i; ++j) {
-          const int32_t q = c.q_begin + c.cu_q[b] + i, k = c.key_rows[static_cast<size_t>(c.cu_k[b] + j)];
-          ASSERT_TRUE(k <= q && q < kend[static_cast<size_t>(k)]) << "block " << b << " pair " << q << "," << k;
-          ASSERT_EQ(seen[static_cast<size_t>(q) * T + k]++, 0) << "pair " << q << "," << k << " twice";
-          ++pairs;
-        }
-      }
-    }
-    EXPECT_EQ(c.max_q, max_q);
-    EXPECT_EQ(c.max_k, max_k);
+    for (size_t b = 0; b < blocks; ++b)
+      ASSERT_EQ(c.cu_q[b + 1] - c.cu_q[b], f.segments[static_cast<size_t>(c.first_segment) + b].length);
+    pairs += MarkPairs(c, kend, T, seen);
     EXPECT_EQ(c.q_end, c.q_begin + c.cu_q.back());
     next_segment += static_cast<int32_t>(blocks);
     next_row = c.q_end;
@@ -209,7 +224,30 @@ void CheckVarlenPlan(const Forest& f, int64_t budget) {
   EXPECT_EQ(plan->gathered_keys, gathered);
 }
 
-TEST(VarlenPlan, BlocksComputeExactlyTheMasksPairs) {
+// The split form: the self part and the ancestor part together compute
+// exactly the mask's pairs, each once; a row is in at most one ancestor
+// chunk; chunks keep to their budget.
+void CheckVarlenSplitPlan(const Forest& f, int64_t budget) {
+  auto plan = BuildVarlenSplitPlan(f, budget);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int32_t T = f.num_tokens;
+  const std::vector<int32_t> kend = KeyVisibleEnd(f);
+  std::vector<uint8_t> seen(static_cast<size_t>(T) * static_cast<size_t>(T), 0);
+  ASSERT_TRUE(plan->self.causal && plan->self.q_rows.empty() && plan->self.key_rows.empty());
+  EXPECT_EQ(plan->self.q_end, T);
+  int64_t pairs = MarkPairs(plan->self, kend, T, seen);
+  std::vector<int> rows_seen(static_cast<size_t>(T), 0);
+  for (const VarlenChunk& c : plan->ancestors) {
+    ASSERT_FALSE(c.causal);
+    if (c.cu_q.size() > 2) EXPECT_LE(static_cast<int64_t>(c.key_rows.size()), budget);
+    for (const int32_t r : c.q_rows) EXPECT_EQ(rows_seen[static_cast<size_t>(r)]++, 0) << "row " << r;
+    pairs += MarkPairs(c, kend, T, seen);
+  }
+  EXPECT_EQ(pairs, TreePairs(f));
+  EXPECT_EQ(plan->pairs, pairs);
+}
+
+TEST(VarlenPlan, BothFormsComputeExactlyTheMasksPairs) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -226,17 +264,25 @@ TEST(VarlenPlan, BlocksComputeExactlyTheMasksPairs) {
       for (int64_t budget : {int64_t{1}, int64_t{37}, int64_t{500}, int64_t{1} << 30}) {
         SCOPED_TRACE("budget " + std::to_string(budget));
         CheckVarlenPlan(f, budget);
+        CheckVarlenSplitPlan(f, budget);
       }
     }
   }
   auto group = BuildPackedForest(testing::RandomGroup(rng, 50, 20, 8));
   ASSERT_TRUE(group.ok());
   CheckVarlenPlan(group->forest, 1 << 20);
+  CheckVarlenSplitPlan(group->forest, 1 << 20);
   auto one = BuildVarlenTreePlan(group->forest, 1 << 20);
   EXPECT_EQ(one->chunks.size(), 1u);
   EXPECT_EQ(one->gathered_keys, 50 + 8 * (50 + 20));  // the prompt's own block, then the flat batch's keys
+  auto split = BuildVarlenSplitPlan(group->forest, 1 << 20);
+  ASSERT_EQ(split->ancestors.size(), 1u);
+  EXPECT_EQ(split->gathered_keys, 50);  // the prompt, once for all 8 responses
+  EXPECT_EQ(split->gathered_queries, 8 * 20);
   EXPECT_FALSE(BuildVarlenTreePlan(group->forest, 0).ok());
+  EXPECT_FALSE(BuildVarlenSplitPlan(group->forest, 0).ok());
   CheckVarlenPlan(Forest{0, {}}, 10);
+  CheckVarlenSplitPlan(Forest{0, {}}, 10);
 }
 
 }  // namespace

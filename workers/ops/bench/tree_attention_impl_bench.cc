@@ -1,10 +1,10 @@
 // The tree attention implementations through the glue (tree_attention_op.h)
-// on RL-shaped tries: the tree kernels (`tiles`) against every segment as a
-// block of FlashAttention-2's varlen kernel (`varlen-flash`,
-// tree_attention_varlen.h). Prints one JSON line per (shape, heads,
+// on RL-shaped tries: the tree kernels (`tiles`) against FlashAttention-2's
+// varlen kernel under the two forms of tree_attention_varlen.h
+// (`varlen-flash`, `varlen-split-flash`). Prints one JSON line per (shape, heads,
 // implementation): forward and forward+backward milliseconds (CUDA events,
 // median of 15), useful TFLOP/s (4 * pairs * D * Hq for the forward), and
-// the relative error of varlen-flash's output and gradients against tiles.
+// the relative error of the varlen outputs and gradients against tiles.
 // The flat-batch and FlexAttention baselines of the same shapes are
 // scripts/gpu/tree_varlen_probe.py's, run in the same call by
 // scripts/gpu/run_tree_varlen.sh. Built only with the glue's CUDA path.
@@ -84,7 +84,8 @@ void Case(const std::string& name, const tk::Forest& f, int64_t hq, int64_t hkv,
   const double useful = 4.0 * static_cast<double>(tk::TreePairs(f)) * static_cast<double>(d * hq);
   std::vector<at::Tensor> tiles_results;
   for (auto [impl, label] : {std::pair{tg::TreeAttentionImpl::kTiles, "tiles"},
-                             std::pair{tg::TreeAttentionImpl::kVarlenFlash, "varlen-flash"}}) {
+                             std::pair{tg::TreeAttentionImpl::kVarlenFlash, "varlen-flash"},
+                             std::pair{tg::TreeAttentionImpl::kVarlenSplitFlash, "varlen-split-flash"}}) {
     if (impl == tg::TreeAttentionImpl::kTiles && d != 64 && d != 128) continue;
     try {
       const at::Tensor out = tg::TreeAttention(q, k, v, forest, scale, impl);

@@ -99,16 +99,17 @@ TEST_P(TreeAttentionOpTest, OutputAndGradientsMatchDenseReference) {
   }
 }
 
-// The varlen implementations (tree_attention_varlen.h) against the same
-// float64 reference: the reference kernel on every device, FlashAttention-2
-// on CUDA (head dim 48 too, which the tree kernels do not take); forests
+// The varlen implementations (tree_attention_varlen.h), both forms, against
+// the same float64 reference: the reference kernel on every device,
+// FlashAttention-2 on CUDA (head dim 48 too, which the tree kernels do not
+// take); forests
 // with deep chains of 1-3-token segments and many leaves; a chunk budget of
 // 7 keys cuts them into many calls.
 TEST_P(TreeAttentionOpTest, VarlenMatchesDenseReference) {
   const at::Device dev = GetParam();
   testing::PoisonOutputs poison;
-  std::vector<TreeAttentionImpl> impls = {TreeAttentionImpl::kVarlenReference};
-  if (dev.is_cuda()) impls.push_back(TreeAttentionImpl::kVarlenFlash);
+  std::vector<TreeAttentionImpl> impls = {TreeAttentionImpl::kVarlenReference, TreeAttentionImpl::kVarlenSplitReference};
+  if (dev.is_cuda()) impls.insert(impls.end(), {TreeAttentionImpl::kVarlenFlash, TreeAttentionImpl::kVarlenSplitFlash});
   const uint64_t seed = kernels::testing::FreshSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -190,16 +191,20 @@ TEST(TreeAttentionOpCpuTest, VarlenAgreesWithTheTilesAndRefusesFlashOnTheCpu) {
   for (auto& t : in) t.requires_grad_(true);
   const at::Tensor w = testing::Random(rng, {T, 4, 32}).to(at::kFloat);
   const at::Tensor tiles = TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kTiles);
-  const at::Tensor varlen = TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kVarlenReference);
-  EXPECT_EQ(Close(varlen, tiles, OutputTol(at::Device(at::kCPU), tiles)), "");
   const auto gt = testing::Grads({tiles}, {w}, in);
-  const auto gv = testing::Grads({varlen}, {w}, in);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(gv[i], gt[i], GradTol(at::Device(at::kCPU), gt[i])), "") << i;
-  try {
-    TreeAttention(in[0], in[1], in[2], forest, 0.2, TreeAttentionImpl::kVarlenFlash);
-    ADD_FAILURE() << "varlen-flash ran on the CPU";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("CUDA only"), std::string::npos) << e.what();
+  for (TreeAttentionImpl impl : {TreeAttentionImpl::kVarlenReference, TreeAttentionImpl::kVarlenSplitReference}) {
+    const at::Tensor varlen = TreeAttention(in[0], in[1], in[2], forest, 0.2, impl);
+    EXPECT_EQ(Close(varlen, tiles, OutputTol(at::Device(at::kCPU), tiles)), "");
+    const auto gv = testing::Grads({varlen}, {w}, in);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(Close(gv[i], gt[i], GradTol(at::Device(at::kCPU), gt[i])), "") << i;
+  }
+  for (TreeAttentionImpl impl : {TreeAttentionImpl::kVarlenFlash, TreeAttentionImpl::kVarlenSplitFlash}) {
+    try {
+      TreeAttention(in[0], in[1], in[2], forest, 0.2, impl);
+      ADD_FAILURE() << "varlen-flash ran on the CPU";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA only"), std::string::npos) << e.what();
+    }
   }
 }
 
