@@ -48,13 +48,13 @@ StatusOr<VarlenTreePlan> BuildVarlenTreePlan(const Forest& forest, int64_t max_c
   std::vector<int32_t> chain;
   for (int32_t s = 0; s < n;) {
     VarlenChunk c;
-    c.first_segment = s;
+    const int32_t first = s;
     c.q_begin = forest.segments[static_cast<size_t>(s)].start;
     c.cu_q.push_back(0);
     c.cu_k.push_back(0);
     int64_t keys = 0;
     // Segments join the chunk while its keys stay within the budget (at least one).
-    for (; s < n && (s == c.first_segment || keys + path[static_cast<size_t>(s)] <= max_chunk_keys); ++s) {
+    for (; s < n && (s == first || keys + path[static_cast<size_t>(s)] <= max_chunk_keys); ++s) {
       const Segment& seg = forest.segments[static_cast<size_t>(s)];
       AppendPath(forest, s, chain, c.key_rows);
       keys += path[static_cast<size_t>(s)];

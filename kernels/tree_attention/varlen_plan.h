@@ -38,7 +38,6 @@
 namespace tandem::kernels {
 
 struct VarlenChunk {
-  int32_t first_segment = 0;   // (the single form) segments [first_segment, first_segment + cu_q.size() - 1)
   int32_t q_begin = 0;         // packed query rows [q_begin, q_end), when q_rows is empty
   int32_t q_end = 0;
   std::vector<int32_t> q_rows; // else the packed row of each query row (gathered)

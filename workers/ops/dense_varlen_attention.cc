@@ -32,8 +32,6 @@ std::vector<Block> Blocks(const DenseVarlenCall& call) {
   return blocks;
 }
 
-at::ScalarType Accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
-
 // [L, Hkv * g, D] -> [Hkv, g * L, D]: the rows of a kv head's query group,
 // row r = gi * L + i.
 at::Tensor GroupRows(const at::Tensor& x, int64_t hkv, at::ScalarType acc) {
@@ -72,7 +70,7 @@ void CheckInputs(DenseVarlenKernel kernel, const at::Tensor& q, const at::Tensor
 
 std::pair<at::Tensor, DenseVarlenSaved> ReferenceForward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                          const DenseVarlenCall& call) {
-  const at::ScalarType acc = Accumulator(q);
+  const at::ScalarType acc = DenseVarlenAccumulator(q);
   const int64_t hkv = k.size(1);
   std::vector<at::Tensor> outs, lses;
   for (const Block& b : Blocks(call)) {
@@ -91,7 +89,7 @@ std::pair<at::Tensor, DenseVarlenSaved> ReferenceForward(const at::Tensor& q, co
 std::array<at::Tensor, 3> ReferenceBackward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v, const at::Tensor& out, const DenseVarlenSaved& saved,
                                             const DenseVarlenCall& call) {
-  const at::ScalarType acc = Accumulator(q);
+  const at::ScalarType acc = DenseVarlenAccumulator(q);
   const int64_t hkv = k.size(1);
   std::vector<at::Tensor> dqs;
   at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(acc)), dv = at::zeros(v.sizes(), v.options().dtype(acc));

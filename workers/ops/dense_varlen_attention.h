@@ -44,6 +44,12 @@ struct DenseVarlenSaved {
   at::Tensor lse, rng_state, unused;
 };
 
+// The dtype sums over a call's values are kept in: fp64 for fp64 inputs,
+// else fp32 (the reference kernel, gradients summed over gathered rows).
+inline at::ScalarType DenseVarlenAccumulator(const at::Tensor& t) {
+  return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 std::pair<at::Tensor, DenseVarlenSaved> DenseVarlenForward(DenseVarlenKernel kernel, const at::Tensor& q,
                                                            const at::Tensor& k, const at::Tensor& v,
                                                            const DenseVarlenCall& call);

@@ -92,15 +92,16 @@ const std::vector<VarlenChunkTensors>& TreeForest::VarlenChunks(const at::Device
     plan = ValueOrThrow(BuildVarlenTreePlan(forest_, varlen_chunk_keys_), "TreeForest: varlen plan").chunks;
   }
   auto upload = [&](const std::vector<int32_t>& v, at::ScalarType type) {
-    if (v.empty() && type == at::kLong) return at::Tensor();  // rows as they are
     at::Tensor t = at::empty({static_cast<int64_t>(v.size())}, at::TensorOptions().dtype(at::kInt));
     std::copy(v.begin(), v.end(), t.data_ptr<int32_t>());
     return t.to(device, type);
   };
+  // Row indices (int64, for index_select); none: the rows as they are.
+  auto rows = [&](const std::vector<int32_t>& v) { return v.empty() ? at::Tensor() : upload(v, at::kLong); };
   std::vector<VarlenChunkTensors> chunks;
   for (const VarlenChunk& c : plan) {
-    chunks.push_back({upload(c.cu_q, at::kInt), upload(c.cu_k, at::kInt), upload(c.q_rows, at::kLong),
-                      upload(c.key_rows, at::kLong), c.q_begin, c.q_end, c.max_q, c.max_k, c.causal});
+    chunks.push_back({upload(c.cu_q, at::kInt), upload(c.cu_k, at::kInt), rows(c.q_rows), rows(c.key_rows), c.q_begin,
+                      c.q_end, c.max_q, c.max_k, c.causal});
   }
   return varlen_.emplace(key, std::move(chunks)).first->second;
 }
@@ -230,10 +231,7 @@ at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const bool split = impl == TreeAttentionImpl::kVarlenSplitFlash || impl == TreeAttentionImpl::kVarlenSplitReference;
   switch (impl) {
     case TreeAttentionImpl::kVarlenFlash:
-    case TreeAttentionImpl::kVarlenSplitFlash:
-      TORCH_CHECK(q.device().is_cuda(), kFn, ": varlen-flash runs on CUDA only, got ", q.device());
-      TORCH_CHECK(shape.head_dim % 8 == 0 && shape.head_dim <= 256, kFn,
-                  ": varlen-flash needs a head dim that is a multiple of 8 up to 256, got ", shape.head_dim);
+    case TreeAttentionImpl::kVarlenSplitFlash:  // the flash kernel checks device, dtype and head dim
       return TreeAttentionVarlen(q, k, v, forest, scale, DenseVarlenKernel::kFlash, split);
     case TreeAttentionImpl::kVarlenReference:
     case TreeAttentionImpl::kVarlenSplitReference:

@@ -18,8 +18,6 @@ DenseVarlenCall CallOf(const VarlenChunkTensors& c, double scale) {
   return {c.cu_q, c.cu_k, c.max_q, c.max_k, scale, c.causal};
 }
 
-at::ScalarType Accumulator(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
-
 at::Tensor Rows(const at::Tensor& x, const VarlenChunkTensors& c) {
   return c.q_rows.defined() ? x.index_select(0, c.q_rows) : x.narrow(0, c.q_begin, c.q_end - c.q_begin);
 }
@@ -58,7 +56,7 @@ at::Tensor SingleForward(DenseVarlenKernel dense, const at::Tensor& q, const at:
 at::Tensor SplitForward(DenseVarlenKernel dense, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const Chunks& chunks, double scale, std::vector<at::Tensor>& saved) {
   auto [out, self] = DenseVarlenForward(dense, q, k, v, CallOf(chunks[0], scale));
-  at::Tensor lse = self.lse.to(Accumulator(q)).contiguous();
+  at::Tensor lse = self.lse.to(DenseVarlenAccumulator(q)).contiguous();
   saved.insert(saved.end(), {lse, self.rng_state, self.unused});
   for (size_t i = 1; i < chunks.size(); ++i) {
     const VarlenChunkTensors& c = chunks[i];
@@ -101,7 +99,7 @@ class TreeAttentionVarlenFunction : public torch::autograd::Function<TreeAttenti
     const bool split = ctx->saved_data["split"].toBool();
     TORCH_CHECK(grads[0].defined(), "TreeAttention: backward without an output gradient");
     const at::Tensor dout = grads[0].to(q.scalar_type()).contiguous();
-    const at::ScalarType acc = Accumulator(q);
+    const at::ScalarType acc = DenseVarlenAccumulator(q);
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(acc));
     at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(acc)), dv = at::zeros(v.sizes(), v.options().dtype(acc));
     const Chunks& chunks = forest.VarlenChunks(q.device(), split);

@@ -203,14 +203,13 @@ void CheckVarlenPlan(const Forest& f, int64_t budget) {
   int32_t next_segment = 0, next_row = 0;
   int64_t pairs = 0, gathered = 0;
   for (const VarlenChunk& c : plan->chunks) {
-    ASSERT_EQ(c.first_segment, next_segment);
     ASSERT_EQ(c.q_begin, next_row);
     ASSERT_TRUE(c.causal && c.q_rows.empty());
     const size_t blocks = c.cu_q.size() - 1;
     ASSERT_GE(blocks, 1u);
     if (blocks > 1) EXPECT_LE(static_cast<int64_t>(c.key_rows.size()), budget);
     for (size_t b = 0; b < blocks; ++b)
-      ASSERT_EQ(c.cu_q[b + 1] - c.cu_q[b], f.segments[static_cast<size_t>(c.first_segment) + b].length);
+      ASSERT_EQ(c.cu_q[b + 1] - c.cu_q[b], f.segments[static_cast<size_t>(next_segment) + b].length);
     pairs += MarkPairs(c, kend, T, seen);
     EXPECT_EQ(c.q_end, c.q_begin + c.cu_q.back());
     next_segment += static_cast<int32_t>(blocks);
