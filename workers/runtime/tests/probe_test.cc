@@ -230,7 +230,7 @@ TEST(Probe, RunsCyclesLocallyWithoutADaemonAndRejectsBadTags) {
 // size, not of the 4 MiB verification chunk: the handoff control overhead of
 // a worker with small tags (docs/benchmarks.md "Handoff control overhead").
 // The peak RSS of 20 release/resume/verify cycles of a 4 KiB tag stays
-// within 1 MiB of a run that only fills it (zeroing a 4 MiB buffer per
+// within 3 MiB of a run that only fills it (zeroing a 4 MiB buffer per
 // verify added 4 MiB).
 TEST(Probe, VerifyingASmallTagDoesNotTouchAChunkSizedBuffer) {
   auto peak_kib = [](const std::string& cycles) -> long {
@@ -246,8 +246,8 @@ TEST(Probe, VerifyingASmallTagDoesNotTouchAChunkSizedBuffer) {
   ASSERT_GT(fill_only, 0);
   ASSERT_GT(cycled, 0);
   // The buffer this guards against is 4 MiB; the sanitizers' own
-  // bookkeeping over 20 cycles has measured up to 1.1 MiB (-O0).
-  EXPECT_LT(cycled - fill_only, 2048) << "peak RSS " << fill_only << " KiB filling, " << cycled << " KiB after 20 verified resumes";
+  // bookkeeping over 20 cycles has measured up to 2.02 MiB (-O0, CI).
+  EXPECT_LT(cycled - fill_only, 3072) << "peak RSS " << fill_only << " KiB filling, " << cycled << " KiB after 20 verified resumes";
 }
 
 // The Python program in docs/control-protocol.md, extracted and run as is.
