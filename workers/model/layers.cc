@@ -114,9 +114,11 @@ MoeMlpOutput MoeMlp(const at::Tensor& x, const at::Tensor& router, const at::Ten
   const int64_t experts = router.size(0);
   const at::Tensor logits = at::linear(x, router).to(at::kFloat);
   const ops::MoeRouting r = ops::MoeRoute(logits, top_k, kernels::RouterScore::kSoftmax, norm_topk_prob);
-  const ops::MoePermutation plan = ops::MoePermutePlan(r.topk_idx, experts);
+  const ops::MoeExpertsImpl impl = ops::DefaultMoeExpertsImpl(x.device());
+  const ops::MoePermutation plan =
+      ops::MoePermutePlan(r.topk_idx, experts, /*host_offsets=*/impl == ops::MoeExpertsImpl::kKernels);
   const at::Tensor xp = ops::MoePermute(x, plan);
-  const at::Tensor yp = ops::MoeExpertsFfn(xp, plan, w_gate_up, w_down);
+  const at::Tensor yp = ops::MoeExpertsFfn(xp, plan, w_gate_up, w_down, impl);
   return {ops::MoeUnpermute(yp, r.topk_weight, plan), {r.counts, r.score_sum, x.size(0)}};
 }
 

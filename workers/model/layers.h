@@ -82,6 +82,8 @@ struct MoeMlpOutput {
 // fp32, top-k (renormalised to sum 1 when norm_topk_prob), the chosen
 // experts' SwiGLU outputs weighted and summed — through the MoE ops:
 // router [E, H], w_gate_up [E, H, 2I], w_down [E, I, H] (ParameterSet slots).
+// The experts' implementation is ops::DefaultMoeExpertsImpl's (on CUDA,
+// TANDEM_MOE_EXPERTS=grouped-mm leaves the layer without a host sync).
 MoeMlpOutput MoeMlp(const at::Tensor& x, const at::Tensor& router, const at::Tensor& w_gate_up,
                     const at::Tensor& w_down, int64_t top_k, bool norm_topk_prob);
 

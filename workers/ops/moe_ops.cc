@@ -2,13 +2,19 @@
 // custom autograd functions dispatching by device (moe_ops.h).
 #include "workers/ops/moe_ops.h"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
+#include "workers/ops/aten_call.h"
+#include "workers/ops/fused_ops.h"
 #include "workers/ops/glue_common.h"
 
 #ifdef TANDEM_TORCH_CUDA
@@ -63,7 +69,9 @@ void CheckPlan(const MoePermutation& p, const at::Tensor& like, const char* fn) 
               ": the permutation plan is empty (use MoePermutePlan)");
   TORCH_CHECK(p.perm_pos.device() == like.device(), fn, ": the plan is on ", p.perm_pos.device(), ", the data on ",
               like.device());
-  TORCH_CHECK(static_cast<int64_t>(p.host_offsets.size()) == p.experts + 1, fn, ": plan host_offsets size");
+  TORCH_CHECK(p.offsets.numel() == p.experts + 1, fn, ": plan offsets size");
+  TORCH_CHECK(p.host_offsets.empty() || static_cast<int64_t>(p.host_offsets.size()) == p.experts + 1, fn,
+              ": plan host_offsets size");
 }
 
 // Permute, unpermute and the router do not use `inter`; the CUDA row
@@ -228,20 +236,29 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
 // ---------------------------------------------------------------- experts
 constexpr const char* kFfn = "MoeExpertsFfn";
 
+// The experts' arguments, for both implementations.
+void CheckExperts(const at::Tensor& xp, const at::Tensor& wgu, const at::Tensor& wd, const MoePermutation& p) {
+  CheckActivation(xp, kFfn, "xp", 2, xp);
+  CheckActivation(wgu, kFfn, "w_gate_up", 3, xp);
+  CheckActivation(wd, kFfn, "w_down", 3, xp);
+  CheckPlan(p, xp, kFfn);
+  const int64_t rows = p.tokens * p.top_k, E = p.experts, H = xp.size(1), I = wd.size(1);
+  TORCH_CHECK(xp.size(0) == rows, kFfn, ": xp has ", xp.size(0), " rows, the plan ", rows);
+  TORCH_CHECK(wgu.sizes() == at::IntArrayRef({E, H, 2 * I}), kFfn, ": w_gate_up must be [E, H, 2I] = [", E, ", ", H,
+              ", ", 2 * I, "], got ", wgu.sizes());
+  TORCH_CHECK(wd.sizes() == at::IntArrayRef({E, I, H}), kFfn, ": w_down must be [E, I, H] = [", E, ", ", I, ", ", H,
+              "], got ", wd.sizes());
+}
+
 class ExpertsFunction : public torch::autograd::Function<ExpertsFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& xp_in, const at::Tensor& wgu_in,
                             const at::Tensor& wd_in, const MoePermutation& p) {
-    CheckActivation(xp_in, kFfn, "xp", 2, xp_in);
-    CheckActivation(wgu_in, kFfn, "w_gate_up", 3, xp_in);
-    CheckActivation(wd_in, kFfn, "w_down", 3, xp_in);
-    CheckPlan(p, xp_in, kFfn);
+    CheckExperts(xp_in, wgu_in, wd_in, p);
+    TORCH_CHECK(!p.host_offsets.empty(), kFfn,
+                ": the kernels' experts need the plan's host offsets (MoePermutePlan with host_offsets, or "
+                "MoeExpertsImpl::kGroupedMm)");
     const int64_t rows = p.tokens * p.top_k, E = p.experts, H = xp_in.size(1), I = wd_in.size(1);
-    TORCH_CHECK(xp_in.size(0) == rows, kFfn, ": xp has ", xp_in.size(0), " rows, the plan ", rows);
-    TORCH_CHECK(wgu_in.sizes() == at::IntArrayRef({E, H, 2 * I}), kFfn, ": w_gate_up must be [E, H, 2I] = [", E, ", ",
-                H, ", ", 2 * I, "], got ", wgu_in.sizes());
-    TORCH_CHECK(wd_in.sizes() == at::IntArrayRef({E, I, H}), kFfn, ": w_down must be [E, I, H] = [", E, ", ", I,
-                ", ", H, "], got ", wd_in.sizes());
     // The rows are already grouped: one "token" per row, k = 1.
     const MoeShape s = Shape(rows, H, I, E, 1, kFfn);
     const at::Tensor xp = xp_in.contiguous(), wgu = wgu_in.contiguous(), wd = wd_in.contiguous();
@@ -315,6 +332,36 @@ class ExpertsFunction : public torch::autograd::Function<ExpertsFunction> {
   }
 };
 
+// The experts on ATen's grouped GEMM (MoeExpertsImpl::kGroupedMm): rows
+// xp [R, K] grouped by the plan times w [E, K, N] -> [R, N]. On CUDA,
+// aten::_grouped_mm over the plan's device offsets (their ends: offsets[1:]),
+// called by name (LibTorch 1.13 has no such operator); on the CPU one
+// at::mm per expert over the host offsets, the reference it is tested by.
+at::Tensor GroupedMm(const at::Tensor& xp, const at::Tensor& w, const MoePermutation& p) {
+  if (xp.device().is_cpu()) {
+    std::vector<at::Tensor> parts;
+    parts.reserve(p.experts);
+    for (int64_t e = 0; e < p.experts; ++e) {
+      const int64_t first = p.host_offsets[e], rows = p.host_offsets[e + 1] - first;
+      parts.push_back(at::mm(xp.narrow(0, first, rows), w.select(0, e)));
+    }
+    return at::cat(parts);
+  }
+  TORCH_CHECK(HasOp("aten::_grouped_mm", ""), kFfn,
+              ": MoeExpertsImpl::kGroupedMm needs aten::_grouped_mm, which this LibTorch does not have");
+  return CallOp("aten::_grouped_mm", "", {{"self", xp}, {"mat2", w}, {"offs", p.offsets.narrow(0, 1, p.experts)}})[0]
+      .toTensor();
+}
+
+at::Tensor GroupedMmExperts(const at::Tensor& xp, const MoePermutation& p, const at::Tensor& wgu,
+                            const at::Tensor& wd) {
+  CheckExperts(xp, wgu, wd, p);
+  TORCH_CHECK(!xp.device().is_cpu() || !p.host_offsets.empty(), kFfn, ": the CPU plan has no host offsets");
+  const int64_t I = wd.size(1);
+  const at::Tensor gu = GroupedMm(xp.contiguous(), wgu, p);
+  return GroupedMm(Swiglu(gu.narrow(1, 0, I), gu.narrow(1, I, I)), wd, p);
+}
+
 // ---------------------------------------------------------------- unpermute
 constexpr const char* kUnpermute = "MoeUnpermute";
 
@@ -380,7 +427,7 @@ MoeRouting MoeRoute(const at::Tensor& logits, int64_t top_k, RouterScore score, 
   return MoeRouting{out[0], out[2], out[3], out[4], out[1]};
 }
 
-MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts) {
+MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts, bool host_offsets) {
   constexpr const char* kFn = "MoePermutePlan";
   KernelDtype(topk_idx_in, kFn);  // the device check
   CheckTensor(topk_idx_in, kFn, "topk_idx", 2, at::kInt, topk_idx_in.device().type());
@@ -390,6 +437,7 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
   p.tokens = s.tokens;
   p.top_k = s.top_k;
   p.experts = s.experts;
+  (void)host_offsets;  // CPU plans always have them; only the CUDA path reads it
   if (idx.device().is_cpu()) {
     PermutePlan plan = ValueOrThrow(MoePermutePlanCpu(s, idx.data_ptr<int32_t>()), kFn);
     p.offsets = FromVector(plan.offsets, at::TensorOptions());
@@ -409,7 +457,7 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
                                     p.perm_pos.data_ptr<int32_t>(), p.perm_src.data_ptr<int32_t>(), ws.data_ptr(),
                                     ws_bytes, Stream()),
                  kFn);
-    p.host_offsets = ValueOrThrow(MoeOffsetsToHost(s, p.offsets.data_ptr<int32_t>(), Stream()), kFn);
+    if (host_offsets) p.host_offsets = ValueOrThrow(MoeOffsetsToHost(s, p.offsets.data_ptr<int32_t>(), Stream()), kFn);
 #endif
   }
   return p;
@@ -417,8 +465,21 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
 
 at::Tensor MoePermute(const at::Tensor& x, const MoePermutation& plan) { return PermuteFunction::apply(x, plan); }
 
+MoeExpertsImpl DefaultMoeExpertsImpl(const at::Device& device) {
+  static const char* const kVar = "TANDEM_MOE_EXPERTS";
+  static const std::string value = [] {
+    const char* v = std::getenv(kVar);
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (!device.is_cuda() || value.empty() || value == "kernels") return MoeExpertsImpl::kKernels;
+  TORCH_CHECK(value == "grouped-mm", kVar, "=", value.substr(0, 64), ": expected kernels or grouped-mm");
+  return MoeExpertsImpl::kGroupedMm;
+}
+
 at::Tensor MoeExpertsFfn(const at::Tensor& xp, const MoePermutation& plan, const at::Tensor& w_gate_up,
-                         const at::Tensor& w_down) {
+                         const at::Tensor& w_down, MoeExpertsImpl impl) {
+  if (impl == MoeExpertsImpl::kDefault) impl = DefaultMoeExpertsImpl(xp.device());
+  if (impl == MoeExpertsImpl::kGroupedMm) return GroupedMmExperts(xp, plan, w_gate_up, w_down);
   return ExpertsFunction::apply(xp, w_gate_up, w_down, plan);
 }
 

@@ -9,11 +9,23 @@
 //     -> topk_weight [T, k] fp32 (differentiable), score_sum [E] fp32
 //        (differentiable: the load-balancing statistic), topk_idx [T, k]
 //        int32, scores [T, E] and counts [E] int32 (not differentiable).
-//   MoePermutePlan(topk_idx [T, k] int32, E) -> the grouping (no gradient);
-//     its offsets are also copied to the host (on CUDA: one stream sync).
+//   MoePermutePlan(topk_idx [T, k] int32, E, host_offsets) -> the grouping
+//     (no gradient); with host_offsets its offsets are also copied to the
+//     host (on CUDA: one stream sync; the kKernels experts need them).
 //   MoePermute(x [T, H], plan) -> xp [T*k, H], rows grouped by expert.
-//   MoeExpertsFfn(xp, plan, w_gate_up [E, H, 2I], w_down [E, I, H]) -> yp
-//     [T*k, H], SwiGLU per expert (grouped GEMM); grads for xp and weights.
+//   MoeExpertsFfn(xp, plan, w_gate_up [E, H, 2I], w_down [E, I, H], impl) ->
+//     yp [T*k, H], SwiGLU per expert (grouped GEMM); grads for xp and
+//     weights. Two implementations (MoeExpertsImpl):
+//       kKernels    kernels/moe's grouped GEMM (CUDA: cuBLAS grouped-batched
+//                   or per-expert GEMMs over the host offsets; CPU: its
+//                   oracle), its own backward;
+//       kGroupedMm  ATen's grouped GEMM over the plan's device offsets
+//                   (CUDA: aten::_grouped_mm called by name, one CUTLASS
+//                   kernel, no host offsets and so no sync: the path CUDA
+//                   graphs can capture; CPU: one at::mm per expert, its
+//                   reference), SwiGLU in ATen ops, ATen's autograd;
+//       kDefault    CPU: kKernels; CUDA: TANDEM_MOE_EXPERTS = kernels (or
+//                   unset) or grouped-mm, read once.
 //   MoeUnpermute(yp, topk_weight [T, k] fp32, plan) -> out [T, H];
 //     grads for yp and topk_weight.
 // Activations and weights: CPU fp32, CUDA bf16 (weight gradients are
@@ -52,11 +64,20 @@ struct MoePermutation {
   std::vector<int32_t> host_offsets;  // offsets on the host
 };
 
-MoePermutation MoePermutePlan(const at::Tensor& topk_idx, int64_t num_experts);
+// host_offsets false leaves plan.host_offsets empty on CUDA (the CPU plan
+// always has them: they cost nothing there).
+MoePermutation MoePermutePlan(const at::Tensor& topk_idx, int64_t num_experts, bool host_offsets = true);
+
+enum class MoeExpertsImpl { kDefault, kKernels, kGroupedMm };
+// What kDefault means for tensors on `device`.
+MoeExpertsImpl DefaultMoeExpertsImpl(const at::Device& device);
 
 at::Tensor MoePermute(const at::Tensor& x, const MoePermutation& plan);
+// kKernels needs the plan's host offsets (c10::Error without them);
+// kGroupedMm on CUDA needs a LibTorch with aten::_grouped_mm (c10::Error
+// naming it otherwise).
 at::Tensor MoeExpertsFfn(const at::Tensor& xp, const MoePermutation& plan, const at::Tensor& w_gate_up,
-                         const at::Tensor& w_down);
+                         const at::Tensor& w_down, MoeExpertsImpl impl = MoeExpertsImpl::kDefault);
 at::Tensor MoeUnpermute(const at::Tensor& yp, const at::Tensor& topk_weight, const MoePermutation& plan);
 
 }  // namespace tandem::ops

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "workers/ops/aten_call.h"
 #include "workers/ops/tests/torch_test_util.h"
 
 namespace tandem::ops {
@@ -31,12 +32,12 @@ struct Layer {
 };
 
 Layer RunLayer(const at::Tensor& logits, const at::Tensor& x, const at::Tensor& wgu, const at::Tensor& wd, int64_t k,
-               RouterScore score, bool renorm) {
+               RouterScore score, bool renorm, MoeExpertsImpl impl = MoeExpertsImpl::kKernels) {
   Layer l;
   l.routing = MoeRoute(logits, k, score, renorm);
-  l.plan = MoePermutePlan(l.routing.topk_idx, logits.size(1));
+  l.plan = MoePermutePlan(l.routing.topk_idx, logits.size(1), /*host_offsets=*/impl == MoeExpertsImpl::kKernels);
   const at::Tensor xp = MoePermute(x, l.plan);
-  const at::Tensor yp = MoeExpertsFfn(xp, l.plan, wgu, wd);
+  const at::Tensor yp = MoeExpertsFfn(xp, l.plan, wgu, wd, impl);
   l.out = MoeUnpermute(yp, l.routing.topk_weight, l.plan);
   return l;
 }
@@ -68,6 +69,13 @@ struct Case {
 
 class MoeOpsTest : public ::testing::TestWithParam<at::Device> {};
 
+// The experts' implementations this device runs: on CUDA, the grouped-mm
+// path where this LibTorch has aten::_grouped_mm.
+std::vector<MoeExpertsImpl> Impls(const at::Device& dev) {
+  if (dev.is_cuda() && !HasOp("aten::_grouped_mm", "")) return {MoeExpertsImpl::kKernels};
+  return {MoeExpertsImpl::kKernels, MoeExpertsImpl::kGroupedMm};
+}
+
 TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
   const at::Device dev = GetParam();
   testing::PoisonOutputs poison;
@@ -76,9 +84,11 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
                         {33, 32, 16, 8, 2, RouterScore::kSoftmax, false, true},
                         {5, 64, 32, 32, 8, RouterScore::kSigmoid, true, false},  // most experts empty
                         {1, 32, 16, 4, 1, RouterScore::kSoftmax, true, false}};
+  for (const MoeExpertsImpl impl : Impls(dev)) {
   for (const Case& c : cases) {
     const uint64_t seed = kernels::testing::FreshSeed();
-    SCOPED_TRACE("seed " + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " E=" + std::to_string(c.experts));
+    SCOPED_TRACE("seed " + std::to_string(seed) + " T=" + std::to_string(c.tokens) + " E=" + std::to_string(c.experts) +
+                 (impl == MoeExpertsImpl::kGroupedMm ? " grouped-mm" : " kernels"));
     std::mt19937_64 rng(seed);
     at::Tensor logits64 = testing::Random(rng, {c.tokens, c.experts}, -2, 2);
     if (c.skewed) logits64.narrow(1, 0, c.top_k).add_(10.0);
@@ -89,18 +99,19 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
     auto wgu = MakeInput(testing::Random(rng, {c.experts, c.hidden, 2 * c.inter}, -0.3, 0.3), dev);
     auto wd = MakeInput(testing::Random(rng, {c.experts, c.inter, c.hidden}, -0.3, 0.3), dev);
 
-    const Layer l = RunLayer(logits.dev, x.dev, wgu.dev, wd.dev, c.top_k, c.score, c.renorm);
+    const Layer l = RunLayer(logits.dev, x.dev, wgu.dev, wd.dev, c.top_k, c.score, c.renorm, impl);
     const at::Tensor idx = l.routing.topk_idx.cpu();
     // The chosen experts are the top k of the reference scores.
     const at::Tensor ref_idx = std::get<0>(std::get<1>(logits64.topk(c.top_k, 1)).to(at::kInt).sort(1));
     ASSERT_TRUE(std::get<0>(idx.sort(1)).equal(ref_idx));
     // Counts and offsets agree with the choice; in the skewed case all
     // tokens went to experts 0..k-1 and the others are empty.
-    const at::Tensor counts = l.routing.counts.cpu();
+    const at::Tensor counts = l.routing.counts.cpu(), offsets = l.plan.offsets.cpu();
+    if (dev.is_cuda()) EXPECT_EQ(l.plan.host_offsets.empty(), impl == MoeExpertsImpl::kGroupedMm) << "no sync";
     for (int64_t e = 0; e < c.experts; ++e) {
       const int64_t n = idx.eq(static_cast<int32_t>(e)).sum().item<int64_t>();
       EXPECT_EQ(counts.data_ptr<int32_t>()[e], n) << "expert " << e;
-      EXPECT_EQ(l.plan.host_offsets[e + 1] - l.plan.host_offsets[e], n) << "expert " << e;
+      EXPECT_EQ(offsets.data_ptr<int32_t>()[e + 1] - offsets.data_ptr<int32_t>()[e], n) << "expert " << e;
       if (c.skewed) {
         EXPECT_EQ(n, e < c.top_k ? c.tokens : 0);
       }
@@ -121,6 +132,7 @@ TEST_P(MoeOpsTest, LayerAndGradientsMatchReference) {
     const auto gr = testing::Grads({r.out, r.score_sum}, {dout, ds}, {logits.ref, x.ref, wgu.ref, wd.ref});
     const char* names[] = {"dlogits", "dx", "dw_gate_up", "dw_down"};
     for (int i = 0; i < 4; ++i) EXPECT_EQ(Close(g[i], gr[i], GradTol(dev, gr[i])), "") << names[i];
+  }
   }
 }
 
@@ -143,6 +155,17 @@ TEST_P(MoeOpsTest, RejectsBadArgumentsWithErrors) {
   const at::Tensor xp = MoePermute(at::zeros({6, 8}, act), p);
   EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({4, 8, 6}, act), at::zeros({4, 4, 8}, act)), c10::Error);  // 2I != 2*3
   EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({3, 8, 6}, act), at::zeros({3, 3, 8}, act)), c10::Error);  // E
+  for (const MoeExpertsImpl impl : Impls(dev)) {
+    EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({4, 8, 6}, act), at::zeros({4, 4, 8}, act), impl), c10::Error);
+    EXPECT_THROW(MoeExpertsFfn(xp.narrow(0, 0, 5), p, at::zeros({4, 8, 6}, act), at::zeros({4, 3, 8}, act), impl),
+                 c10::Error);  // rows
+  }
+  if (dev.is_cuda()) {  // the kernels need the host offsets a plan made without them lacks
+    const MoePermutation no_sync = MoePermutePlan(r.topk_idx, 4, /*host_offsets=*/false);
+    EXPECT_THROW(MoeExpertsFfn(xp, no_sync, at::zeros({4, 8, 6}, act), at::zeros({4, 3, 8}, act),
+                               MoeExpertsImpl::kKernels),
+                 c10::Error);
+  }
   EXPECT_THROW(MoeUnpermute(xp, r.topk_weight.narrow(1, 0, 1), p), c10::Error);
   EXPECT_THROW(MoeUnpermute(xp, r.topk_weight.to(at::kDouble), p), c10::Error);
   if (dev.is_cuda()) {
