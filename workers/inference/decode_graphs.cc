@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "workers/ops/moe_ops.h"
+
 #ifdef TANDEM_TORCH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -162,8 +164,12 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
 }
 
 Status DecodeGraphs::Supports(const model::ModelConfig& c) {
+  // An MoE layer captures only on the experts that need no host offsets.
+  if (ops::DefaultMoeExpertsImpl(at::Device(at::kCUDA)) == ops::MoeExpertsImpl::kGroupedMm) return Status::Ok();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.IsMoeLayer(l)) return InvalidArgument("decode graphs: not for MoE models yet (layer " + std::to_string(l) + ")");
+    if (c.IsMoeLayer(l))
+      return InvalidArgument("decode graphs: MoE layer " + std::to_string(l) +
+                             " reads its expert offsets on the host (TANDEM_MOE_EXPERTS=grouped-mm does not)");
   return Status::Ok();
 }
 

@@ -19,8 +19,9 @@
 // weights and the KV pool at their addresses: still valid after the tagged
 // memory's release and resume and after LoadWeights (in place). The
 // Generator replays only while all three are present. `pad_block` must belong to no sequence (the Generator keeps the
-// pool's last block for it). Not for MoE models yet (their routing reads
-// counts on the host): Create refuses them.
+// pool's last block for it). MoE models only with the experts on ATen's
+// grouped GEMM (TANDEM_MOE_EXPERTS=grouped-mm, ops/moe_ops.h: no host
+// offsets, no sync); with the kernels' experts Create refuses them.
 #pragma once
 
 #include <ATen/core/Tensor.h>

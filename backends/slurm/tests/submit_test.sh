@@ -346,6 +346,9 @@ case $CASE in
     export TANDEM_TEST_SLURM_STEP_CREATE_WAIT_MS=2000
     spec 2
     crash_after_step_start  # sets id and batch
+    # The daemon died right after spawning the wrapper, which may not have
+    # logged its start yet (a loaded machine).
+    wait_for 20 "the first srun wrapper's start" grep -q "^start " "$SCRATCH/actor-srun.log"
     first=$(awk '/^start /{print $2; exit}' "$SCRATCH/actor-srun.log")
     alive "$first" || fail "the first srun wrapper is not running"
     start_submit_daemon
