@@ -164,16 +164,17 @@ StatusOr<std::unique_ptr<DecodeGraphs>> DecodeGraphs::Create(std::shared_ptr<con
 }
 
 Status DecodeGraphs::Supports(const model::ModelConfig& c) {
-  // An MoE layer captures only on the experts that need no host offsets.
-  try {
-    if (ops::DefaultMoeExpertsImpl(at::Device(at::kCUDA)) == ops::MoeExpertsImpl::kGroupedMm) return Status::Ok();
-  } catch (const c10::Error& e) {  // a bad TANDEM_MOE_EXPERTS
-    return InvalidArgument(std::string("decode graphs: ") + e.what_without_backtrace());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.IsMoeLayer(l)) continue;
+    // An MoE layer captures only on the experts that need no host offsets.
+    try {
+      if (ops::DefaultMoeExpertsImpl(at::Device(at::kCUDA)) == ops::MoeExpertsImpl::kGroupedMm) return Status::Ok();
+    } catch (const c10::Error& e) {  // a bad TANDEM_MOE_EXPERTS
+      return InvalidArgument(std::string("decode graphs: ") + e.what_without_backtrace());
+    }
+    return InvalidArgument("decode graphs: MoE layer " + std::to_string(l) +
+                           " reads its expert offsets on the host (TANDEM_MOE_EXPERTS=grouped-mm does not)");
   }
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.IsMoeLayer(l))
-      return InvalidArgument("decode graphs: MoE layer " + std::to_string(l) +
-                             " reads its expert offsets on the host (TANDEM_MOE_EXPERTS=grouped-mm does not)");
   return Status::Ok();
 }
 

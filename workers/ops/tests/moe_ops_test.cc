@@ -153,10 +153,10 @@ TEST_P(MoeOpsTest, RejectsBadArgumentsWithErrors) {
   EXPECT_THROW(MoePermute(at::zeros({6, 8}, act.dtype(at::kDouble)), p), c10::Error);    // dtype
   EXPECT_THROW(MoePermute(at::zeros({6, 8}, act), MoePermutation{}), c10::Error);       // no plan
   const at::Tensor xp = MoePermute(at::zeros({6, 8}, act), p);
-  EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({4, 8, 6}, act), at::zeros({4, 4, 8}, act)), c10::Error);  // 2I != 2*3
-  EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({3, 8, 6}, act), at::zeros({3, 3, 8}, act)), c10::Error);  // E
   for (const MoeExpertsImpl impl : Impls(dev)) {
-    EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({4, 8, 6}, act), at::zeros({4, 4, 8}, act), impl), c10::Error);
+    EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({4, 8, 6}, act), at::zeros({4, 4, 8}, act), impl),
+                 c10::Error);  // 2I != 2*3
+    EXPECT_THROW(MoeExpertsFfn(xp, p, at::zeros({3, 8, 6}, act), at::zeros({3, 3, 8}, act), impl), c10::Error);  // E
     EXPECT_THROW(MoeExpertsFfn(xp.narrow(0, 0, 5), p, at::zeros({4, 8, 6}, act), at::zeros({4, 3, 8}, act), impl),
                  c10::Error);  // rows
   }
