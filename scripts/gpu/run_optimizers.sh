@@ -3,11 +3,13 @@
 # docs/optimizers.md, docs/benchmarks.md "Optimizers"), one device call:
 #   1. unpacks .gpu-deps/serving.tar.xz (ICU for workers/train's data
 #      dependencies; scripts/gpu/stage_deps.sh --serving);
-#   2. builds train_optimizers_test (with tests/optimizers_cuda_test.cc:
-#      staged through the stream pipeline against native on the GPU, GPU
-#      against CPU, a release giving the state back) and
-#      train_optimizer_bench (workers/standalone, the machine's LibTorch);
-#   3. runs the test, then the benchmark at OPT_SIZES parameters (default
+#   2. builds adamw_gpu_test (the fused AdamW kernel against its CPU
+#      implementation, bit for bit), train_optimizers_test (with
+#      tests/optimizers_cuda_test.cc: staged through the stream pipeline
+#      against native on the GPU, GPU against CPU, a release giving the
+#      state back) and train_optimizer_bench (workers/standalone, the
+#      machine's LibTorch);
+#   3. runs the tests, then the benchmark at OPT_SIZES parameters (default
 #      "1e9 7e9") and PyTorch's AdamW on the same shapes
 #      (scripts/gpu/optimizer_baseline.py: fused on the GPU; foreach on the
 #      CPU at 1e9 only), and prints the ratios.
@@ -29,7 +31,7 @@ TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S workers/standalone -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
   -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" -DTANDEM_ICU_ROOT="$DEPS/icu" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target train_optimizers_test train_optimizer_bench -- -k 0 >>"$OUT/build.log" 2>&1
+  cmake --build "$BUILD" -j16 --target adamw_gpu_test train_optimizers_test train_optimizer_bench -- -k 0 >>"$OUT/build.log" 2>&1
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
@@ -37,6 +39,8 @@ export LD_LIBRARY_PATH="$DEPS/icu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 
 status=0
+timeout 120 "$(bin adamw_gpu_test)" >"$OUT/adamw_gpu_test.log" 2>&1 || status=1
+grep -E '^\[  PASSED  \]|^\[  FAILED  \]|Failure' "$OUT/adamw_gpu_test.log" | sed 's/^/[adamw_gpu_test] /' | head -20
 timeout 300 "$(bin train_optimizers_test)" >"$OUT/tests.log" 2>&1 || status=1
 grep -E '^\[cuda\]|^\[  PASSED  \]|^\[  FAILED  \]|Failure' "$OUT/tests.log" | head -30
 # The CPU staged cases under each of LibTorch's CPU kernels (vectorised
@@ -66,7 +70,9 @@ PY
 import json, sys
 o, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 g = lambda k: o.get(k, float("nan"))
-print(f"[gpu] {o['params']/1e9:.2f}B fp32: adamw native {g('adamw_native_s'):.3f} s, staged {g('adamw_staged_s'):.3f} s "
+print(f"[gpu] {o['params']/1e9:.2f}B {o['dtype']}: adamw native fused {g('adamw_native_s'):.4f} s "
+      f"(unfused {g('adamw_native_unfused_s'):.4f} s: {g('fused_speedup'):.2f}x; HBM bound {g('adamw_native_bound_s'):.4f} s "
+      f"at {g('copy_gbps'):.0f} GB/s: {100*g('fused_vs_bound'):.0f}%; torch fused / ours {b['fused_gpu_s']/g('adamw_native_s'):.2f}), staged {g('adamw_staged_s'):.3f} s "
       f"(PCIe bound {g('pcie_bound_s'):.3f} s: {100*g('staged_vs_bound'):.0f}%), muon staged {g('muon_staged_s'):.3f} s; "
       f"torch fused {b['fused_gpu_s']:.3f} s" + (f", torch cpu foreach {b['foreach_cpu_s']:.2f} s" if 'foreach_cpu_s' in b else ""))
 print(f"[gpu] pinned GB/s h2d {g('h2d_gbps'):.1f} d2h {g('d2h_gbps'):.1f} duplex {g('duplex_gbps'):.1f}; "

@@ -3,11 +3,21 @@
 
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
+
+#include "kernels/adamw/adamw.h"
+#include "workers/ops/glue_common.h"
+
+#ifdef TANDEM_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/adamw/adamw_cuda.h"
+#endif
 
 namespace tandem::train {
 Status Validate(const AdamWOptions& options) {
@@ -21,27 +31,42 @@ Status Validate(const AdamWOptions& options) {
   return Status::Ok();
 }
 
-StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
+StatusOr<double> GradNorm(const model::ParameterSet& params) {
   try {
     // In float64, a chunk at a time: a whole buffer in float64 (and its
-    // square) would be 16 bytes a parameter of device memory.
+    // square) would be 16 bytes a parameter of device memory. The sum stays
+    // on the device until the end: one sync, not one a chunk.
     constexpr int64_t kChunk = int64_t{1} << 24;
-    double sq = 0;
+    at::Tensor sq;
     for (const at::Tensor& g : params.grad_buffers()) {
       const at::Tensor flat = g.reshape({-1});
-      for (int64_t i = 0; i < flat.numel(); i += kChunk)
-        sq += flat.slice(0, i, std::min(flat.numel(), i + kChunk)).to(at::kDouble).square().sum().item<double>();
+      for (int64_t i = 0; i < flat.numel(); i += kChunk) {
+        at::Tensor part = flat.slice(0, i, std::min(flat.numel(), i + kChunk)).to(at::kDouble).square().sum();
+        sq = sq.defined() ? sq.add_(part) : part;
+      }
     }
-    const double norm = std::sqrt(sq);
+    const double norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
     if (!std::isfinite(norm)) return Internal("non-finite gradient");
-    if (max_grad_norm > 0 && norm > max_grad_norm) {
-      const double scale = max_grad_norm / (norm + 1e-6);
-      for (const at::Tensor& g : params.grad_buffers()) g.mul_(scale);
-    }
     return norm;
+  } catch (const std::exception& e) {
+    return Internal(std::string("the gradients' norm: ") + e.what());
+  }
+}
+
+double ClipScale(double norm, double max_grad_norm) {
+  return max_grad_norm > 0 && norm > max_grad_norm ? max_grad_norm / (norm + 1e-6) : 1.0;
+}
+
+StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm) {
+  TANDEM_ASSIGN_OR_RETURN(const double norm, GradNorm(params), "clipping the gradients");
+  const double scale = ClipScale(norm, max_grad_norm);
+  if (scale == 1.0) return norm;
+  try {
+    for (const at::Tensor& g : params.grad_buffers()) g.mul_(scale);
   } catch (const std::exception& e) {
     return Internal(std::string("clipping the gradients: ") + e.what());
   }
+  return norm;
 }
 
 AdamW::AdamW(model::ParameterSet& params, AdamWOptions options) : params_(params), adamw_(std::move(options)) {}
@@ -58,12 +83,19 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
     return InvalidArgument(std::string("adamw: parameters of dtype ") + c10::toString(dtype) +
                            " (fp32, bf16 or fp16 only)");
   o->master_ = dtype != at::kFloat;
+#ifdef TANDEM_TORCH_CUDA
+  const bool kernel_takes = first.is_cuda() || (first.is_cpu() && dtype == at::kFloat);
+#else
+  const bool kernel_takes = first.is_cpu() && dtype == at::kFloat;
+#endif
+  o->fused_ = options.fused && kernel_takes;
   std::vector<StateSlabs::Item> items;
   for (size_t i = 0; i < params.slots().size(); ++i) {
     const model::ParameterSet::Slot& s = params.slots()[i];
     if (!options.takes || options.takes(s)) items.push_back({i, s.name, s.leaf.numel(), 1});
   }
   if (items.empty()) return InvalidArgument("adamw: it takes none of the parameters");
+  o->owns_all_ = items.size() == params.slots().size();
   TANDEM_ASSIGN_OR_RETURN(o->slabs_,
                           StateSlabs::Create(std::move(items), o->master_ ? 3 : 2, options.staging, first.device(),
                                              std::move(buffers)),
@@ -81,16 +113,39 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
   return o;
 }
 
-void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr) {
-  // LibTorch's AdamW::step, op for op (torch/csrc/api/src/optim/adamw.cpp).
+void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr,
+                   double grad_scale) {
   const model::ParameterSet::Slot& s = params_.slots()[slabs_->items()[piece.item].slot];
   const at::Tensor p = s.leaf.detach().view({-1}).narrow(0, piece.begin, piece.length);
   at::Tensor g = s.leaf.grad().view({-1}).narrow(0, piece.begin, piece.length);
-  if (master_) g = g.to(at::kFloat);
   const at::Tensor &m = state[0], &v = state[1];
   const at::Tensor& w = master_ ? state[2] : p;
-  const double t = static_cast<double>(steps_ + 1);
   const double weight_decay = s.leaf.dim() >= 2 ? adamw_.weight_decay : 0.0;
+  if (fused_) {
+    TORCH_CHECK(g.scalar_type() == p.scalar_type(), "adamw: gradient of ", s.name, " is ", g.scalar_type(),
+                ", its parameter ", p.scalar_type());
+    const kernels::AdamWStep step{lr, weight_decay, adamw_.beta1, adamw_.beta2, adamw_.eps, steps_ + 1, grad_scale};
+    if (p.is_cpu()) {
+      ops::ThrowIfError(kernels::AdamWCpu(step, piece.length, g.data_ptr<float>(), p.data_ptr<float>(),
+                                          m.data_ptr<float>(), v.data_ptr<float>(), at::get_num_threads()),
+                        "adamw");
+      return;
+    }
+#ifdef TANDEM_TORCH_CUDA
+    const kernels::AdamWParamType type = p.scalar_type() == at::kFloat      ? kernels::AdamWParamType::kF32
+                                         : p.scalar_type() == at::kBFloat16 ? kernels::AdamWParamType::kBf16
+                                                                            : kernels::AdamWParamType::kF16;
+    float* const master = master_ ? w.data_ptr<float>() : nullptr;
+    ops::ThrowIfError(kernels::AdamWCuda(step, type, piece.length, p.data_ptr(), g.data_ptr(), master,
+                                         m.data_ptr<float>(), v.data_ptr<float>(),
+                                         c10::cuda::getCurrentCUDAStream(p.device().index()).stream()),
+                      "adamw");
+#endif
+    return;
+  }
+  // LibTorch's AdamW::step, op for op (torch/csrc/api/src/optim/adamw.cpp).
+  if (master_) g = g.to(at::kFloat);
+  const double t = static_cast<double>(steps_ + 1);
   if (weight_decay != 0) w.mul_(1 - lr * weight_decay);
   const double bias_correction1 = 1 - std::pow(adamw_.beta1, t);
   const double bias_correction2 = 1 - std::pow(adamw_.beta2, t);
@@ -102,10 +157,19 @@ void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>
 }
 
 StatusOr<double> AdamW::Step(double lr) {
-  TANDEM_ASSIGN_OR_RETURN(const double norm, ClipGradNorm(params_, adamw_.max_grad_norm));
+  TANDEM_ASSIGN_OR_RETURN(const double norm, GradNorm(params_), "adamw step");
+  double grad_scale = ClipScale(norm, adamw_.max_grad_norm);
   try {
     c10::NoGradGuard no_grad;
-    slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) { Update(piece, state, lr); });
+    // The kernel scales the gradients as it reads them; otherwise (or when
+    // another optimizer reads the other slots' gradients) they are scaled here.
+    if (grad_scale != 1.0 && !(fused_ && owns_all_)) {
+      for (const at::Tensor& g : params_.grad_buffers()) g.mul_(grad_scale);
+      grad_scale = 1.0;
+    }
+    slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) {
+      Update(piece, state, lr, grad_scale);
+    });
   } catch (const std::exception& e) {
     return Internal(std::string("adamw step: ") + e.what());
   }

@@ -7,6 +7,13 @@
 // exp_avg, exp_avg_sq and, for bf16 or fp16 parameters, an fp32 master
 // copy the update is applied to (the parameter is then its rounding).
 //
+// The update: by default one pass over each piece through the fused kernel
+// (kernels/adamw: CPU fp32 parameters; CUDA fp32, bf16, fp16), with the
+// clip's factor applied to the gradients as the kernel reads them when
+// AdamW owns every parameter (the gradients are then left unscaled);
+// `fused = false`, or parameters the kernel does not take (bf16 on the
+// CPU), run LibTorch's ops, op for op.
+//
 // Residency, a setting of the same optimizer (state_slabs.h): native, the
 // state on the parameters' device; staged, in host slabs streamed through
 // `slots` buffers of `slot_bytes` on the device (a slot larger than a
@@ -14,9 +21,12 @@
 // own streams overlapping the update (the GPU path runs them in the
 // caller's stream).
 //
-// Equality: with fp32 parameters, native is bit for bit LibTorch's AdamW
-// (the same ops on the same tensors); staged computes the same ops on
-// pieces, equal up to the vectorised kernels' tails (tests bound it).
+// Equality: unfused with fp32 parameters, native is bit for bit LibTorch's
+// AdamW (the same ops on the same tensors); fused, it differs from that by
+// the roundings of LibTorch's contracted multiply-adds (kernels/adamw/
+// adamw.h; tests bound it). Staged computes the same update on pieces: bit
+// for bit native's when fused, equal up to the vectorised kernels' tails
+// when not (tests bound it).
 //
 // State() / Restore(): the checkpoint's view, by slot name:
 // "exp_avg/<slot>", "exp_avg_sq/<slot>" (the names LibTorch's AdamW state
@@ -47,6 +57,7 @@ struct AdamWOptions {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double max_grad_norm = 1.0;  // 0: no clipping
+  bool fused = true;           // the one-pass kernel where it takes the parameters (above)
   StagingOptions staging;
   // The slots it updates (empty: every slot); the others are another
   // optimizer's (Muon's matrices: muon.h) and have no state here.
@@ -56,9 +67,14 @@ struct AdamWOptions {
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
 Status Validate(const AdamWOptions& options);
 
-// The gradients' global L2 norm (in double) before clipping; when over
-// max_grad_norm > 0, every gradient is scaled by max_grad_norm / (norm +
-// 1e-6). Internal when the norm is not finite (nothing scaled).
+// The gradients' global L2 norm, summed in double (one device sync).
+// Internal when it is not finite.
+StatusOr<double> GradNorm(const model::ParameterSet& params);
+// The factor clipping scales the gradients by: max_grad_norm / (norm +
+// 1e-6) when max_grad_norm > 0 and the norm is over it, else 1.
+double ClipScale(double norm, double max_grad_norm);
+// GradNorm, then every gradient scaled by ClipScale (nothing scaled when the
+// norm is not finite).
 StatusOr<double> ClipGradNorm(const model::ParameterSet& params, double max_grad_norm);
 
 
@@ -87,11 +103,14 @@ class AdamW final : public Optimizer {
 
  private:
   AdamW(model::ParameterSet& params, AdamWOptions options);
-  void Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr);
+  // grad_scale: the clip's factor, still to be applied (fused only).
+  void Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr, double grad_scale);
 
   model::ParameterSet& params_;
   AdamWOptions adamw_;
   bool master_ = false;               // bf16/fp16 parameters
+  bool fused_ = false;                // the kernel takes these parameters (and options.fused)
+  bool owns_all_ = false;             // every slot is AdamW's: the clip can be left to the kernel
   std::unique_ptr<StateSlabs> slabs_; // exp_avg, exp_avg_sq[, master] of the slots it takes
   int64_t steps_ = 0;
 };
