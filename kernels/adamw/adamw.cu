@@ -1,6 +1,7 @@
-// The fused AdamW update on CUDA (adamw_cuda.h): argument checks and one
-// grid-stride kernel, four elements a thread per iteration with vector loads
-// when every pointer is aligned for them. Each operation is an explicit
+// The fused AdamW update and the clip's sum of squares on CUDA
+// (adamw_cuda.h): argument checks and grid-stride kernels, four elements a
+// thread per iteration with vector loads when every pointer is aligned for
+// them. Each operation is an explicit
 // round-to-nearest intrinsic: --use_fast_math (the kernels' flags) would
 // otherwise approximate the square root and the divisions, and nvcc would
 // contract multiply-adds; this way the bits are the CPU implementation's.
@@ -95,6 +96,43 @@ __global__ void __launch_bounds__(kThreads) AdamWKernel(AdamWScalars k, int64_t 
   }
 }
 
+template <typename P, int V>
+__global__ void __launch_bounds__(kThreads) SumSquaresKernel(int64_t n, const P* __restrict__ x,
+                                                             double* __restrict__ partial) {
+  double acc = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * V;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V; i < n; i += stride) {
+    if (V == 1 || i + V <= n) {
+      const Pack<P, V> p = *reinterpret_cast<const Pack<P, V>*>(x + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const double f = ToFloat(p.x[j]);
+        acc = __dadd_rn(acc, __dmul_rn(f, f));
+      }
+    } else {
+      for (int64_t j = i; j < n; ++j) {
+        const double f = ToFloat(x[j]);
+        acc = __dadd_rn(acc, __dmul_rn(f, f));
+      }
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  __shared__ double warp_sums[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0;
+    for (int w = 0; w < kThreads / 32; ++w) sum = __dadd_rn(sum, warp_sums[w]);
+    partial[blockIdx.x] = sum;
+  }
+}
+
+__global__ void AddPartialsKernel(int blocks, const double* __restrict__ partial, double* __restrict__ out) {
+  double sum = *out;
+  for (int b = 0; b < blocks; ++b) sum = __dadd_rn(sum, partial[b]);
+  *out = sum;
+}
+
 bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <typename P>
@@ -118,7 +156,34 @@ Status Launch(const AdamWScalars& k, int64_t n, void* param_v, const void* grad_
   return CudaStatus(cudaGetLastError(), "adamw launch");
 }
 
+template <typename P>
+Status LaunchSumSquares(int64_t n, const void* x_v, double* workspace, double* out, cudaStream_t stream) {
+  const P* x = static_cast<const P*>(x_v);
+  if (!Aligned(x, sizeof(P))) return InvalidArgument("sum of squares (cuda): misaligned pointer");
+  if (Aligned(x, sizeof(P) * kVec)) {
+    SumSquaresKernel<P, kVec><<<kSumSquaresCudaBlocks, kThreads, 0, stream>>>(n, x, workspace);
+  } else {
+    SumSquaresKernel<P, 1><<<kSumSquaresCudaBlocks, kThreads, 0, stream>>>(n, x, workspace);
+  }
+  AddPartialsKernel<<<1, 1, 0, stream>>>(kSumSquaresCudaBlocks, workspace, out);
+  return CudaStatus(cudaGetLastError(), "sum of squares launch");
+}
+
 }  // namespace
+
+Status SumSquaresCuda(AdamWParamType type, int64_t n, const void* x, double* workspace, double* out,
+                      cudaStream_t stream) {
+  if (n < 0) return InvalidArgument("sum of squares (cuda): negative element count " + std::to_string(n));
+  if (out == nullptr || workspace == nullptr || (n > 0 && x == nullptr))
+    return InvalidArgument("sum of squares (cuda): null pointer");
+  if (n == 0) return Status::Ok();
+  switch (type) {
+    case AdamWParamType::kF32: return LaunchSumSquares<float>(n, x, workspace, out, stream);
+    case AdamWParamType::kBf16: return LaunchSumSquares<__nv_bfloat16>(n, x, workspace, out, stream);
+    case AdamWParamType::kF16: return LaunchSumSquares<__half>(n, x, workspace, out, stream);
+  }
+  return InvalidArgument("sum of squares (cuda): unknown type");
+}
 
 Status AdamWCuda(const AdamWStep& s, AdamWParamType type, int64_t n, void* param, const void* grad, float* master,
                  float* m, float* v, cudaStream_t stream) {

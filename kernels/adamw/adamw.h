@@ -61,4 +61,9 @@ void AdamWRef(const AdamWStep& s, int64_t n, const float* grad, float* w, float*
 // negative n or a null pointer with n > 0.
 Status AdamWCpu(const AdamWStep& s, int64_t n, const float* grad, float* w, float* m, float* v, int threads = 0);
 
+// The gradient clip's input: the sum of x_i^2, each square exact in double,
+// summed in double over blocks of 64 Ki elements in a fixed order (the same
+// result on any thread count). InvalidArgument for n < 0, a null x or out.
+Status SumSquaresCpu(int64_t n, const float* x, double* out, int threads = 0);
+
 }  // namespace tandem::kernels

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "kernels/adamw/adamw.h"
 #include "kernels/common/parallel_for.h"
@@ -70,6 +71,28 @@ Status AdamWCpu(const AdamWStep& s, int64_t n, const float* grad, float* w, floa
   ParallelFor(blocks, blocks == 1 ? 1 : threads, [&](int64_t b) {
     UpdateRange(k, b * kBlock, std::min(n, (b + 1) * kBlock), grad, w, m, v);
   });
+  return Status::Ok();
+}
+
+Status SumSquaresCpu(int64_t n, const float* x, double* out, int threads) {
+  if (n < 0) return InvalidArgument("sum of squares (cpu): negative element count " + std::to_string(n));
+  if (out == nullptr || (n > 0 && x == nullptr)) return InvalidArgument("sum of squares (cpu): null pointer");
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  ParallelFor(blocks, blocks == 1 ? 1 : threads, [&](int64_t b) {
+    // Eight running sums in a fixed pattern: independent adds, same order every run.
+    double acc[8] = {};
+    const int64_t begin = b * kBlock, end = std::min(n, (b + 1) * kBlock);
+    int64_t i = begin;
+    for (; i + 8 <= end; i += 8)
+      for (int j = 0; j < 8; ++j) acc[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+    for (int j = 0; i < end; ++i, ++j) acc[j] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    partial[static_cast<size_t>(b)] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  });
+  double sum = 0;
+  for (double p : partial) sum += p;
+  *out = sum;
   return Status::Ok();
 }
 

@@ -23,4 +23,13 @@ enum class AdamWParamType { kF32, kBf16, kF16 };
 Status AdamWCuda(const AdamWStep& s, AdamWParamType type, int64_t n, void* param, const void* grad, float* master,
                  float* m, float* v, cudaStream_t stream);
 
+// The gradient clip's input on CUDA: *out += the sum of x_i^2 (x fp32,
+// bf16 or fp16, each square exact in double), through a fixed grid of
+// kSumSquaresCudaBlocks partial sums in `workspace` (device doubles) added
+// in order by one thread: the same result on every run. `out` is a device
+// double; nothing is read back to the host.
+inline constexpr int kSumSquaresCudaBlocks = 1024;
+Status SumSquaresCuda(AdamWParamType type, int64_t n, const void* x, double* workspace, double* out,
+                      cudaStream_t stream);
+
 }  // namespace tandem::kernels

@@ -31,21 +31,51 @@ Status Validate(const AdamWOptions& options) {
   return Status::Ok();
 }
 
+namespace {
+
+#ifdef TANDEM_TORCH_CUDA
+kernels::AdamWParamType KernelType(at::ScalarType t) {
+  return t == at::kFloat ? kernels::AdamWParamType::kF32
+         : t == at::kBFloat16 ? kernels::AdamWParamType::kBf16
+                              : kernels::AdamWParamType::kF16;
+}
+#endif
+
+}  // namespace
+
 StatusOr<double> GradNorm(const model::ParameterSet& params) {
   try {
-    // In float64, a chunk at a time: a whole buffer in float64 (and its
-    // square) would be 16 bytes a parameter of device memory. The sum stays
-    // on the device until the end: one sync, not one a chunk.
-    constexpr int64_t kChunk = int64_t{1} << 24;
-    at::Tensor sq;
+    // Squares exact in double, summed in double, in one pass over each
+    // buffer (kernels/adamw). On CUDA the sum stays on the device until the
+    // end: one sync. Other dtypes on the CPU: in float64 a chunk at a time.
+    double host = 0;
+    at::Tensor device;  // a double on the gradients' GPU
     for (const at::Tensor& g : params.grad_buffers()) {
       const at::Tensor flat = g.reshape({-1});
-      for (int64_t i = 0; i < flat.numel(); i += kChunk) {
-        at::Tensor part = flat.slice(0, i, std::min(flat.numel(), i + kChunk)).to(at::kDouble).square().sum();
-        sq = sq.defined() ? sq.add_(part) : part;
+      const at::ScalarType t = flat.scalar_type();
+      if (flat.is_cpu() && t == at::kFloat) {
+        double sum = 0;
+        ops::ThrowIfError(kernels::SumSquaresCpu(flat.numel(), flat.data_ptr<float>(), &sum, at::get_num_threads()),
+                          "the gradients' norm");
+        host += sum;
+        continue;
       }
+#ifdef TANDEM_TORCH_CUDA
+      if (flat.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf)) {
+        if (!device.defined()) device = at::zeros({}, flat.options().dtype(at::kDouble));
+        const at::Tensor workspace = at::empty({kernels::kSumSquaresCudaBlocks}, flat.options().dtype(at::kDouble));
+        ops::ThrowIfError(kernels::SumSquaresCuda(KernelType(t), flat.numel(), flat.data_ptr(),
+                                                  workspace.data_ptr<double>(), device.data_ptr<double>(),
+                                                  c10::cuda::getCurrentCUDAStream(flat.device().index()).stream()),
+                          "the gradients' norm");
+        continue;
+      }
+#endif
+      constexpr int64_t kChunk = int64_t{1} << 24;
+      for (int64_t i = 0; i < flat.numel(); i += kChunk)
+        host += flat.slice(0, i, std::min(flat.numel(), i + kChunk)).to(at::kDouble).square().sum().item<double>();
     }
-    const double norm = sq.defined() ? std::sqrt(sq.item<double>()) : 0.0;
+    const double norm = std::sqrt(host + (device.defined() ? device.item<double>() : 0.0));
     if (!std::isfinite(norm)) return Internal("non-finite gradient");
     return norm;
   } catch (const std::exception& e) {
@@ -132,11 +162,8 @@ void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>
       return;
     }
 #ifdef TANDEM_TORCH_CUDA
-    const kernels::AdamWParamType type = p.scalar_type() == at::kFloat      ? kernels::AdamWParamType::kF32
-                                         : p.scalar_type() == at::kBFloat16 ? kernels::AdamWParamType::kBf16
-                                                                            : kernels::AdamWParamType::kF16;
     float* const master = master_ ? w.data_ptr<float>() : nullptr;
-    ops::ThrowIfError(kernels::AdamWCuda(step, type, piece.length, p.data_ptr(), g.data_ptr(), master,
+    ops::ThrowIfError(kernels::AdamWCuda(step, KernelType(p.scalar_type()), piece.length, p.data_ptr(), g.data_ptr(), master,
                                          m.data_ptr<float>(), v.data_ptr<float>(),
                                          c10::cuda::getCurrentCUDAStream(p.device().index()).stream()),
                       "adamw");

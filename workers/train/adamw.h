@@ -67,8 +67,8 @@ struct AdamWOptions {
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
 Status Validate(const AdamWOptions& options);
 
-// The gradients' global L2 norm, summed in double (one device sync).
-// Internal when it is not finite.
+// The gradients' global L2 norm: squares summed in double, one pass over
+// each gradient buffer, one device sync. Internal when it is not finite.
 StatusOr<double> GradNorm(const model::ParameterSet& params);
 // The factor clipping scales the gradients by: max_grad_norm / (norm +
 // 1e-6) when max_grad_norm > 0 and the norm is over it, else 1.

@@ -2,6 +2,7 @@
 // bits for fp32 parameters (vectorised and misaligned pointers, sizes off
 // the vector width), and for bf16 and fp16 parameters the same fp32 master,
 // the parameter its rounding. Outputs poisoned where the kernel must write.
+// The clip's sum of squares: the CPU's sum, the same bits on every run.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -105,6 +106,51 @@ TEST(AdamWGpu, Fp16ParametersAreTheirFp32MastersRounding) {
   if (!HaveGpu()) GTEST_SKIP() << "no GPU";
   ExpectMasterPath<__half>(
       AdamWParamType::kF16, [](__half x) { return __half2float(x); }, [](float x) { return __float2half_rn(x); });
+}
+
+TEST(SumSquaresGpu, IsTheCpusSumAndTheSameOnEveryRun) {
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU";
+  std::mt19937_64 rng(testing::FreshSeed());
+  DeviceBuffer<double> workspace(kSumSquaresCudaBlocks), out(1);
+  for (size_t n : {size_t{1}, size_t{1001}, size_t{(1 << 22) + 3}}) {
+    const std::vector<float> x = testing::RandomVector(rng, n, -3, 3);
+    double cpu = 0;
+    ASSERT_TRUE(SumSquaresCpu(static_cast<int64_t>(n), x.data(), &cpu).ok());
+    DeviceBuffer<float> dx(n);
+    ASSERT_EQ(dx.Upload(x), cudaSuccess);
+    std::vector<double> runs;
+    for (int run = 0; run < 2; ++run) {
+      ASSERT_EQ(cudaMemset(out.get(), 0, sizeof(double)), cudaSuccess);
+      ASSERT_TRUE(SumSquaresCuda(AdamWParamType::kF32, n, dx.get(), workspace.get(), out.get(), nullptr).ok());
+      std::vector<double> h;
+      ASSERT_EQ(out.Download(h), cudaSuccess);
+      runs.push_back(h[0]);
+    }
+    EXPECT_EQ(runs[0], runs[1]) << "n " << n;
+    EXPECT_NEAR(runs[0], cpu, 1e-12 * cpu) << "n " << n;
+    // It adds to *out: a second call over the same data doubles it.
+    ASSERT_TRUE(SumSquaresCuda(AdamWParamType::kF32, n, dx.get(), workspace.get(), out.get(), nullptr).ok());
+    std::vector<double> h;
+    ASSERT_EQ(out.Download(h), cudaSuccess);
+    EXPECT_NEAR(h[0], 2 * cpu, 2e-12 * cpu) << "n " << n;
+  }
+  // bf16: the squares of the bf16 values.
+  const std::vector<float> x = testing::RandomVector(rng, 999, -3, 3);
+  std::vector<__nv_bfloat16> xb(x.size());
+  std::vector<float> xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    xb[i] = __float2bfloat16_rn(x[i]);
+    xr[i] = __bfloat162float(xb[i]);
+  }
+  double cpu = 0;
+  ASSERT_TRUE(SumSquaresCpu(static_cast<int64_t>(xr.size()), xr.data(), &cpu).ok());
+  DeviceBuffer<__nv_bfloat16> dx(xb.size());
+  ASSERT_EQ(dx.Upload(xb), cudaSuccess);
+  ASSERT_EQ(cudaMemset(out.get(), 0, sizeof(double)), cudaSuccess);
+  ASSERT_TRUE(SumSquaresCuda(AdamWParamType::kBf16, xb.size(), dx.get(), workspace.get(), out.get(), nullptr).ok());
+  std::vector<double> h;
+  ASSERT_EQ(out.Download(h), cudaSuccess);
+  EXPECT_NEAR(h[0], cpu, 1e-12 * cpu);
 }
 
 TEST(AdamWGpu, AMasterIsRequiredExactlyFor16BitParameters) {

@@ -95,6 +95,23 @@ TEST(AdamWCpu, OneThreadAndSeveralGiveTheSameBits) {
   EXPECT_EQ(one.v, many.v);
 }
 
+TEST(SumSquaresCpu, IsTheDoubleSumOnAnyThreadCount) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  for (int64_t n : {int64_t{0}, int64_t{5}, int64_t{(1 << 17) + 9}}) {
+    const std::vector<float> x = RandomVector(rng, static_cast<size_t>(n), -3, 3);
+    double plain = 0;
+    for (float f : x) plain += static_cast<double>(f) * f;
+    double one = -1, many = -1;
+    ASSERT_TRUE(SumSquaresCpu(n, x.data(), &one, 1).ok());
+    ASSERT_TRUE(SumSquaresCpu(n, x.data(), &many, 3).ok());
+    EXPECT_EQ(one, many) << "n " << n;
+    EXPECT_NEAR(one, plain, 1e-12 * plain) << "n " << n;
+  }
+  double out = 0;
+  EXPECT_FALSE(SumSquaresCpu(-1, nullptr, &out).ok());
+  EXPECT_FALSE(SumSquaresCpu(3, nullptr, &out).ok());
+}
+
 TEST(AdamWCpu, BadArgumentsAreRefusedNamingThem) {
   std::vector<float> x(4, 0.f);
   auto run = [&](const AdamWStep& s, int64_t n = 4, float* p = nullptr) {

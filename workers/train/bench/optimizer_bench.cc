@@ -26,6 +26,7 @@
 // One JSON object on stdout.
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
