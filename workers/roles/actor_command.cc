@@ -50,6 +50,10 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--rollouts", o_.rollouts, "rollout replicas")->capture_default_str();
   s->add_option("--rollout-port-file", o_.rollout_port_file, "where replica {rank} wrote its port")->capture_default_str();
   s->add_option("--rollout-host", o_.rollout_host, "the rollouts' host")->capture_default_str();
+  s->add_option("--weights-transport", o_.weights_transport,
+                "how SYNC hands the weights to the rollouts: shm, or cuda-ipc (rollouts on the actor's GPU)")
+      ->check(CLI::IsMember({"shm", "cuda-ipc"}))
+      ->capture_default_str();
   s->add_option("--request-timeout", o_.request_timeout_s, "seconds for one /generate")->capture_default_str();
   s->add_option("--phase-timeout", o_.phase_timeout_s, "seconds for a phase, or for the rollouts' port files")->capture_default_str();
   s->add_option("--dp-port-file", o_.dp_port_file, "data parallel: where rank 0 writes its rendezvous port")

@@ -50,6 +50,10 @@ struct ActorOptions {
   int64_t rollouts = 1;
   std::string rollout_port_file = "rollout.{rank}.port";
   std::string rollout_host = "127.0.0.1";
+  // SYNC's transport to the rollouts (docs/rl.md "Weights to the rollouts"):
+  // "shm" (a host segment a version), or "cuda-ipc" (a CUDA VMM export on
+  // the actor's GPU, for rollouts colocated on that GPU; --device cuda).
+  std::string weights_transport = "shm";
   double request_timeout_s = 600;
   double phase_timeout_s = 600;
 

@@ -28,7 +28,7 @@
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
 #include "workers/roles/objectives.h"
-#include "workers/roles/optimizer_tag.h"
+#include "workers/roles/actor_tags.h"
 #include "workers/roles/problem_tokens.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
@@ -36,6 +36,7 @@
 #include "workers/train/grpo_trainer.h"
 #include "workers/train/sft_example.h"
 #include "workers/weights/file_transport.h"
+#include "workers/weights/ipc_transport.h"
 #include "workers/weights/shm_transport.h"
 
 namespace tandem::roles {
@@ -65,6 +66,10 @@ Status CheckOptions(const ActorOptions& o) {
   if (o.checkpoint_dir.empty() && o.checkpoint_every > 0)
     return InvalidArgument("actor: --checkpoint-every needs --checkpoint-dir");
   if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("actor: --device must be cpu or cuda");
+  if (o.weights_transport != "shm" && o.weights_transport != "cuda-ipc")
+    return InvalidArgument("actor: --weights-transport must be shm or cuda-ipc, got " + o.weights_transport);
+  if (o.weights_transport == "cuda-ipc" && o.device != "cuda")
+    return InvalidArgument("actor: --weights-transport cuda-ipc exports the parameters' GPU memory: it needs --device cuda");
   if (!o.workflow.is_null()) TANDEM_RETURN_IF_ERROR(CheckEpisodeOptions(o));
   return Status::Ok();
 }
@@ -151,7 +156,7 @@ void AddEval(const EvalResult& e, const Objectives& objectives, int64_t problems
 
 // The handoff's commands that every replica answers alike (its memory: the
 // optimizer tag); publish_weights is rank 0's.
-void OnHandoffCommands(control::ControlClient& client, OptimizerTag& tag) {
+void OnHandoffCommands(control::ControlClient& client, ActorTags& tag) {
   auto ack = [](const control::Command&) -> StatusOr<json> { return json::object(); };
   client.On("pause", ack);
   client.On("continue", ack);
@@ -165,7 +170,7 @@ void OnHandoffCommands(control::ControlClient& client, OptimizerTag& tag) {
 // thread of its own, the main thread trains what rank 0 deals it.
 class ReplicaControl {
  public:
-  ReplicaControl(const control::Endpoint& endpoint, const control::Hello& hello, OptimizerTag& tag) {
+  ReplicaControl(const control::Endpoint& endpoint, const control::Hello& hello, ActorTags& tag) {
     control::ControlClient::Options co;
     co.endpoint = endpoint;
     co.hello = hello;
@@ -211,7 +216,7 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
   train::GradientAllReduce& dp = *group;
   TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
   TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, objectives, &dp));
-  OptimizerTag tag(m.trainer->optimizer(), o.optimizer.residency == "staged");
+  ActorTags tag(m.trainer->optimizer(), o.optimizer.residency == "staged");
   ReplicaControl control(endpoint, hello, tag);
   TANDEM_RETURN_IF_ERROR(control.Start());
   const std::string who = "actor replica " + std::to_string(dp.rank());
@@ -306,8 +311,18 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   const at::Device device = built.device;
   std::unique_ptr<model::Transformer>& net = built.net;
   std::unique_ptr<train::GrpoTrainer>& trainer = built.trainer;
-  weights::ShmPublisher shm({hello.job_id.empty() ? "local" : hello.job_id,
-                             hello.task_id.empty() ? "actor" : hello.task_id, static_cast<uint32_t>(o.rollouts)});
+  // SYNC's transport to the rollouts (--weights-transport): an shm segment
+  // a version, or a CUDA VMM export on this GPU (the rollouts colocated on
+  // it), held as the `ipc_exports` tag until they acked.
+  const std::string owner_job = hello.job_id.empty() ? "local" : hello.job_id;
+  const std::string owner_task = hello.task_id.empty() ? "actor" : hello.task_id;
+  const auto readers = static_cast<uint32_t>(o.rollouts);
+  std::unique_ptr<weights::WeightPublisher> publisher;
+  if (o.weights_transport == "cuda-ipc") {
+    publisher = std::make_unique<weights::IpcPublisher>(weights::IpcOptions{owner_job, owner_task, readers});
+  } else {
+    publisher = std::make_unique<weights::ShmPublisher>(weights::ShmOptions{owner_job, owner_task, readers});
+  }
 
   const std::string run_dir = Env("TANDEM_RUN_DIR");
   const std::string metrics_path =
@@ -363,18 +378,20 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   control::ControlClient::Options co;
   co.endpoint = endpoint;
   co.hello = hello;
-  OptimizerTag tag(trainer->optimizer(), o.optimizer.residency == "staged");
+  ActorTags tag(trainer->optimizer(), o.optimizer.residency == "staged",
+                o.weights_transport == "cuda-ipc" ? publisher.get() : nullptr);
   tag.Declare(co);
   control::ControlClient client(co);
   OnHandoffCommands(client, tag);
   // The durable copies are written behind the ack (the rollouts load the
-  // shm segment; a restarted one waits for the copy it is sent to).
+  // published version; a restarted one waits for the copy it is sent to).
   std::unique_ptr<weights::BackgroundFilePublisher> durable_copies;
   client.On("publish_weights", [&](const control::Command& c) -> StatusOr<json> {
     TANDEM_ASSIGN_OR_RETURN(const int64_t version, c.Version());
     const Clock::time_point t0 = Clock::now();
-    TANDEM_ASSIGN_OR_RETURN(const std::string source, shm.Publish(version, net->parameters()), "publish_weights shm");
-    json detail = {{"version", version}, {"source", source}, {"shm_seconds", Seconds(t0)}};
+    TANDEM_ASSIGN_OR_RETURN(const std::string source, publisher->Publish(version, net->parameters()),
+                            "publish_weights " + std::string(publisher->kind()));
+    json detail = {{"version", version}, {"source", source}, {"publish_seconds", Seconds(t0)}};
     if (c.body.contains("durable") && c.body["durable"].is_string()) {
       const std::string durable = c.body["durable"].get<std::string>();
       if (durable.rfind("file:", 0) != 0) return InvalidArgument("publish_weights.durable: expected file:DIR, got " + durable);
@@ -722,7 +739,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
     TANDEM_RETURN_IF_ERROR(CopyTokenizer(o.model_dir, o.out_dir), "actor: --out");
   }
   if (durable_copies) TANDEM_RETURN_IF_ERROR(durable_copies->Wait(), "actor: the last durable copy");
-  shm.ReleaseAll();
+  publisher->ReleaseAll();
   return result;
 }
 

@@ -29,7 +29,7 @@
 // sent to the daemon as a metrics line. With replicas > 1 (data parallel:
 // actor_replicas.h) this is rank 0, and every replica trains its share of
 // each step's groups. The actor's memory in the handoff is its optimizer's
-// state (optimizer_tag.h: the `optimizer` tag, released for rollouts and
+// state (actor_tags.h: the `optimizer` tag, released for rollouts and
 // SYNC, resumed for training); its parameters, gradients and activations
 // are not tagged yet.
 #pragma once

@@ -18,7 +18,8 @@
 #   - tandem run printed a progress line per step (the actor's metrics);
 #   - run again (over stale port files of another job, which the actor must
 #     not take) and cancelled after step 1, the job leaves no shm segment
-#     (the daemon removes what the SIGTERMed actor could not).
+#     (the daemon removes what the SIGTERMed actor could not);
+#   - --weights-transport cuda-ipc without --device cuda is refused, naming both.
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=actor-job
 . "$(dirname "$0")/actor_job_lib.sh"
@@ -97,5 +98,7 @@ run_pid=
 jq -e '.signal == 15' "$run/tasks/actor.0.exit" >/dev/null || fail "actor.0: $(cat "$run/tasks/actor.0.exit")"
 [[ ! -e /dev/shm/${name}99 ]] || { rm -f "/dev/shm/${name}99"; fail "the daemon left /dev/shm/${name}99"; }
 if ls /dev/shm | grep -qF "$segment"; then fail "the cancelled job left $(ls /dev/shm | grep -F "$segment")"; fi
+refusal=$("$BIN/tandem-worker" actor --model base --weights-transport cuda-ipc 2>&1) && fail "cuda-ipc on the CPU was accepted"
+grep -q -- "--weights-transport cuda-ipc .* needs --device cuda" <<<"$refusal" || fail "cuda-ipc on the CPU: $refusal"
 echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts, the optimizer released $releases times and" \
   "resumed $resumes; a cancelled job leaves no segment"
