@@ -9,7 +9,8 @@
 #   4. runs the GRPO job under `tandem run` (examples of the spec below: an
 #      actor and a rollout colocated on GPU 0, --device cuda, GSM8K prompts,
 #      G = 8, up to RL_NEW_TOKENS new tokens a sample, RL_STEPS steps), with
-#      tree packing and, with RL_FLAT=1, again without it;
+#      tree packing and, with RL_FLAT=1, again without it; with RL_IPC=1,
+#      again with the weights published over cuda-ipc (--weights-transport);
 #   5. with RL_BASELINE=1 (default), the same workload as one plain PyTorch +
 #      transformers process (scripts/gpu/rl_baseline.py), for the ratio.
 # RL_ACTOR_ARGS adds actor flags to both jobs (scripts/gpu/run_agents.sh: a
@@ -72,6 +73,7 @@ PY
 }
 job "$NAME-tree" "${ACTOR_ARGS[@]}"
 [[ ${RL_FLAT:-0} == 1 ]] && job "$NAME-flat" --no-tree-packing "${ACTOR_ARGS[@]}"
+[[ ${RL_IPC:-0} == 1 ]] && job "$NAME-ipc" --weights-transport cuda-ipc "${ACTOR_ARGS[@]}"
 if [[ ${RL_BASELINE:-1} == 1 ]]; then
   # The same prompts (GSM8K questions), G, lengths and loss; EOS ignored so
   # that every response is full length (tandem's random model rarely stops).
@@ -83,4 +85,4 @@ if [[ ${RL_BASELINE:-1} == 1 ]]; then
     >"$OUT/baseline.log" 2>&1
   echo "[gpu] baseline rc=$?"; tail -8 "$OUT/baseline.log"
 fi
-python3 scripts/gpu/summarize_runs.py "$OUT" "$NAME" "$NAME-tree" "$NAME-flat" --with "baseline=$OUT/baseline.json"
+python3 scripts/gpu/summarize_runs.py "$OUT" "$NAME" "$NAME-tree" "$NAME-flat" "$NAME-ipc" --with "baseline=$OUT/baseline.json"
