@@ -13,18 +13,13 @@
 #include <vector>
 
 #include "kernels/lm_head_loss/lm_head_loss.h"
+#include "kernels/common/dot.h"
 #include "kernels/common/parallel_for.h"
 
 namespace tandem::kernels {
 namespace {
 
 constexpr int64_t kCpuChunkRows = 64;
-
-float Dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 }  // namespace
 

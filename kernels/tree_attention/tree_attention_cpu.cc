@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/tree_attention/tree_attention.h"
+#include "kernels/common/dot.h"
 #include "kernels/common/parallel_for.h"
 
 namespace tandem::kernels {
@@ -29,12 +30,6 @@ Status CheckTreeAttentionShape(const TreeAttentionShape& s) {
 }
 
 namespace {
-
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 Status CheckPlan(const TreeAttentionPlan& plan, const TreeAttentionShape& s) {
   TANDEM_RETURN_IF_ERROR(CheckTreeAttentionShape(s));
