@@ -14,6 +14,8 @@
 #              same shapes: fused vs unfused AdamW, Newton–Schulz vs its matmuls
 #   impl       tree_attention_impl_bench (tiles vs varlen-flash)
 #   probe      scripts/gpu/tree_varlen_probe.py (flat cuDNN/flash, Flex)
+# Results under $OUT: tests.txt (each test's exit), optimizers.json, the logs; only
+# about eight files come back, so the summaries are also on stdout.
 # Needs .gpu-deps (scripts/gpu/stage_deps.sh; serving.tar.xz for ICU).
 # Usage: scripts/gpu/run_round4.sh [tests] [optimizers] [impl] [probe]   (default: all)
 set -uo pipefail
@@ -56,14 +58,15 @@ if [[ " $STAGES " == *" tests "* ]]; then
     rc=$?
     echo "[gpu] $t rc=$rc"
     grep -E "^\[  PASSED  \]|^\[  FAILED  \]|Failure|^\[cuda\]|seed" "$OUT/$t.log" | head -20
+    echo "$t rc=$rc" >>"$OUT/tests.txt"
     [[ $rc -ne 0 ]] && status=1
   done
 fi
 if [[ " $STAGES " == *" optimizers "* ]] && room 120 optimizers; then
   ours=$(timeout 200 "$(bin train_optimizer_bench)" --params 1e9 2>"$OUT/optimizer_bench.err") || { tail -5 "$OUT/optimizer_bench.err"; status=1; }
   base=$(timeout 200 python3 scripts/gpu/optimizer_baseline.py --params 1e9 2>>"$OUT/optimizer_bench.err") || { tail -5 "$OUT/optimizer_bench.err"; status=1; }
-  echo "[gpu] optimizer_bench $ours"
-  echo "[gpu] optimizer_baseline $base"
+  # stdout comes back only in part: the JSON goes to a file too.
+  printf '{"ours": %s, "baseline": %s}\n' "${ours:-null}" "${base:-null}" | tee "$OUT/optimizers.json"
 fi
 if [[ " $STAGES " == *" impl "* ]] && room 90 impl; then
   echo "[gpu] tree_attention_impl_bench"

@@ -329,7 +329,7 @@ def timing(pl, Hq, Hk, D, label, results, flex_ok=True):
     for kern in KERNELS:
         for form in ("single", "split"):
             n = f"{form}-{kern}"
-            if f"{n}_fwd" in row:
+            if f"{n}_fwd" in row and f"{n}_bwd" in row:  # a failed backward leaves only its error
                 f_, b_ = row[f"{n}_fwd"], row[f"{n}_bwd"]
                 summ[n] = dict(fwd_ms=round(f_, 3), fb_ms=round(f_ + b_, 3),
                                fwd_of_bound=round(best_flat / f_ / row["pair_red"], 2),
