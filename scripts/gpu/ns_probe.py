@@ -10,6 +10,8 @@ import json
 
 import torch
 
+from tree_varlen_probe import bench  # median of CUDA-event timings (same folder)
+
 A_, B_, C_ = 3.4445, -4.7750, 2.0315
 
 
@@ -38,22 +40,6 @@ def matmuls(x, steps=5):
         b = a @ a
         y = b @ y
     return y
-
-
-def bench(fn, warmup=3, rep=15):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rep):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():
