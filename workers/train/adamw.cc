@@ -125,7 +125,6 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
     if (!options.takes || options.takes(s)) items.push_back({i, s.name, s.leaf.numel(), 1});
   }
   if (items.empty()) return InvalidArgument("adamw: it takes none of the parameters");
-  o->owns_all_ = items.size() == params.slots().size();
   TANDEM_ASSIGN_OR_RETURN(o->slabs_,
                           StateSlabs::Create(std::move(items), o->master_ ? 3 : 2, options.staging, first.device(),
                                              std::move(buffers)),
@@ -184,16 +183,15 @@ void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>
 }
 
 StatusOr<double> AdamW::Step(double lr) {
-  TANDEM_ASSIGN_OR_RETURN(const double norm, GradNorm(params_), "adamw step");
-  double grad_scale = ClipScale(norm, adamw_.max_grad_norm);
+  // The kernel scales the gradients as it reads them when AdamW owns every
+  // slot; otherwise (unfused, or another optimizer reads the other slots'
+  // gradients) ClipGradNorm scales them in place.
+  const bool kernel_clips = fused_ && slabs_->items().size() == params_.slots().size();
+  TANDEM_ASSIGN_OR_RETURN(const double norm,
+                          kernel_clips ? GradNorm(params_) : ClipGradNorm(params_, adamw_.max_grad_norm), "adamw step");
+  const double grad_scale = kernel_clips ? ClipScale(norm, adamw_.max_grad_norm) : 1.0;
   try {
     c10::NoGradGuard no_grad;
-    // The kernel scales the gradients as it reads them; otherwise (or when
-    // another optimizer reads the other slots' gradients) they are scaled here.
-    if (grad_scale != 1.0 && !(fused_ && owns_all_)) {
-      for (const at::Tensor& g : params_.grad_buffers()) g.mul_(grad_scale);
-      grad_scale = 1.0;
-    }
     slabs_->Update([&](const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state) {
       Update(piece, state, lr, grad_scale);
     });

@@ -110,7 +110,6 @@ class AdamW final : public Optimizer {
   AdamWOptions adamw_;
   bool master_ = false;               // bf16/fp16 parameters
   bool fused_ = false;                // the kernel takes these parameters (and options.fused)
-  bool owns_all_ = false;             // every slot is AdamW's: the clip can be left to the kernel
   std::unique_ptr<StateSlabs> slabs_; // exp_avg, exp_avg_sq[, master] of the slots it takes
   int64_t steps_ = 0;
 };

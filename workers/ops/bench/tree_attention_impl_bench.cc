@@ -7,7 +7,7 @@
 // the relative error of the varlen outputs and gradients against tiles.
 // The flat-batch and FlexAttention baselines of the same shapes are
 // scripts/gpu/tree_varlen_probe.py's, run in the same call by
-// scripts/gpu/run_tree_varlen.sh. Built only with the glue's CUDA path.
+// scripts/gpu/run_round4.sh. Built only with the glue's CUDA path.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/randn.h>
 #include <c10/core/GradMode.h>
