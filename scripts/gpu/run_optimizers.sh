@@ -22,7 +22,7 @@ DEPS=/tmp/tandem-opt-deps
 BUILD=${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-opt-build}
 SIZES=${OPT_SIZES:-"1e9 7e9"}
 mkdir -p "$OUT" "$DEPS"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+. scripts/gpu/lib.sh  # what every GPU job here wants in its environment
 tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 

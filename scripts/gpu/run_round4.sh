@@ -28,7 +28,7 @@ BUDGET=${ROUND4_BUDGET_S:-540}
 STAGES=${*:-tests optimizers impl probe}
 T0=$(date +%s)
 mkdir -p "$OUT" "$DEPS"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+. scripts/gpu/lib.sh  # what every GPU job here wants in its environment
 [[ -d $DEPS/icu ]] || tar xJf .gpu-deps/serving.tar.xz -C "$DEPS" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
