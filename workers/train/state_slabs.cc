@@ -122,7 +122,25 @@ StatusOr<std::unique_ptr<StateSlabs>> StateSlabs::Create(std::vector<Item> items
   return s;
 }
 
+// A resume's copies to the device, on their own stream: `done` follows them.
+struct StateSlabs::Resuming {
+#ifdef TANDEM_TORCH_CUDA
+  at::cuda::CUDAEvent done;
+#endif
+};
+
+StateSlabs::~StateSlabs() = default;
+
+void StateSlabs::Settle() const {
+  if (!resuming_) return;
+#ifdef TANDEM_TORCH_CUDA
+  resuming_->done.block(c10::cuda::getCurrentCUDAStream(device_.index()));
+#endif
+  resuming_.reset();
+}
+
 at::Tensor StateSlabs::View(int kind, size_t item) const {
+  Settle();
   return slabs_[static_cast<size_t>(kind)].narrow(0, offset_[item], items_[item].numel);
 }
 
@@ -228,12 +246,14 @@ Status StateSlabs::Release() {
       released_ = true;
       return Status::Ok();
     }
-    at::TensorOptions host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
-    if (device_.is_cuda()) host = host.pinned_memory(true);
-    for (at::Tensor& slab : slabs_) {
-      at::Tensor copy = at::empty({total_}, host);
-      copy.copy_(slab);
-      slab = copy;
+    Settle();  // a resume's copies read host_: they finish first
+    if (host_.empty()) {
+      const at::TensorOptions host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(true);
+      for (int k = 0; k < kinds_; ++k) host_.push_back(at::empty({total_}, host));
+    }
+    for (int k = 0; k < kinds_; ++k) {
+      host_[static_cast<size_t>(k)].copy_(slabs_[static_cast<size_t>(k)]);  // blocking: done before the slab is freed
+      slabs_[static_cast<size_t>(k)] = host_[static_cast<size_t>(k)];
     }
     released_ = true;
     ReturnToDevice(device_);
@@ -243,6 +263,32 @@ Status StateSlabs::Release() {
   return Status::Ok();
 }
 
+void StateSlabs::ResumeOnDevice() {
+#ifdef TANDEM_TORCH_CUDA
+  const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+  const c10::cuda::CUDAStream copy = c10::cuda::getStreamFromPool(false, device_.index());
+  // The allocator hands out memory the caller's queued kernels may still use.
+  at::cuda::CUDAEvent ready;
+  ready.record(caller);
+  auto resuming = std::make_unique<Resuming>();
+  std::vector<at::Tensor> slabs;
+  for (int k = 0; k < kinds_; ++k) slabs.push_back(at::empty({total_}, at::TensorOptions().dtype(at::kFloat).device(device_)));
+  {
+    c10::cuda::CUDAStreamGuard on(copy);
+    ready.block(copy);
+    for (int k = 0; k < kinds_; ++k) {
+      slabs[static_cast<size_t>(k)].copy_(host_[static_cast<size_t>(k)], /*non_blocking=*/true);
+      slabs[static_cast<size_t>(k)].record_stream(copy);  // freed early, its memory still waits for the copy
+    }
+    resuming->done.record(copy);
+  }
+  slabs_ = std::move(slabs);
+  resuming_ = std::move(resuming);
+#else
+  for (at::Tensor& slab : slabs_) slab = slab.to(device_);
+#endif
+}
+
 Status StateSlabs::Resume() {
   try {
     if (staged()) {
@@ -250,7 +296,7 @@ Status StateSlabs::Resume() {
       return Status::Ok();
     }
     if (!released_) return Status::Ok();
-    for (at::Tensor& slab : slabs_) slab = slab.to(device_);
+    if (device_.is_cuda()) ResumeOnDevice();  // else the slabs never left the host
     released_ = false;
   } catch (const std::exception& e) {
     return Internal(std::string("resuming the optimizer's state: ") + e.what());

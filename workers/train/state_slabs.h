@@ -31,10 +31,15 @@
 // same code, which CI runs.
 //
 // Release() (the handoff's optimizer tag): staged frees the buffers, the
-// state is on the host already; native copies the slabs to host memory and
+// state is on the host already; native copies the slabs to pinned host
+// memory (allocated at the first release, kept for the next ones) and
 // frees them on the device (on a GPU, LibTorch's cache is emptied after
-// either). Resume() brings native slabs back, and allocates staged
-// buffers; Update resumes by itself. device_bytes() is what is held on the device now,
+// either). Resume() allocates staged buffers, or native slabs on the
+// device and returns with their copies from the host still in flight on a
+// stream of their own: the trainer's forward and backward run meanwhile,
+// and the first use of the state (Update, View, Release) makes the
+// caller's current stream wait for the copies (it does not block the
+// host). Update resumes by itself. device_bytes() is what is held on the device now,
 // resident_bytes() what is held once resumed (the tag's size).
 #pragma once
 
@@ -111,6 +116,7 @@ class StateSlabs {
   static StatusOr<std::unique_ptr<StateSlabs>> Create(std::vector<Item> items, int kinds, const StagingOptions& staging,
                                                       at::Device device, std::shared_ptr<StagingBuffers> buffers);
 
+  ~StateSlabs();
   const std::vector<Item>& items() const { return items_; }
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // Item `item`'s range of slab `kind`, flat, wherever the slab is now.
@@ -135,6 +141,9 @@ class StateSlabs {
   };
   StateSlabs() = default;
   bool staged() const { return staging_.residency == Residency::kStaged; }
+  // Orders the caller's stream after a resume's copies (nothing without one).
+  void Settle() const;
+  void ResumeOnDevice();  // native on a GPU: the slabs back from host_, asynchronously
   int64_t Capacity() const { return staging_.slot_bytes / (4 * kinds_); }
 
   std::vector<Item> items_;
@@ -147,6 +156,9 @@ class StateSlabs {
   std::vector<Bucket> buckets_;               // staged
   std::shared_ptr<StagingBuffers> buffers_;   // staged
   bool released_ = false;                     // native: the slabs are on the host
+  std::vector<at::Tensor> host_;              // native on a GPU: where a release puts the slabs (pinned)
+  struct Resuming;                            // a resume's copies in flight (state_slabs.cc)
+  mutable std::unique_ptr<Resuming> resuming_;
 };
 
 }  // namespace tandem::train
