@@ -17,7 +17,13 @@
 #      SIGKILL; rank 0's next collective fails, the daemon restarts both,
 #      they meet again and resume from step 2's checkpoint; the job ends
 #      succeeded, steps 1..6 in metrics.jsonl once each;
-#   3. a rank 0 of two without a leased port exits 2 naming what the role
+#   3. resharding (issue #17): the fault run's step-2 checkpoint restored
+#      into one actor (2 ranks -> 1), which trains steps 3..6; that run's
+#      step-4 checkpoint restored into two replicas (1 -> 2), which train
+#      5..6. A step after a restore starts from the same weights as the
+#      step it repeats: the same reward and response length, the grad norm
+#      and entropy up to the reduction order (1e-4 relative);
+#   4. a rank 0 of two without a leased port exits 2 naming what the role
 #      lacks ("ports": 1).
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=actor-dp
@@ -58,15 +64,19 @@ a=$(step_line one 1)
 b=$(step_line two 1)
 echo "[actor-dp] step 1, one actor: $(jq -c '{grad_norm, "loss/entropy_mean", "response_length/mean"}' <<<"$a")"
 echo "[actor-dp] step 1, two replicas: $(jq -c '{grad_norm, "loss/entropy_mean", "response_length/mean"}' <<<"$b")"
-jq -e -n --argjson a "$a" --argjson b "$b" '
-  def close(k): ($a[k] - $b[k] | fabs) <= 1e-4 * ([($a[k] | fabs), 1e-12] | max);
-  $a["reward/mean"] == $b["reward/mean"] and $a["response_length/mean"] == $b["response_length/mean"]
-  and $a.grad_norm > 0 and close("grad_norm") and close("loss/entropy_mean")' >/dev/null ||
-  fail "step 1 differs between one actor and two replicas"
+# The same step, from the same weights, in two runs: $1 and $2 are its lines.
+same_step() {
+  jq -e -n --argjson a "$1" --argjson b "$2" '
+    def close(k): ($a[k] - $b[k] | fabs) <= 1e-4 * ([($a[k] | fabs), 1e-12] | max);
+    $a["reward/mean"] == $b["reward/mean"] and $a["response_length/mean"] == $b["response_length/mean"]
+    and $a.grad_norm > 0 and close("grad_norm") and close("loss/entropy_mean")' >/dev/null
+}
+same_step "$a" "$b" || fail "step 1 differs between one actor and two replicas"
 
 # 2. Replica 1 killed mid-run, on_fault restart.
-spec fault 2 '.roles.actor.args |= (map(if . == "4" then "6" else . end) + ["--checkpoint-dir", "checkpoints",
-                "--checkpoint-every", "2", "--phase-timeout", "120"]) | .handoff.on_fault = "restart"'
+six_steps='.roles.actor.args |= (map(if . == "4" then "6" else . end) + ["--checkpoint-dir", "checkpoints",
+                "--checkpoint-every", "2", "--keep-checkpoints", "3", "--phase-timeout", "120"])'
+spec fault 2 "$six_steps"' | .handoff.on_fault = "restart"'
 m=runs/fault/metrics.jsonl
 "$BIN/tandem" run fault.json --state-dir "$state" --gpus 0,1 >runs/fault.out 2>runs/fault.err &
 run_pid=$!
@@ -91,11 +101,30 @@ grep -q "step 6: the 2 replicas hold the same parameters" runs/fault/tasks/actor
   fail "fault: the replicas differ after the resume"
 grep -E '^\[run\]|^[0-9:.]+ +actor\.[01] +(restarting|exited|failed)' runs/fault.err | grep -E 'actor\.[01]' | head -6 || true
 
-# 3. No leased port for the rendezvous.
+# 3. Resharding: 2 ranks' checkpoint into 1, and 1's into 2.
+reshard() {  # NAME REPLICAS FROM_RUN STEP: NAME restored from FROM_RUN's step-STEP checkpoint
+  spec "$1" "$2" "$six_steps"
+  mkdir -p "runs/$1/checkpoints"
+  local from
+  from=$(find "runs/$3/checkpoints" -maxdepth 1 -name "step-*" | grep -E "step-0*$4\$") || fail "$3 has no step-$4 checkpoint"
+  cp -r "$from" "runs/$1/checkpoints/"
+  run_job "$1.json" "$1"
+  grep -q "resumed from .*step-0*$4" "runs/$1/tasks/actor.0.err" || fail "$1 did not resume from $3's step $4"
+  local next=$(($4 + 1))
+  same_step "$(step_line "$3" "$next")" "$(step_line "$1" "$next")" ||
+    fail "$1 ($2 ranks) step $next differs from $3's: $(step_line "$3" "$next") vs $(step_line "$1" "$next")"
+}
+reshard onefromtwo 1 fault 2
+reshard twofromone 2 onefromtwo 4
+grep -q "step 6: the 2 replicas hold the same parameters" runs/twofromone/tasks/actor.0.err ||
+  fail "twofromone: the replicas differ after the restore"
+echo "[actor-dp] resharded: 2 ranks' step-2 checkpoint trained on by 1 (step 3 the same), 1's step-4 by 2 (step 5 the same)"
+
+# 4. No leased port for the rendezvous.
 rc=0
 out=$(env -u TANDEM_PORTS TANDEM_RANK=0 TANDEM_WORLD_SIZE=2 TANDEM_CONTROL="unix:$work/nobody.sock" \
   "$BIN/tandem-worker" actor --model runs/grpo-model 2>&1) || rc=$?
 ((rc == 2)) || fail "rank 0 without a port exited $rc: $out"
 grep -q 'give the actor role "ports": 1' <<<"$out" || fail "rank 0 without a port: $out"
 echo "[actor-dp] PASS: two replicas train like one; a replica killed mid-run, both came back from the checkpoint;" \
-  "a rank 0 without a port says so"
+  "checkpoints move between 2 ranks and 1; a rank 0 without a port says so"
