@@ -4,8 +4,9 @@ run_agents.sh): for each job NAME whose OUT/NAME.metrics.jsonl exists
 steps, the mean of every `seconds/`, `tokens/` and `episode/` metric over the
 steps after the first (which warms up), and its base's sft evals when
 OUT/NAME.sft.jsonl exists. Extra JSON files join as named entries. Writes
-OUT/SUMMARY.json and prints it (only a few files under $OUT come back from
-the device; stdout always does).
+OUT/SUMMARY.json and prints one line per entry (its means, its last eval;
+an extra's "mean" when it has one): only a few files under $OUT come back
+from the device, and only the end of stdout does.
 
 Usage: summarize_runs.py OUT SUMMARY NAME... [--with LABEL=FILE ...]
 """
@@ -47,7 +48,11 @@ def main():
         if os.path.exists(path):
             res[label] = json.load(open(path))
     json.dump(res, open(os.path.join(a.out, a.summary + ".json"), "w"), indent=1)
-    print(json.dumps(res, indent=1))
+    for label, r in res.items():
+        line = {"steps_measured": r.get("steps_measured"), "means": r.get("means", r.get("mean"))}
+        if r.get("evals"):
+            line["last_eval"] = r["evals"][-1]
+        print(label + ": " + json.dumps(line, separators=(",", ":"), default=str)[:1500])
 
 
 if __name__ == "__main__":
