@@ -96,6 +96,13 @@ __global__ void __launch_bounds__(kThreads) AdamWKernel(AdamWScalars k, int64_t 
   }
 }
 
+// acc + x², squared exactly in double, each operation rounded on its own.
+template <typename P>
+__device__ __forceinline__ double AddSquare(double acc, P x) {
+  const double f = ToFloat(x);
+  return __dadd_rn(acc, __dmul_rn(f, f));
+}
+
 template <typename P, int V>
 __global__ void __launch_bounds__(kThreads) SumSquaresKernel(int64_t n, const P* __restrict__ x,
                                                              double* __restrict__ partial) {
@@ -105,15 +112,9 @@ __global__ void __launch_bounds__(kThreads) SumSquaresKernel(int64_t n, const P*
     if (V == 1 || i + V <= n) {
       const Pack<P, V> p = *reinterpret_cast<const Pack<P, V>*>(x + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const double f = ToFloat(p.x[j]);
-        acc = __dadd_rn(acc, __dmul_rn(f, f));
-      }
+      for (int j = 0; j < V; ++j) acc = AddSquare(acc, p.x[j]);
     } else {
-      for (int64_t j = i; j < n; ++j) {
-        const double f = ToFloat(x[j]);
-        acc = __dadd_rn(acc, __dmul_rn(f, f));
-      }
+      for (int64_t j = i; j < n; ++j) acc = AddSquare(acc, x[j]);
     }
   }
   for (int offset = 16; offset > 0; offset /= 2) acc = __dadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, offset));

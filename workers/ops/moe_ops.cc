@@ -8,12 +8,12 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
 
 #include "workers/ops/aten_call.h"
+#include "workers/ops/env_choice.h"
 #include "workers/ops/fused_ops.h"
 #include "workers/ops/glue_common.h"
 
@@ -466,14 +466,9 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
 at::Tensor MoePermute(const at::Tensor& x, const MoePermutation& plan) { return PermuteFunction::apply(x, plan); }
 
 MoeExpertsImpl DefaultMoeExpertsImpl(const at::Device& device) {
-  static const char* const kVar = "TANDEM_MOE_EXPERTS";
-  static const std::string value = [] {
-    const char* v = std::getenv(kVar);
-    return std::string(v == nullptr ? "" : v);
-  }();
-  if (!device.is_cuda() || value.empty() || value == "kernels") return MoeExpertsImpl::kKernels;
-  TORCH_CHECK(value == "grouped-mm", kVar, "=", value.substr(0, 64), ": expected kernels or grouped-mm");
-  return MoeExpertsImpl::kGroupedMm;
+  static const MoeExpertsImpl cuda =
+      EnvChoice("TANDEM_MOE_EXPERTS", {"kernels", "grouped-mm"}) == 0 ? MoeExpertsImpl::kKernels : MoeExpertsImpl::kGroupedMm;
+  return device.is_cuda() ? cuda : MoeExpertsImpl::kKernels;
 }
 
 at::Tensor MoeExpertsFfn(const at::Tensor& xp, const MoePermutation& plan, const at::Tensor& w_gate_up,

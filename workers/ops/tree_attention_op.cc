@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
+#include "workers/ops/env_choice.h"
 #include "workers/ops/glue_common.h"
 #include "workers/ops/tree_attention_varlen.h"
 #include "kernels/tree_attention/tree_attention.h"
@@ -206,19 +206,12 @@ class TreeAttentionFunction : public torch::autograd::Function<TreeAttentionFunc
 }  // namespace
 
 TreeAttentionImpl DefaultCudaTreeAttentionImpl() {
-  static const char* const kVar = "TANDEM_TREE_ATTENTION";
-  static const std::string value = [] {
-    const char* v = std::getenv(kVar);
-    return std::string(v == nullptr ? "" : v);
-  }();
-  if (value.empty() || value == "tiles") return TreeAttentionImpl::kTiles;
-  if (value == "varlen-flash") return TreeAttentionImpl::kVarlenFlash;
-  if (value == "varlen-split-flash") return TreeAttentionImpl::kVarlenSplitFlash;
-  if (value == "varlen-reference") return TreeAttentionImpl::kVarlenReference;
-  if (value == "varlen-split-reference") return TreeAttentionImpl::kVarlenSplitReference;
-  TORCH_CHECK(false, kVar, "=", value.substr(0, 64),
-              ": expected tiles, varlen-flash, varlen-split-flash, varlen-reference or varlen-split-reference");
-  return TreeAttentionImpl::kTiles;
+  static const TreeAttentionImpl kChoices[] = {TreeAttentionImpl::kTiles, TreeAttentionImpl::kVarlenFlash,
+                                               TreeAttentionImpl::kVarlenSplitFlash, TreeAttentionImpl::kVarlenReference,
+                                               TreeAttentionImpl::kVarlenSplitReference};
+  static const TreeAttentionImpl impl = kChoices[EnvChoice(
+      "TANDEM_TREE_ATTENTION", {"tiles", "varlen-flash", "varlen-split-flash", "varlen-reference", "varlen-split-reference"})];
+  return impl;
 }
 
 at::Tensor TreeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
