@@ -2,7 +2,7 @@
 // backends/local/local_executor.h). Depends on libc only; linked statically
 // where possible so it starts fast.
 //
-//   tandem-exec [--exit-path FILE] [--cgroup DIR] -- COMMAND [ARG...]
+//   tandem-exec [--exit-path FILE] [--cgroup DIR] [--shm-dir DIR] -- COMMAND [ARG...]
 //   tandem-exec --probe-cgroup DIR
 //
 // The local executor spawns this shim as a session leader (its own session
@@ -22,7 +22,16 @@
 //      cannot be executed gives exit_code 127 and detail "exec failed: <why>";
 //      marker is the task's TANDEM_TASK_MARK, so a record left by an earlier
 //      run at the same path is never mistaken for this one;
-//   4. ends the way the command ended: the same exit code, or the same
+//   4. before the record, removes the shared-memory weight segments the
+//      task's publishers left (killed, they cannot unlink them; docs/
+//      weights.md "The shm segment"): DIR/tandem-<job>-<task>-v<digits>
+//      of its own TANDEM_JOB_ID and TANDEM_TASK_ID only (bytes outside
+//      [A-Za-z0-9._] as '_', an empty id as "_": workers/weights/
+//      shm_segment.h's names), DIR being --shm-dir, default /dev/shm. So on
+//      every host of every backend a task's segments go with it, before
+//      anyone learns it ended (a restarted publisher of the same task
+//      starts after);
+//   5. ends the way the command ended: the same exit code, or the same
 //      signal (core dumps off).
 // The record is how a restarted daemon learns how a task ended while it was
 // down; the daemon treats it as authoritative.
@@ -30,6 +39,7 @@
 // --probe-cgroup DIR moves the shim itself into DIR and exits 0 (1 with the
 // reason on stderr): the executor's start-up check that it may move
 // processes into its cgroups, which only a real move proves.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -134,6 +144,35 @@ void WriteExitRecord(const char* path, int exit_code, int sig, const char* detai
   // is what the record is for; after a machine crash the task is gone anyway.
 }
 
+void AddSegmentId(Buf& b, const char* id) {
+  if (!*id) b.Add("_");
+  for (; *id; ++id) {
+    const char c = *id;
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_';
+    const char one[2] = {keep ? c : '_', '\0'};
+    b.Add(one);
+  }
+}
+
+// Step 4 above: unlinks dir/tandem-<job>-<task>-v<digits> of this task.
+void RemoveWeightSegments(const char* dir) {
+  const char* job = getenv("TANDEM_JOB_ID");
+  const char* task = getenv("TANDEM_TASK_ID");
+  if (!job || !task) return;  // not a tandem task
+  Buf prefix;
+  prefix.Add("tandem-"); AddSegmentId(prefix, job); prefix.Add("-"); AddSegmentId(prefix, task); prefix.Add("-v");
+  DIR* d = opendir(dir);
+  if (!d) return;
+  while (const dirent* e = readdir(d)) {
+    if (strncmp(e->d_name, prefix.data, prefix.len) != 0 || e->d_name[prefix.len] == '\0') continue;
+    bool digits = true;
+    for (const char* c = e->d_name + prefix.len; *c; ++c) digits = digits && *c >= '0' && *c <= '9';
+    if (digits && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+      Say("cannot remove weight segment ", e->d_name, ": ", strerror(errno));
+  }
+  closedir(d);
+}
+
 [[noreturn]] void EndLike(int exit_code, int sig) {
   if (sig > 0) {
     rlimit no_core{0, 0};
@@ -231,6 +270,7 @@ Launched Launch(char** cmd, const char* cgroup) {
 int main(int argc, char** argv) {
   const char* exit_path = nullptr;
   const char* cgroup = nullptr;
+  const char* shm_dir = "/dev/shm";
   int i = 1;
   if (argc == 3 && strcmp(argv[1], "--probe-cgroup") == 0) {
     if (JoinCgroup(argv[2]) != 0) {
@@ -244,11 +284,13 @@ int main(int argc, char** argv) {
       exit_path = argv[++i];
     } else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) {
       cgroup = argv[++i];
+    } else if (strcmp(argv[i], "--shm-dir") == 0 && i + 1 < argc) {
+      shm_dir = argv[++i];
     } else if (strcmp(argv[i], "--") == 0) {
       ++i;
       break;
     } else {
-      Say("usage: tandem-exec [--exit-path FILE] [--cgroup DIR] -- COMMAND [ARG...]");
+      Say("usage: tandem-exec [--exit-path FILE] [--cgroup DIR] [--shm-dir DIR] -- COMMAND [ARG...]");
       WriteExitRecord(exit_path, 127, 0, "tandem-exec: bad arguments");
       return 127;
     }
@@ -303,6 +345,7 @@ int main(int argc, char** argv) {
     }
     kill(-child, s);  // forward to the command's process group
   }
+  RemoveWeightSegments(shm_dir);
 
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);

@@ -2,7 +2,8 @@
 // environment layering end to end, 200 concurrent tasks on leased ports,
 // killing a tree with an escaped (setsid, double-forked) grandchild, orphan
 // reaping as child subreaper, pid-reuse detection on re-attach, the exit
-// record, and no fd leaks over 1000 tasks.
+// record, no fd leaks over 1000 tasks, and the shim removing its task's
+// shared-memory weight segments when the command dies.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -46,6 +47,31 @@ size_t OpenFdCount() {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
   return n;
+}
+
+// tandem-exec, run as any backend runs it, around a command that leaves a
+// weight segment and is SIGKILLed: the task's segments are gone
+// (tandem-<job>-<task>-v<digits>, the ids' bytes outside [A-Za-z0-9._] as
+// '_'), nobody else's, and nothing that only looks like one.
+TEST(ExecShim, RemovesItsTasksWeightSegmentsWhenTheCommandDies) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tandem_shim_shm_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string mine = "tandem-j_1-actor_0-v";
+  const std::vector<std::string> gone = {mine + "3", mine + "12"};
+  const std::vector<std::string> kept = {mine + "3x", mine, "tandem-j_1-actor_1-v3", "tandem-j_2-actor_0-v3",
+                                         "tandem-j_1-actor_0-v3.tmp"};
+  for (const std::vector<std::string>* names : {&gone, &kept})
+    for (const std::string& n : *names) std::ofstream(dir / n) << "x";
+  const std::string cmd = "env TANDEM_JOB_ID='j/1' TANDEM_TASK_ID='actor 0' '" + ShimPath().string() + "' --shm-dir '" +
+                          dir.string() + "' -- sh -c 'echo x > \"$0/" + mine + "7\"; kill -KILL $$' '" + dir.string() + "'";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFSIGNALED(rc) || (WIFEXITED(rc) && WEXITSTATUS(rc) == 128 + SIGKILL)) << "status " << rc;
+  EXPECT_FALSE(std::filesystem::exists(dir / (mine + "7"))) << "the segment the command made";
+  for (const std::string& n : gone) EXPECT_FALSE(std::filesystem::exists(dir / n)) << n;
+  for (const std::string& n : kept) EXPECT_TRUE(std::filesystem::exists(dir / n)) << n;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LocalExecutorCreate, FailsWithoutTheShim) {

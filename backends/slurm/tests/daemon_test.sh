@@ -8,6 +8,8 @@
 #                 its output, and no step is left.
 #   ctld-restart  slurmctld is killed with SIGKILL mid-job and started again;
 #                 the job still finishes, each step ran exactly once.
+# In both, the actor leaves a shm weight segment named like a publisher's;
+# it is gone once its step ended (tandem-exec removes it on the node).
 #
 # Usage: daemon_test.sh restart|ctld-restart. Skips (77) without the cluster;
 # fails with TANDEM_SERVICES_REQUIRED=1.
@@ -37,7 +39,7 @@ cat >"$SCRATCH/job.json" <<'JSON'
   "env": {"JOB_LAYER": "job"},
   "roles": {
     "actor": {
-      "command": ["sh", "-c", "sleep 12; echo actor CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ACTOR_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
+      "command": ["sh", "-c", "id() { printf %s \"$1\" | tr -c 'A-Za-z0-9._' _; }; echo x > /dev/shm/tandem-$(id \"$TANDEM_JOB_ID\")-$(id \"$TANDEM_TASK_ID\")-v1; sleep 12; echo actor CVD=$CUDA_VISIBLE_DEVICES role=$TANDEM_ROLE layer=$JOB_LAYER mine=$ACTOR_ONLY step=$SLURM_JOB_ID.$SLURM_STEP_ID"],
       "gpus_per_replica": 2,
       "env": {"ACTOR_ONLY": "a"}
     },
@@ -56,6 +58,11 @@ id=$(T submit "$SCRATCH/job.json" | tail -1)
 [[ -n "$id" ]] || fail "submit printed no job id"
 wait_for 30 "two steps of the job running" bash -c "[[ \$(squeue -h --steps -j $job -o %j | grep -vc '^batch$') -ge 2 ]]"
 pass "job $id runs as steps of allocation $job"
+# The actor leaves a weight segment as a publisher killed mid-run would;
+# tandem-exec removes it when the step ends (docs/weights.md "The shm segment").
+segment=/dev/shm/tandem-$(printf %s "$id" | tr -c 'A-Za-z0-9._' _)-$(printf %s "$id.actor.0" | tr -c 'A-Za-z0-9._' _)-v1
+CLEANUPS+=("rm -f $segment")
+wait_for 10 "the actor's segment $segment" test -e "$segment"
 
 case $CASE in
   restart)
@@ -89,5 +96,7 @@ echo "$actor"; echo "$rollout"
 [[ "$rollout" == *"rollout CVD=0,1 role=rollout layer=job mine=r step=$job."* ]] || fail "rollout output: $rollout"
 [[ $(grep -c . <<<"$actor") == 1 && $(grep -c . <<<"$rollout") == 1 ]] || fail "a step ran more than once"
 pass "job succeeded; both roles ran once, saw the same devices and their own environment"
+[[ ! -e $segment ]] || fail "the actor's weight segment $segment outlived its step"
+pass "the actor's weight segment went with its step"
 wait_for 10 "no step left" bash -c "[[ \$(squeue -h --steps -j $job -o %j | grep -vc '^batch$') == 0 ]]"
 pass "no step left"
