@@ -87,7 +87,12 @@ class MultiHostTest : public NetnsTest {
 TEST_F(MultiHostTest, ColocatedJobRunsAcrossNodesAndLogsAreServed) {
   Up(2.0);
   // Three colocation groups (logical GPUs 0, 1, 2), each an actor and a rollout.
-  json role = {{"command", {"bash", "-c", Recorder()}}, {"replicas", 3}, {"gpus_per_replica", 1}};
+  // Each task also leaves a shm weight segment named as its publisher's would
+  // be (docs/weights.md "The shm segment") and says where in <dir>/<task>.segment.
+  const std::string segment =
+      "id() { printf %s \"$1\" | tr -c 'A-Za-z0-9._' _; }; seg=/dev/shm/tandem-$(id \"$TANDEM_JOB_ID\")-$(id "
+      "\"$TANDEM_TASK_ID\")-v1; echo x > $seg; echo $seg > " + dir_.string() + "/$TANDEM_ROLE.$TANDEM_RANK.segment; ";
+  json role = {{"command", {"bash", "-c", segment + Recorder()}}, {"replicas", 3}, {"gpus_per_replica", 1}};
   json rollout = role;
   rollout["colocate_with"] = "actor";
   json spec = {{"name", "colocated"}, {"backend", {{"kind", "redis"}}}, {"devices", {{"count", 3}}},
@@ -117,10 +122,21 @@ TEST_F(MultiHostTest, ColocatedJobRunsAcrossNodesAndLogsAreServed) {
     body = logs.ok() ? logs->body : logs.status().ToString();
     return body.find("started on " + rollout_host->ip) != std::string::npos;
   }, std::chrono::seconds(10))) << body;
+  std::vector<std::string> segments;
+  for (const char* t : {"actor.0", "actor.1", "actor.2", "rollout.0", "rollout.1", "rollout.2"}) {
+    ASSERT_TRUE(WaitFor([&] { return Lines(dir_ / (std::string(t) + ".segment")).size() == 1; })) << t;
+    segments.push_back(Lines(dir_ / (std::string(t) + ".segment"))[0]);
+    EXPECT_TRUE(fs::exists(segments.back())) << segments.back();
+  }
   Go();
   EXPECT_EQ(daemon_->WaitJob(id), "succeeded") << daemon_->Job(id).dump(2);
   for (const char* t : {"actor.0", "actor.1", "actor.2", "rollout.0", "rollout.1", "rollout.2"})
     EXPECT_EQ(Lines(dir_ / (std::string(t) + ".launches")).size(), 1u) << t;
+  // Each agent's tandem-exec removed its task's segment when the task ended.
+  for (const std::string& seg : segments) {
+    EXPECT_FALSE(fs::exists(seg)) << seg << " outlived its task";
+    fs::remove(seg);
+  }
 }
 
 TEST_F(MultiHostTest, KilledAgentsTasksDieAndAreRestartedElsewhere) {
