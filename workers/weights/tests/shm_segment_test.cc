@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -170,6 +172,40 @@ TEST(ShmSegmentTest, LastExpectedAckUnlinks) {
   EXPECT_TRUE(b->Acknowledge().ok());
   EXPECT_EQ(SegmentSize(name).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(b->VerifyDigest().ok()) << "a mapping stays readable after the unlink";
+}
+
+// A /dev/shm with no room: a tmpfs of 1 MiB mounted over it in a private
+// mount namespace (this test re-run inside `unshare -m`; skipped where that
+// is not allowed). A version larger than the room is ResourceExhausted
+// naming /dev/shm and leaves no segment behind; the version published
+// before it still opens and verifies, and a smaller one still publishes.
+TEST(ShmSegmentTest, AFullDevShmIsResourceExhaustedAndLeavesNothing) {
+  if (std::getenv("TANDEM_SHM_FULL_INSIDE") == nullptr) {
+    if (std::system("unshare -m --propagation private true 2>/dev/null") != 0)
+      GTEST_SKIP() << "needs a private mount namespace (root and unshare)";
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const std::string cmd = "TANDEM_SHM_FULL_INSIDE=1 unshare -m --propagation private sh -c "
+                            "'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" "
+                            "--gtest_filter=ShmSegmentTest.AFullDevShmIsResourceExhaustedAndLeavesNothing' '" + self + "'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << "the run inside the namespace failed (its output is above)";
+    return;
+  }
+  const std::string before = UniqueName("room"), big = UniqueName("full");
+  const uint64_t digest = Publish(before, SmallManifest(), 0);
+  WeightManifest m;
+  m.version = 6;
+  m.buffers = {{model::DType::kF32, uint64_t{2} << 20}};
+  m.tensors = {{"w", model::DType::kF32, {512 * 1024}, 0, 0}};
+  auto seg = ShmSegment::Create(big, m, 0);
+  ASSERT_FALSE(seg.ok()) << "2 MiB published into a 1 MiB /dev/shm";
+  EXPECT_EQ(seg.status().code(), StatusCode::kResourceExhausted) << seg.status().ToString();
+  EXPECT_NE(seg.status().message().find("/dev/shm has no room"), std::string::npos) << seg.status().message();
+  EXPECT_EQ(SegmentSize(big).status().code(), StatusCode::kNotFound) << "the failed version left its segment";
+  auto old = ShmSegment::Open(before);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_TRUE(old->VerifyDigest().ok());
+  EXPECT_NE(digest, 0u);
+  EXPECT_NE(Publish(UniqueName("after"), SmallManifest(), 0), 0u);
 }
 
 TEST(ShmSegmentTest, NamesAreValidated) {
