@@ -36,6 +36,9 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--final-lr-ratio", o_.final_lr_ratio, "lr at the end, as a fraction of the peak")->capture_default_str();
   s->add_option("--weight-decay", o_.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
   AddOptimizerFlags(s, o_.optimizer);
+  s->add_flag("--optimizer-shard", o_.optimizer_shard,
+              "with replicas: each keeps AdamW's state of 1/N of the parameters and the updated parameters are "
+              "gathered (ZeRO-1; adamw only)");
   s->add_option("--max-grad-norm", o_.max_grad_norm, "clip the gradient's global norm (0: off)")->capture_default_str();
   s->add_option("--micro-batch-tokens", o_.micro_batch_tokens, "compact tokens per micro-batch (0: one per step)");
   s->add_flag("--no-tree-packing", no_tree_packing_, "pack every sequence whole (same losses; for comparison)");

@@ -42,6 +42,7 @@ struct ActorOptions {
   double weight_decay = 0.0;
   double max_grad_norm = 1.0;
   OptimizerFlags optimizer;          // AdamW's residency (optimizer_flags.h)
+  bool optimizer_shard = false;      // AdamW's state sharded across the replicas (ZeRO-1)
   int64_t micro_batch_tokens = 0;    // 0: one micro-batch per step
   bool tree_packing = true;
 

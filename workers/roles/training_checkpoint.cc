@@ -117,6 +117,9 @@ StatusOr<checkpoint::CommittedCheckpoint> SaveTrainingCheckpoint(checkpoint::Che
       in.progress["step"].get<int64_t>() < 0)
     return Internal(what + ": the progress has no step");
   const uint64_t step = in.progress["step"].get<uint64_t>();
+  const train::OptimizerState trainer = in.optimizer->State();
+  if (in.optimizer->sharded() && trainer.steps > 0 && trainer.tensors.empty())
+    return FailedPrecondition(what + ": the optimizer's sharded state was not gathered for this step (GatherState)");
   TANDEM_ASSIGN_OR_RETURN(checkpoint::PendingCheckpoint pending, writer.Begin(step, step), what);
   TANDEM_RETURN_IF_ERROR(pending.AddDirectory(kModelDir,
                                               [&](const std::string& dir) -> Status {
@@ -124,7 +127,6 @@ StatusOr<checkpoint::CommittedCheckpoint> SaveTrainingCheckpoint(checkpoint::Che
                                                 return in.write_tokenizer(dir);
                                               }),
                          what);
-  const train::OptimizerState trainer = in.optimizer->State();
   const std::map<std::string, at::Tensor> rng = train::SaveRngStates(in.model->device());
   TANDEM_RETURN_IF_ERROR(pending.AddWrittenFile(kTrainerTensors,
                                                 [&](const std::string& path) {

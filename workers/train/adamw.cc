@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "kernels/adamw/adamw.h"
 #include "workers/ops/glue_common.h"
+#include "workers/train/data_parallel.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -120,11 +122,30 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
 #endif
   o->fused_ = options.fused && kernel_takes;
   std::vector<StateSlabs::Item> items;
-  for (size_t i = 0; i < params.slots().size(); ++i) {
-    const model::ParameterSet::Slot& s = params.slots()[i];
-    if (!options.takes || options.takes(s)) items.push_back({i, s.name, s.leaf.numel(), 1});
+  for (size_t i = 0; i < params.slots().size(); ++i)
+    if (!options.takes || options.takes(params.slots()[i])) o->taken_.push_back(i);
+  if (o->taken_.empty()) return InvalidArgument("adamw: it takes none of the parameters");
+  int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();  // the elements this rank owns
+  if (options.shard != nullptr && options.shard->world_size() > 1) {
+    if (options.takes) return InvalidArgument("adamw: a sharded state needs AdamW on every parameter (not beside Muon)");
+    o->shard_ = options.shard;
+    int64_t total = 0;
+    for (const model::ParameterSet::Slot& s : params.slots()) total += s.leaf.numel();
+    const int64_t r = options.shard->rank(), n = options.shard->world_size();
+    if (total < n) return InvalidArgument("adamw: " + std::to_string(total) + " parameters cannot be sharded over " +
+                                          std::to_string(n) + " ranks");
+    lo = total / n * r + std::min(r, total % n);
+    hi = lo + total / n + (r < total % n ? 1 : 0);
   }
-  if (items.empty()) return InvalidArgument("adamw: it takes none of the parameters");
+  for (int64_t at = 0; const size_t i : o->taken_) {
+    const model::ParameterSet::Slot& s = params.slots()[i];
+    const int64_t n = s.leaf.numel(), b = std::max(lo, at), e = std::min(hi, at + n);
+    if (b < e) {
+      items.push_back({i, s.name, e - b, 1});
+      o->begin_.push_back(b - at);
+    }
+    at += n;
+  }
   TANDEM_ASSIGN_OR_RETURN(o->slabs_,
                           StateSlabs::Create(std::move(items), o->master_ ? 3 : 2, options.staging, first.device(),
                                              std::move(buffers)),
@@ -134,7 +155,7 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
     c10::NoGradGuard no_grad;
     if (o->master_) {
       for (size_t i = 0; i < o->slabs_->items().size(); ++i)
-        o->slabs_->View(2, i).copy_(params.slots()[o->slabs_->items()[i].slot].leaf.detach().reshape({-1}));
+        o->slabs_->View(2, i).copy_(o->Owned(params.slots()[o->slabs_->items()[i].slot].leaf.detach(), i));
     }
   } catch (const std::exception& e) {
     return Internal(std::string("adamw: initialising its state: ") + e.what());
@@ -142,11 +163,16 @@ StatusOr<std::unique_ptr<AdamW>> AdamW::Create(model::ParameterSet& params, cons
   return o;
 }
 
+at::Tensor AdamW::Owned(const at::Tensor& slot_tensor, size_t item) const {
+  return slot_tensor.reshape({-1}).narrow(0, begin_[item], slabs_->items()[item].numel);
+}
+
 void AdamW::Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr,
                    double grad_scale) {
   const model::ParameterSet::Slot& s = params_.slots()[slabs_->items()[piece.item].slot];
-  const at::Tensor p = s.leaf.detach().view({-1}).narrow(0, piece.begin, piece.length);
-  at::Tensor g = s.leaf.grad().view({-1}).narrow(0, piece.begin, piece.length);
+  const int64_t at = begin_[piece.item] + piece.begin;
+  const at::Tensor p = s.leaf.detach().view({-1}).narrow(0, at, piece.length);
+  at::Tensor g = s.leaf.grad().view({-1}).narrow(0, at, piece.length);
   const at::Tensor &m = state[0], &v = state[1];
   const at::Tensor& w = master_ ? state[2] : p;
   const double weight_decay = s.leaf.dim() >= 2 ? adamw_.weight_decay : 0.0;
@@ -186,7 +212,7 @@ StatusOr<double> AdamW::Step(double lr) {
   // The kernel scales the gradients as it reads them when AdamW owns every
   // slot; otherwise (unfused, or another optimizer reads the other slots'
   // gradients) ClipGradNorm scales them in place.
-  const bool kernel_clips = fused_ && slabs_->items().size() == params_.slots().size();
+  const bool kernel_clips = fused_ && taken_.size() == params_.slots().size();
   TANDEM_ASSIGN_OR_RETURN(const double norm,
                           kernel_clips ? GradNorm(params_) : ClipGradNorm(params_, adamw_.max_grad_norm), "adamw step");
   const double grad_scale = kernel_clips ? ClipScale(norm, adamw_.max_grad_norm) : 1.0;
@@ -199,10 +225,61 @@ StatusOr<double> AdamW::Step(double lr) {
     return Internal(std::string("adamw step: ") + e.what());
   }
   ++steps_;
+  if (shard_ != nullptr) TANDEM_RETURN_IF_ERROR(GatherParameters(), "adamw step");
   return norm;
 }
 
+Status AdamW::GatherParameters() {
+  try {
+    c10::NoGradGuard no_grad;
+    const std::vector<StateSlabs::Item>& items = slabs_->items();
+    for (size_t i = 0, k = 0; i < params_.slots().size(); ++i) {
+      const at::Tensor flat = params_.slots()[i].leaf.detach().view({-1});
+      int64_t b = 0, e = 0;  // what this rank owns of the slot
+      if (k < items.size() && items[k].slot == i) {
+        b = begin_[k];
+        e = b + items[k].numel;
+        ++k;
+      }
+      if (b > 0) flat.narrow(0, 0, b).fill_(-0.0);
+      if (e < flat.numel()) flat.narrow(0, e, flat.numel() - e).fill_(-0.0);
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("gathering the parameters: ") + e.what());
+  }
+  std::vector<at::Tensor> buffers = params_.buffers();
+  return shard_->AllReduceSum(buffers).WithContext("gathering the parameters");
+}
+
+Status AdamW::GatherState() {
+  if (shard_ == nullptr) return Status::Ok();
+  gathered_ = {steps_, {}};
+  if (steps_ == 0) return Status::Ok();
+  const std::vector<StateSlabs::Item>& items = slabs_->items();
+  const at::Device device = params_.slots().front().leaf.device();
+  try {
+    c10::NoGradGuard no_grad;
+    for (size_t i = 0, k = 0; i < params_.slots().size(); ++i) {
+      const model::ParameterSet::Slot& s = params_.slots()[i];
+      const bool owns = k < items.size() && items[k].slot == i;
+      for (int kind = 0; kind < (master_ ? 3 : 2); ++kind) {
+        std::vector<at::Tensor> whole = {at::full({s.leaf.numel()}, -0.0, at::TensorOptions().dtype(at::kFloat).device(device))};
+        if (owns) whole[0].narrow(0, begin_[k], items[k].numel).copy_(slabs_->View(kind, k));
+        TANDEM_RETURN_IF_ERROR(shard_->AllReduceSum(whole), "gathering the optimizer's state");
+        if (shard_->rank() != 0) continue;  // rank 0 writes checkpoints
+        static const char* const kNames[] = {"exp_avg/", "exp_avg_sq/", "master/"};
+        gathered_.tensors[kNames[kind] + s.name] = whole[0].cpu().view(s.leaf.sizes());
+      }
+      k += owns ? 1 : 0;
+    }
+  } catch (const std::exception& e) {
+    return Internal(std::string("gathering the optimizer's state: ") + e.what());
+  }
+  return Status::Ok();
+}
+
 OptimizerState AdamW::State() const {
+  if (shard_ != nullptr) return gathered_.steps == steps_ ? gathered_ : OptimizerState{steps_, {}};
   OptimizerState out;
   out.steps = steps_;
   if (steps_ == 0) return out;
@@ -217,7 +294,7 @@ OptimizerState AdamW::State() const {
 
 Status AdamW::Restore(const OptimizerState& in) {
   const std::vector<StateSlabs::Item>& items = slabs_->items();
-  const size_t owned = items.size();
+  const size_t owned = taken_.size();
   if (in.steps < 0) return InvalidArgument("optimizer state: negative step count");
   if (in.tensors.empty() != (in.steps == 0))
     return InvalidArgument("optimizer state: " + std::to_string(in.steps) + " steps but " +
@@ -229,10 +306,11 @@ Status AdamW::Restore(const OptimizerState& in) {
       return InvalidArgument("optimizer state: " + std::to_string(in.tensors.size()) + " optimizer tensors, AdamW has " +
                              std::to_string(owned) + " parameters (two moments each" +
                              (master_ ? ", and their fp32 masters" : "") + ")");
-    for (const StateSlabs::Item& item : items) {
-      const at::IntArrayRef shape = params_.slots()[item.slot].leaf.sizes();
-      std::vector<std::string> names = {"exp_avg/" + item.name, "exp_avg_sq/" + item.name};
-      if (with_master) names.push_back("master/" + item.name);
+    for (const size_t slot : taken_) {
+      const model::ParameterSet::Slot& s = params_.slots()[slot];
+      const at::IntArrayRef shape = s.leaf.sizes();
+      std::vector<std::string> names = {"exp_avg/" + s.name, "exp_avg_sq/" + s.name};
+      if (with_master) names.push_back("master/" + s.name);
       for (const std::string& name : names) {
         const auto it = in.tensors.find(name);
         if (it == in.tensors.end()) return InvalidArgument("optimizer state: no tensor \"" + name + "\"");
@@ -243,14 +321,14 @@ Status AdamW::Restore(const OptimizerState& in) {
   }
   try {
     c10::NoGradGuard no_grad;
-    for (size_t i = 0; i < owned; ++i) {
+    for (size_t i = 0; i < items.size(); ++i) {
       const std::string& name = items[i].name;
       auto put = [&](int kind, const std::string& key) {
         const auto it = in.tensors.find(key);
         if (it == in.tensors.end()) {
           slabs_->View(kind, i).zero_();
         } else {
-          slabs_->View(kind, i).copy_(it->second.reshape({-1}));
+          slabs_->View(kind, i).copy_(Owned(it->second, i));
         }
       };
       put(0, "exp_avg/" + name);
@@ -259,7 +337,7 @@ Status AdamW::Restore(const OptimizerState& in) {
         if (with_master) {
           put(2, "master/" + name);
         } else {
-          slabs_->View(2, i).copy_(params_.slots()[items[i].slot].leaf.detach().reshape({-1}));
+          slabs_->View(2, i).copy_(Owned(params_.slots()[items[i].slot].leaf.detach(), i));
         }
       }
     }
@@ -267,6 +345,7 @@ Status AdamW::Restore(const OptimizerState& in) {
     return Internal(std::string("optimizer state: ") + e.what());
   }
   steps_ = in.steps;
+  gathered_ = {};
   return Status::Ok();
 }
 

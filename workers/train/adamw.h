@@ -28,6 +28,21 @@
 // for bit native's when fused, equal up to the vectorised kernels' tails
 // when not (tests bound it).
 //
+// Sharded (ZeRO-1; docs/optimizers.md "Sharded state"): with `shard` a
+// group of N > 1 data-parallel ranks, AdamW owning every parameter, rank r
+// keeps the state of elements [r·T/N, (r+1)·T/N) of the parameters taken
+// in slot order (T in all; a slot may be cut between ranks) and updates
+// those only; then every rank's other elements are set to -0.0 and the
+// parameter buffers summed over the ranks (x + -0.0 is x, for every x): the
+// owners' values, exactly, everywhere. The gradients are every rank's sum
+// already (data_parallel.h), so the clip is the same on every rank. The
+// state's memory is 1/N of the replicated one's, native or staged.
+// GatherState() (collective: every rank at the same step) assembles the
+// whole state for State(), which a sharded AdamW returns only for the step
+// gathered (empty otherwise: a checkpoint refuses it). Restore takes the
+// whole state and keeps its range: a checkpoint of any number of ranks
+// restores into any number.
+//
 // State() / Restore(): the checkpoint's view, by slot name:
 // "exp_avg/<slot>", "exp_avg_sq/<slot>" (the names LibTorch's AdamW state
 // was saved under before: those checkpoints restore) and "master/<slot>"
@@ -53,6 +68,8 @@
 
 namespace tandem::train {
 
+class GradientAllReduce;
+
 struct AdamWOptions {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
@@ -62,6 +79,9 @@ struct AdamWOptions {
   // The slots it updates (empty: every slot); the others are another
   // optimizer's (Muon's matrices: muon.h) and have no state here.
   std::function<bool(const model::ParameterSet::Slot&)> takes;
+  // Sharded across these ranks when there are several (above; not owned,
+  // outlives the optimizer). Only with `takes` empty.
+  GradientAllReduce* shard = nullptr;
 };
 // InvalidArgument naming the option: weight decay and clip >= 0, betas in
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
@@ -95,6 +115,8 @@ class AdamW final : public Optimizer {
 
   OptimizerState State() const override;  // the tensors alias the optimizer's (copy before the next Step)
   Status Restore(const OptimizerState& state) override;
+  bool sharded() const override { return shard_ != nullptr; }
+  Status GatherState() override;
   Status Release() override;
   Status Resume() override;
   int64_t device_bytes() const override { return slabs_->device_bytes(); }
@@ -105,12 +127,20 @@ class AdamW final : public Optimizer {
   AdamW(model::ParameterSet& params, AdamWOptions options);
   // grad_scale: the clip's factor, still to be applied (fused only).
   void Update(const StateSlabs::Piece& piece, const std::vector<at::Tensor>& state, double lr, double grad_scale);
+  // Sharded: the other ranks' elements from them (above).
+  Status GatherParameters();
+  // Item i's elements of its slot's parameter, flat.
+  at::Tensor Owned(const at::Tensor& slot_tensor, size_t item) const;
 
   model::ParameterSet& params_;
   AdamWOptions adamw_;
   bool master_ = false;               // bf16/fp16 parameters
   bool fused_ = false;                // the kernel takes these parameters (and options.fused)
   std::unique_ptr<StateSlabs> slabs_; // exp_avg, exp_avg_sq[, master] of the slots it takes
+  std::vector<int64_t> begin_;        // per item: where its elements start in its slot (0 unsharded)
+  std::vector<size_t> taken_;         // the slots AdamW updates (sharded: every slot)
+  GradientAllReduce* shard_ = nullptr; // sharded only
+  OptimizerState gathered_;           // sharded: GatherState's, for State()
   int64_t steps_ = 0;
 };
 

@@ -310,9 +310,13 @@ int64_t Muon::resident_bytes() const {
 
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice) {
   if (choice.name == "adamw") {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> o, AdamW::Create(params, choice.adamw));
+    AdamWOptions adamw = choice.adamw;
+    if (choice.shard_state) adamw.shard = choice.data_parallel;
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<AdamW> o, AdamW::Create(params, adamw));
     return std::unique_ptr<Optimizer>(std::move(o));
   }
+  if (choice.shard_state)
+    return InvalidArgument("--optimizer-shard: AdamW's state only (Muon already shares its matrices among the ranks)");
   if (choice.name == "muon") {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Muon> o, Muon::Create(params, choice.muon, choice.adamw, choice.data_parallel));
     return std::unique_ptr<Optimizer>(std::move(o));
@@ -335,6 +339,8 @@ StatusOr<OptimizerChoice> ChooseOptimizer(const std::string& name, double muon_l
   return c;
 }
 
-std::string Describe(const OptimizerChoice& c) { return c.name + ", state " + Describe(c.adamw.staging); }
+std::string Describe(const OptimizerChoice& c) {
+  return c.name + ", state " + Describe(c.adamw.staging) + (c.shard_state ? ", sharded across the data-parallel ranks" : "");
+}
 
 }  // namespace tandem::train

@@ -146,6 +146,7 @@ struct OptimizerChoice {
   AdamWOptions adamw;
   MuonOptions muon;
   GradientAllReduce* data_parallel = nullptr;  // muon: its ranks share the matrices (not owned)
+  bool shard_state = false;  // adamw: its state sharded across data_parallel's ranks (adamw.h "Sharded")
 };
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice);
 

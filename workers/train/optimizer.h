@@ -38,6 +38,11 @@ class Optimizer {
   virtual int64_t steps() const = 0;
   virtual OptimizerState State() const = 0;  // the tensors alias the optimizer's (copy before the next Step)
   virtual Status Restore(const OptimizerState& state) = 0;
+  // A state sharded across data-parallel ranks (adamw.h "Sharded"):
+  // GatherState() is then collective (every rank, at the same step, before
+  // rank 0's checkpoint reads State()); a no-op otherwise.
+  virtual bool sharded() const { return false; }
+  virtual Status GatherState() { return Status::Ok(); }
   virtual Status Release() = 0;
   virtual Status Resume() = 0;
   virtual int64_t device_bytes() const = 0;

@@ -12,15 +12,16 @@
 #      (the same weights and seeds: the same samples) logs the same reward
 #      and response length and the same grad norm and entropy up to the
 #      reduction order (1e-4 relative) in both runs;
-#   2. two replicas, a checkpoint every 2 steps, handoff.on_fault
+#   2. two replicas, AdamW's state sharded between them (--optimizer-shard,
+#      gathered for each checkpoint), a checkpoint every 2 steps, handoff.on_fault
 #      "restart": once step 3's line is written, replica 1 is killed with
 #      SIGKILL; rank 0's next collective fails, the daemon restarts both,
 #      they meet again and resume from step 2's checkpoint; the job ends
 #      succeeded, steps 1..6 in metrics.jsonl once each;
 #   3. resharding (issue #17): the fault run's step-2 checkpoint restored
 #      into one actor (2 ranks -> 1), which trains steps 3..6; that run's
-#      step-4 checkpoint restored into two replicas (1 -> 2), which train
-#      5..6. A step after a restore starts from the same weights as the
+#      step-4 checkpoint restored into two replicas (1 -> 2, each keeping
+#      its half of AdamW's state), which train 5..6. A step after a restore starts from the same weights as the
 #      step it repeats: the same reward and response length, the grad norm
 #      and entropy up to the reduction order (1e-4 relative);
 #   4. a rank 0 of two without a leased port exits 2 naming what the role
@@ -75,7 +76,7 @@ same_step "$a" "$b" || fail "step 1 differs between one actor and two replicas"
 
 # 2. Replica 1 killed mid-run, on_fault restart.
 six_steps='.roles.actor.args |= (map(if . == "4" then "6" else . end) + ["--checkpoint-dir", "checkpoints",
-                "--checkpoint-every", "2", "--keep-checkpoints", "3", "--phase-timeout", "120"])'
+                "--checkpoint-every", "2", "--keep-checkpoints", "3", "--phase-timeout", "120", "--optimizer-shard"])'
 spec fault 2 "$six_steps"' | .handoff.on_fault = "restart"'
 m=runs/fault/metrics.jsonl
 "$BIN/tandem" run fault.json --state-dir "$state" --gpus 0,1 >runs/fault.out 2>runs/fault.err &
@@ -97,6 +98,8 @@ run_pid=
 steps=$(jq -s -c '[.[] | select(.["reward/mean"] != null) | .step]' "$m")
 [[ $steps == "[1,2,3,4,5,6]" ]] || fail "fault: metrics.jsonl steps $steps, expected [1,2,3,4,5,6] once each"
 grep -q "resumed from .*step-0*2" runs/fault/tasks/actor.0.err || fail "fault: rank 0 did not resume from step 2"
+grep -q "optimizer: adamw, state native, sharded across the data-parallel ranks" runs/fault/tasks/actor.0.err ||
+  fail "fault: AdamW's state was not sharded"
 grep -q "step 6: the 2 replicas hold the same parameters" runs/fault/tasks/actor.0.err ||
   fail "fault: the replicas differ after the resume"
 grep -E '^\[run\]|^[0-9:.]+ +actor\.[01] +(restarting|exited|failed)' runs/fault.err | grep -E 'actor\.[01]' | head -6 || true

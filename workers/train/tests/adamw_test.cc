@@ -5,23 +5,27 @@
 // streamed through small buffers, slots cut into pieces) equals native, bit
 // for bit when fused; a restore at step 20 continues to
 // the same step 50, across residencies and from LibTorch's state; bf16
-// parameters update an fp32 master exactly as fp32 parameters would; bad
-// options and bad state are errors naming them.
+// parameters update an fp32 master exactly as fp32 parameters would; a
+// sharded rank keeps and gathers its part of the state; bad options and
+// bad state are errors naming them.
 #include "workers/train/adamw.h"
 
 #include <gtest/gtest.h>
 
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/optim/adamw.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <sstream>
 #include <tuple>
 #include <type_traits>
 
 #include "workers/model/tests/model_test_util.h"
+#include "workers/train/data_parallel.h"
 #include "workers/train/lr_schedule.h"
 
 namespace tandem::train {
@@ -300,6 +304,80 @@ TEST(AdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
   EXPECT_LE(d, 1e-6);
   for (const model::ParameterSet::Slot& slot : bf.slots())
     EXPECT_TRUE(at::equal(slot.leaf.detach(), s.tensors.at("master/" + slot.name).to(at::kBFloat16))) << slot.name;
+}
+
+// A group of `world` ranks whose collectives change nothing: one rank of a
+// sharded AdamW on its own (its gathers see only its own elements).
+class LoneRank final : public GradientAllReduce {
+ public:
+  LoneRank(int rank, int world) : GradientAllReduce(rank, world) {}
+  std::string backend() const override { return "lone"; }
+  Status AllReduceSum(std::vector<at::Tensor>&) override { return Status::Ok(); }
+  Status AllReduce(std::vector<double>&, HostReduce) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+};
+
+// Sharded (adamw.h "Sharded"), ranks of three on their own: each restores
+// its third of a whole state (rank 1's cut through slots), holds a third of
+// the bytes, and gathers back exactly its third with -0.0 elsewhere; its
+// update leaves the others' elements -0.0 for the sum; beside Muon, or with
+// fewer parameters than ranks, it is refused.
+TEST(AdamW, ShardedRanksKeepTheirThirdOfTheState) {
+  model::ParameterSet whole = Params();
+  auto replicated = AdamW::Create(whole, Adam());
+  ASSERT_TRUE(replicated.ok());
+  RunSteps(whole, 0, 3, [&](double lr) { return (*replicated)->Step(lr); });
+  const OptimizerState full = (*replicated)->State();
+  int64_t total = 0;
+  for (const model::ParameterSet::Slot& s : whole.slots()) total += s.leaf.numel();
+  int64_t kept = 0;
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    model::ParameterSet p = Params();
+    LoneRank group(r, 3);
+    AdamWOptions o = Adam();
+    o.shard = &group;
+    auto sharded = AdamW::Create(p, o);
+    ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+    EXPECT_TRUE((*sharded)->sharded());
+    ASSERT_TRUE((*sharded)->Restore(full).ok());
+    kept += (*sharded)->resident_bytes();
+    EXPECT_NEAR(static_cast<double>((*sharded)->resident_bytes()), 2.0 * 4 * total / 3, 8.0);
+    EXPECT_TRUE((*sharded)->State().tensors.empty()) << "State() before a gather";
+    if (r != 0) continue;  // only rank 0 keeps what it gathers
+    ASSERT_TRUE((*sharded)->GatherState().ok());
+    const OptimizerState got = (*sharded)->State();
+    ASSERT_EQ(got.tensors.size(), full.tensors.size());
+    int64_t at = 0;  // rank 0 owns elements [0, ceil(total / 3)) in slot order
+    const int64_t mine = total / 3 + (total % 3 > 0 ? 1 : 0);
+    for (const model::ParameterSet::Slot& s : p.slots()) {
+      for (const char* kind : {"exp_avg/", "exp_avg_sq/"}) {
+        const at::Tensor want = full.tensors.at(kind + s.name).reshape({-1});
+        const at::Tensor have = got.tensors.at(kind + s.name).reshape({-1});
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const float w = at + i < mine ? want[i].item<float>() : -0.0f, h = have[i].item<float>();
+          ASSERT_TRUE(std::memcmp(&w, &h, 4) == 0) << kind << s.name << "[" << i << "]: " << h << ", want " << w;
+        }
+      }
+      at += s.leaf.numel();
+    }
+    SetGrads(p, 3);
+    ASSERT_TRUE((*sharded)->Step(1e-3).ok());
+    const at::Tensor last = p.slots().back().leaf.detach().reshape({-1});
+    EXPECT_TRUE(std::signbit(last[last.numel() - 1].item<float>()) && last[last.numel() - 1].item<float>() == 0.0f)
+        << "rank 0's update leaves the last rank's elements -0.0 for the sum";
+  }
+  EXPECT_EQ(kept, (*replicated)->resident_bytes());
+  model::ParameterSet p = Params();
+  LoneRank many(0, 1 << 30);
+  AdamWOptions too_many = Adam();
+  too_many.shard = &many;
+  EXPECT_NE(AdamW::Create(p, too_many).status().message().find("cannot be sharded over"), std::string::npos);
+  AdamWOptions beside = Adam();
+  LoneRank two(0, 2);
+  beside.shard = &two;
+  beside.takes = [](const model::ParameterSet::Slot& s) { return s.leaf.dim() < 2; };
+  EXPECT_NE(AdamW::Create(p, beside).status().message().find("needs AdamW on every parameter"), std::string::npos);
 }
 
 TEST(AdamW, TheRolesFlagsMakeStagingOrSayWhatIsWrong) {

@@ -226,7 +226,7 @@ void ExpectSameModel(const dptest::RunConfig& config) {
   for (size_t s = 0; s < stats.size(); ++s) {
     SCOPED_TRACE("step " + std::to_string(s));
     const GrpoStepStats& want = one->steps[s];
-    ASSERT_EQ(stats[s].size(), 11u);
+    ASSERT_EQ(stats[s].size(), 12u);
     EXPECT_EQ(stats[s][0], want.updated ? 1 : 0);
     // Step 0 starts from equal parameters: only the reduction order differs.
     // Later steps start from parameters up to max_diff apart (above), and the
@@ -273,6 +273,45 @@ TEST(DataParallel, TwoProcessesTrainTheModelOneDoes) {
   // Muon: each rank orthogonalises its own matrices, the others' arrive by
   // the gather.
   ExpectSameModel({.algorithm = "grpo", .micro_batch_tokens = 0, .steps = 3, .rank0_groups = 2, .optimizer = "muon"});
+}
+
+// ZeRO-1 (adamw.h "Sharded"): AdamW's state sharded across two ranks, each
+// updating its half of the elements and the parameters gathered after
+// every step, against the same two ranks with the state replicated: the
+// same parameters on both ranks and the same gathered state, bit for bit,
+// with each rank holding about half of the state.
+TEST(DataParallel, ShardedAdamWIsTheReplicatedOneBitForBit) {
+  at::set_num_threads(1);
+  const fs::path dir = fs::temp_directory_path() / ("tandem_dp_shard_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const std::string optimizer : {"adamw", "adamw-shard"}) {
+    const std::string port = std::to_string(FreePort());
+    std::vector<std::unique_ptr<Worker>> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.push_back(std::make_unique<Worker>(std::vector<std::string>{
+          "train", std::to_string(r), "2", port, (dir / (optimizer + std::to_string(r))).string(), "grpo", "0", "3", "2",
+          "-1", optimizer}));
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r]->Wait(std::chrono::seconds(90)), 0) << optimizer << " rank " << r;
+  }
+  const auto bits = [&](const std::string& name) { return ReadFloats(dir / name); };
+  const std::vector<float> replicated = bits("adamw0"), sharded0 = bits("adamw-shard0"), sharded1 = bits("adamw-shard1");
+  ASSERT_FALSE(replicated.empty());
+  ASSERT_EQ(sharded0.size(), replicated.size());
+  ASSERT_EQ(sharded1.size(), replicated.size());
+  EXPECT_EQ(std::memcmp(sharded0.data(), replicated.data(), replicated.size() * 4), 0) << "rank 0's parameters";
+  EXPECT_EQ(std::memcmp(sharded1.data(), replicated.data(), replicated.size() * 4), 0) << "rank 1's parameters";
+  const std::vector<float> state = bits("adamw0.state"), gathered = bits("adamw-shard0.state");
+  ASSERT_FALSE(state.empty());
+  ASSERT_EQ(gathered.size(), state.size());
+  EXPECT_EQ(std::memcmp(gathered.data(), state.data(), state.size() * 4), 0) << "the gathered state";
+  const double whole = ReadStats(dir / "adamw0.stats").back()[11], half0 = ReadStats(dir / "adamw-shard0.stats").back()[11],
+               half1 = ReadStats(dir / "adamw-shard1.stats").back()[11];
+  std::printf("[dp] adamw state: replicated %.0f B a rank; sharded %.0f + %.0f B; %zu parameters and %zu state values "
+              "equal bit for bit\n", whole, half0, half1, replicated.size(), state.size());
+  EXPECT_EQ(half0 + half1, whole);
+  EXPECT_GT(half0, 0.45 * whole);
+  EXPECT_GT(half1, 0.45 * whole);
+  fs::remove_all(dir);
 }
 
 // Muon's gather of bf16 parameters' fp32 masters (native: on the device;

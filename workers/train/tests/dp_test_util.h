@@ -29,7 +29,8 @@ struct RunConfig {
   int steps = 3;
   int rank0_groups = 2;  // rank 0 of 2 trains groups [0, rank0_groups), rank 1 the rest
   int bad_rank = -1;     // this rank's share has its groups out of order (a caller's error)
-  std::string optimizer = "adamw";  // or "muon": its ranks share the matrices (muon.h)
+  std::string optimizer = "adamw";  // or "muon" (its ranks share the matrices, muon.h), or "adamw-shard"
+                                    // (AdamW's state sharded across the ranks, adamw.h)
 };
 
 inline StatusOr<std::unique_ptr<model::Transformer>> TinyModel(uint64_t seed) {
@@ -82,6 +83,8 @@ struct RunResult {
   std::vector<double> seconds;        // each Step's wall time
   std::vector<float> first_grad;      // the gradient the first step applied (summed, clipped), the flat buffer
   int64_t muon_owned = -1;            // muon: the elements of Muon's matrices this rank updates
+  std::vector<float> state;           // the optimizer's whole state after the last step (rank 0; by name, flattened)
+  int64_t state_bytes = 0;            // what the optimizer's state holds on this rank
 };
 
 // `config.steps` GRPO steps from seed 1 on this rank's share (old log-probs
@@ -104,7 +107,8 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
   // noise (the KL term's at the start, ~1e-9) would get most of a full step
   // with the default 1e-8, in the direction of the noise.
   o.optimizer.adamw.eps = 1e-6;
-  o.optimizer.name = config.optimizer;
+  o.optimizer.name = config.optimizer == "adamw-shard" ? "adamw" : config.optimizer;
+  o.optimizer.shard_state = config.optimizer == "adamw-shard";
   o.optimizer.muon.match_adamw_rms = true;
   o.optimizer.muon.ns_dtype = at::kFloat;  // the equivalence's bound is fp32's
   o.micro_batch_tokens = config.micro_batch_tokens;
@@ -123,6 +127,12 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
     }
   }
   if (const auto* muon = dynamic_cast<const Muon*>(&trainer->optimizer())) r.muon_owned = muon->owned_elements();
+  TANDEM_RETURN_IF_ERROR(trainer->optimizer().GatherState());  // collective when sharded
+  for (const auto& [name, t] : trainer->optimizer().State().tensors) {
+    const at::Tensor c = t.contiguous().to(at::kFloat);
+    r.state.insert(r.state.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  }
+  r.state_bytes = trainer->optimizer().resident_bytes();
   for (const model::ParameterSet::Slot& s : m->parameters().slots()) {
     const at::Tensor t = s.leaf.detach().contiguous();
     r.params.insert(r.params.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
@@ -164,19 +174,20 @@ inline StatusOr<std::vector<float>> RunMuonBf16(const std::string& residency, in
 }
 
 // A worker's report: `path` holds the parameters (raw float32), `path`.grad
-// the first step's gradient buffer, `path`.stats
-// one line per step: updated grad_norm reward_mean reward_std pg_loss
-// trajectories groups response_tokens micro_batches seconds muon_owned.
+// the first step's gradient buffer, `path`.state the optimizer's whole state
+// (rank 0's), `path`.stats one line per step: updated grad_norm
+// reward_mean reward_std pg_loss trajectories groups response_tokens
+// micro_batches seconds muon_owned state_bytes.
 inline Status WriteResult(const std::string& path, const RunResult& r) {
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(r.params.data()), static_cast<std::streamsize>(r.params.size() * 4));
     if (!out) return Internal("cannot write " + path);
   }
-  {
-    std::ofstream out(path + ".grad", std::ios::binary);
-    out.write(reinterpret_cast<const char*>(r.first_grad.data()), static_cast<std::streamsize>(r.first_grad.size() * 4));
-    if (!out) return Internal("cannot write " + path + ".grad");
+  for (const auto& [suffix, floats] : {std::pair{".grad", &r.first_grad}, std::pair{".state", &r.state}}) {
+    std::ofstream out(path + suffix, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(floats->data()), static_cast<std::streamsize>(floats->size() * 4));
+    if (!out) return Internal("cannot write " + path + suffix);
   }
   std::ofstream stats(path + ".stats");
   stats.precision(17);
@@ -184,7 +195,8 @@ inline Status WriteResult(const std::string& path, const RunResult& r) {
     const GrpoStepStats& s = r.steps[i];
     stats << s.updated << ' ' << s.grad_norm << ' ' << s.reward_mean << ' ' << s.reward_std << ' '
           << (s.loss.count("pg_loss") ? s.loss.at("pg_loss") : 0.0) << ' ' << s.trajectories << ' ' << s.groups << ' '
-          << s.response_tokens << ' ' << s.micro_batches << ' ' << r.seconds[i] << ' ' << r.muon_owned << '\n';
+          << s.response_tokens << ' ' << s.micro_batches << ' ' << r.seconds[i] << ' ' << r.muon_owned << ' '
+          << r.state_bytes << '\n';
   }
   return stats ? Status::Ok() : Internal("cannot write " + path + ".stats");
 }
