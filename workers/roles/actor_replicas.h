@@ -54,7 +54,8 @@ struct ReplicaMessage {
   std::string checkpoint;  // kStart
   int64_t step = 0;        // kStep
   double progress = 0;     // kStep: the schedule's position, [0, 1]
-  bool check = false;      // kStep: after it, every rank compares the parameters (GrpoTrainer::CheckReplicasAgree)
+  bool check = false;      // kStep: after it, every rank compares the parameters and gathers a sharded
+                           // optimizer state for the checkpoint (GrpoTrainer::CheckReplicasAgree)
   std::vector<std::vector<train::Trajectory>> shares;  // kStep: one per rank
   std::string error;       // kAbort
 };

@@ -254,10 +254,9 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
     }();
     TANDEM_ASSIGN_OR_RETURN(const train::GrpoStepStats st, std::move(stepped), who + " step " + std::to_string(msg.step));
     for (const std::string& why : st.dropped) log::Warn("actor", "step {}: dropped {}", msg.step, why);
-    if (msg.check) {  // rank 0 checkpoints this step
-      TANDEM_RETURN_IF_ERROR(m.trainer->CheckReplicasAgree(), who + " step " + std::to_string(msg.step));
-      TANDEM_RETURN_IF_ERROR(m.trainer->optimizer().GatherState(), who + " step " + std::to_string(msg.step));
-    }
+    if (msg.check)  // rank 0 checkpoints this step when there is a --checkpoint-dir
+      TANDEM_RETURN_IF_ERROR(m.trainer->CheckReplicasAgree(!o.checkpoint_dir.empty()),
+                             who + " step " + std::to_string(msg.step));
     log::Info("actor", "replica {} step {}: {} trajectories of {}", dp.rank(), msg.step, share.size(), st.trajectories);
     result.steps = msg.step;
   }
@@ -664,8 +663,7 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
       log::Warn("actor", "step {}: the other replicas dropped {} trajectories (their logs say why)", step,
                 st.dropped_total - static_cast<int64_t>(st.dropped.size()));
     if (dp.world_size() > 1 && deal.check) {
-      TANDEM_RETURN_IF_ERROR(trainer->CheckReplicasAgree(), "actor step " + std::to_string(step));
-      TANDEM_RETURN_IF_ERROR(trainer->optimizer().GatherState(), "actor step " + std::to_string(step));
+      TANDEM_RETURN_IF_ERROR(trainer->CheckReplicasAgree(!o.checkpoint_dir.empty()), "actor step " + std::to_string(step));
       log::Info("actor", "step {}: the {} replicas hold the same parameters", step, dp.world_size());
     }
     const double train_s = Seconds(t0);

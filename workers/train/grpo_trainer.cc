@@ -444,9 +444,10 @@ Status GrpoTrainer::TrainMicroBatches(const Share& share, const Normalisers& glo
   return Status::Ok();
 }
 
-Status GrpoTrainer::CheckReplicasAgree() {
+Status GrpoTrainer::CheckReplicasAgree(bool for_checkpoint) {
   if (options_.data_parallel == nullptr || options_.data_parallel->world_size() == 1) return Status::Ok();
-  return CheckSameParameters(model_, *options_.data_parallel, "they diverged");
+  TANDEM_RETURN_IF_ERROR(CheckSameParameters(model_, *options_.data_parallel, "they diverged"));
+  return for_checkpoint ? opt_->GatherState() : Status::Ok();
 }
 
 StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& trajectories, double progress) {

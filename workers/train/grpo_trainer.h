@@ -136,10 +136,12 @@ class GrpoTrainer {
   ~GrpoTrainer();
 
   StatusOr<GrpoStepStats> Step(const std::vector<Trajectory>& trajectories, double progress);
-  // With data parallel, a collective: FailedPrecondition unless every
-  // replica holds the same parameters now (exact sums; Create checks the
-  // start the same way).
-  Status CheckReplicasAgree();
+  // With data parallel, the collectives of a checking step (every replica
+  // at the same step): FailedPrecondition unless every replica holds the
+  // same parameters now (exact sums; Create checks the start the same way);
+  // then, when `for_checkpoint`, a sharded optimizer's state gathered for
+  // rank 0's checkpoint (optimizer.h GatherState).
+  Status CheckReplicasAgree(bool for_checkpoint);
   int64_t steps() const { return opt_->steps(); }
   Optimizer& optimizer() { return *opt_; }
   const Optimizer& optimizer() const { return *opt_; }

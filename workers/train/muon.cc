@@ -256,7 +256,7 @@ int64_t Muon::owned_elements() const {
 }
 
 // Each slot's new weights from its owner: summed over the ranks, the
-// others' zeroed (x + 0 is x: exact). The masters for bf16 parameters
+// others' set to -0.0 (x + -0.0 is x for every x, -0.0 too: exact). The masters for bf16 parameters
 // (then the parameter is their rounding), else the parameters.
 Status Muon::GatherOwned() {
   if (dp_ == nullptr) return Status::Ok();
@@ -264,7 +264,7 @@ Status Muon::GatherOwned() {
   auto gather = [&](size_t item, const at::Tensor& w, const at::Tensor& p) {
     if (!st.ok()) return;  // the group is broken: no further collective
     const bool mine = Mine(item);
-    if (!mine) w.zero_();
+    if (!mine) w.fill_(-0.0);
     std::vector<at::Tensor> one = {w};
     st = dp_->AllReduceSum(one).WithContext("gathering " + slabs_->items()[item].name + " from rank " +
                                             std::to_string(owner_[item]));
