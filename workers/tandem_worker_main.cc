@@ -8,19 +8,26 @@
 // controller; `proxy` (workers/roles/proxy_command.h) serves the OpenAI API
 // in front of the rollouts. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
-// `--version` prints the project's version. Exceptions stop at this edge and
+// `--version` prints the project's version. `--tree-attention` and
+// `--moe-experts` (given before or after the subcommand) pick the CUDA
+// implementations of two glue ops for the process, through the variables
+// workers/ops/kernel_choices.h names. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
 // message.
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <iostream>
+#include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/log.h"
 #include "common/native_workers.h"
 #include "common/version.h"
+#include "workers/ops/kernel_choices.h"
 #include "workers/probe_worker.h"
 #include "workers/roles/actor_command.h"
 #include "workers/roles/proxy_command.h"
@@ -38,6 +45,18 @@ std::string Summary(std::string_view name) {
   return "(missing from common/native_workers.h)";
 }
 
+// `--NAME` picks one of `choices` for the process by setting `var`, which
+// the op reads once, at its first call (after the flags are parsed).
+void AddKernelChoice(CLI::App& app, const std::string& name, const char* var, std::span<const std::string_view> choices,
+                     std::string& value) {
+  std::vector<std::string> names(choices.begin(), choices.end());
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  app.add_option(name, value,
+                 "CUDA implementation: " + list + " (default: $" + var + ", else " + names.front() + ")")
+      ->check(CLI::IsMember(names));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,6 +68,11 @@ int main(int argc, char** argv) {
   bool list_workers = false;
   app.add_flag("--list-workers", list_workers, "Print this binary's workers, one a line, and exit");
   app.require_subcommand(0, 1);
+  app.fallthrough();  // the options above are taken after a subcommand too
+  std::string tree_attention, moe_experts;
+  AddKernelChoice(app, "--tree-attention", tandem::ops::kTreeAttentionVar, tandem::ops::kTreeAttentionChoices,
+                  tree_attention);
+  AddKernelChoice(app, "--moe-experts", tandem::ops::kMoeExpertsVar, tandem::ops::kMoeExpertsChoices, moe_experts);
 
   tandem::worker::ProbeOptions o;
   std::vector<std::string> tags;
@@ -85,6 +109,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  for (const auto& [var, value] : {std::pair{tandem::ops::kTreeAttentionVar, &tree_attention},
+                                    std::pair{tandem::ops::kMoeExpertsVar, &moe_experts}}) {
+    if (value->empty()) continue;
+    ::setenv(var, value->c_str(), 1);
+    tandem::log::Info("worker", "CUDA kernels: {}={}", var, *value);
   }
   if (list_workers) {
     for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {

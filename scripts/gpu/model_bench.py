@@ -16,6 +16,11 @@ batch (6*N_active*T + attention) / time / 989 TFLOP/s (H200 dense bf16).
 Prints one line per contender as it is measured, then the table and the
 ratios per model.
 
+TANDEM_BENCH_VARIANTS="LABEL:VAR=VAL,VAR=VAL;..." also times tandem flat and
+packed under each variant's environment (e.g. "flash+gmm:TANDEM_TREE_ATTENTION=
+varlen-flash,TANDEM_MOE_EXPERTS=grouped-mm"), reported as "tandem LABEL flat"
+and "tandem LABEL packed", with its own packed/flat ratio.
+
 Usage: model_bench.py TANDEM_MODEL_BENCH WORKDIR
 """
 import json
@@ -83,12 +88,21 @@ def hf_step(model, ids, labels):
     return step
 
 
-def tandem_step(tool, model_dir, mode, trace=None):
+def variants():
+    """[(label, env overrides)]: the default first, then TANDEM_BENCH_VARIANTS'."""
+    out = [("", {})]
+    for item in filter(None, os.environ.get("TANDEM_BENCH_VARIANTS", "").split(";")):
+        label, _, assigns = item.partition(":")
+        out.append((label, dict(a.split("=", 1) for a in assigns.split(",") if a)))
+    return out
+
+
+def tandem_step(tool, model_dir, mode, trace=None, env=None):
     cmd = [tool, "--model", model_dir, "--prompts", str(PROMPTS), "--prompt-len", str(P), "--group", str(G),
            "--response-len", str(R), "--mode", mode, "--iters", str(ITERS), "--warmup", str(WARMUP)]
     if trace:
         cmd += ["--profile", trace]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     if r.returncode != 0:
         print(f"[bench] tandem {mode} failed rc={r.returncode}: {r.stderr[-1500:]}", flush=True)
         return None
@@ -102,15 +116,17 @@ def report(name, res, flops, tokens):
     token_reduction = PROMPTS * G * (P + R) / (PROMPTS * (P + G * R))
     eager = res.get("transformers eager")
     comp = res.get("transformers compiled")
-    flat = res.get("tandem flat")
-    packed = res.get("tandem packed")
-    if flat and eager:
-        print(f"[bench] {name}: tandem flat / transformers eager = {eager / flat:.2f}x (target >= 1.3)")
-    if flat and comp:
-        print(f"[bench] {name}: tandem flat / transformers compiled = {comp / flat:.2f}x (target >= 1.0)")
-    if flat and packed:
-        print(f"[bench] {name}: tandem packed / tandem flat = {flat / packed:.2f}x of a token reduction "
-              f"{token_reduction:.2f}x = {flat / packed / token_reduction * 100:.0f}% (target >= 90%)", flush=True)
+    for label, _ in variants():
+        tag = f"tandem {label} " if label else "tandem "
+        flat = res.get(tag + "flat")
+        packed = res.get(tag + "packed")
+        if flat and eager:
+            print(f"[bench] {name}: {tag}flat / transformers eager = {eager / flat:.2f}x (target >= 1.3)")
+        if flat and comp:
+            print(f"[bench] {name}: {tag}flat / transformers compiled = {comp / flat:.2f}x (target >= 1.0)")
+        if flat and packed:
+            print(f"[bench] {name}: {tag}packed / {tag}flat = {flat / packed:.2f}x of a token reduction "
+                  f"{token_reduction:.2f}x = {flat / packed / token_reduction * 100:.0f}% (target >= 90%)", flush=True)
 
 
 def main():
@@ -135,14 +151,18 @@ def main():
         tokens = PROMPTS * G * (P + R)
         res = {}
         results[name] = res
-        for mode in ("flat", "packed"):
-            trace = os.path.join(work, f"trace-{name}-{mode}.json") if name in profile and mode == "flat" else None
-            sec = tandem_step(tool, model_dir, mode, trace)
-            if sec:
-                res[f"tandem {mode}"] = sec
-                print(f"[bench] {name:16s} tandem {mode:15s} {sec * 1e3:9.1f} ms/step", flush=True)
-                if trace:
-                    traces.append((f"{name} {mode}", trace))
+        for label, env in variants():
+            for mode in ("flat", "packed"):
+                key = f"tandem {label} {mode}" if label else f"tandem {mode}"
+                trace = None
+                if name in profile and mode == "flat" and not label:
+                    trace = os.path.join(work, f"trace-{name}-{mode}.json")
+                sec = tandem_step(tool, model_dir, mode, trace, env)
+                if sec:
+                    res[key] = sec
+                    print(f"[bench] {name:16s} {key:22s} {sec * 1e3:9.1f} ms/step", flush=True)
+                    if trace:
+                        traces.append((f"{name} {mode}", trace))
         gen = torch.Generator().manual_seed(1)
         prompts = torch.randint(0, cfg.vocab_size, (PROMPTS, 1, P), generator=gen).expand(PROMPTS, G, P)
         resp = torch.randint(0, cfg.vocab_size, (PROMPTS, G, R), generator=gen)

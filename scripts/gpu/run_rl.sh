@@ -11,8 +11,12 @@
 #      G = 8, up to RL_NEW_TOKENS new tokens a sample, RL_STEPS steps), with
 #      tree packing and, with RL_FLAT=1, again without it; with RL_IPC=1,
 #      again with the weights published over cuda-ipc (--weights-transport);
+#      RL_TREE=0 skips the first (packed, shm) job;
 #   5. with RL_BASELINE=1 (default), the same workload as one plain PyTorch +
 #      transformers process (scripts/gpu/rl_baseline.py), for the ratio.
+# TANDEM_TREE_ATTENTION and TANDEM_MOE_EXPERTS, when set, become both
+# workers' --tree-attention and --moe-experts (a task does not inherit the
+# caller's environment).
 # RL_ACTOR_ARGS adds actor flags to both jobs (scripts/gpu/run_agents.sh: a
 # multi-turn workflow), RL_NAME (default rl) prefixes the jobs' names.
 # Results under $OUT: rl.json (per-phase means after the first step, from
@@ -44,8 +48,14 @@ python3 scripts/gpu/make_moe_model.py "$model" --tokenizer-dir "$DEPS/qwen3" 2>&
 job() {  # NAME EXTRA_ACTOR_ARGS...
   local name=$1; shift
   python3 - "$WORK/$name.json" "$model" "$ROOT/.gpu-deps/gsm8k/train.jsonl" "$STEPS" "$PROMPTS" "$NEW" "$MB" "$name" "$@" <<'PY'
-import json, sys
+import json, os, sys
 out, model, data, steps, prompts, new, mb, name, *extra = sys.argv[1:]
+# A task's environment is tandem's (backends/task_env.h): the kernel choices
+# travel as the workers' flags.
+kernels = []
+for var, flag in (("TANDEM_TREE_ATTENTION", "--tree-attention"), ("TANDEM_MOE_EXPERTS", "--moe-experts")):
+    if os.environ.get(var):
+        kernels += [flag, os.environ[var]]
 spec = {
   "name": name, "backend": {"kind": "local"}, "devices": {"count": 1},
   "env": {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"},
@@ -58,10 +68,10 @@ spec = {
                        "--max-new-tokens", new, "--temperature", "1.0", "--max-prompt-tokens", "512",
                        "--lr", "1e-6", "--micro-batch-tokens", mb, "--rollouts", "1",
                        "--algorithm", json.dumps({"name": "grpo", "options": {"kl_coef": 0, "loss_agg_mode": "token-mean"}}),
-                       "--request-timeout", "900", "--phase-timeout", "900"] + extra},
+                       "--request-timeout", "900", "--phase-timeout", "900"] + kernels + extra},
     "rollout": {"worker": "rollout", "replicas": 1, "gpus_per_replica": 1, "colocate_with": "actor", "ports": 1,
                 "args": ["--model", model, "--device", "cuda", "--kv-cache-mib", "32768",
-                         "--port-file", "rollout.{rank}.port", "--start-released"]}},
+                         "--port-file", "rollout.{rank}.port", "--start-released"] + kernels}},
   "handoff": {"controller": "actor", "timeout_s": 600, "on_fault": "fail"}}
 json.dump(spec, open(out, "w"), indent=1)
 PY
@@ -71,7 +81,7 @@ PY
   grep -E '^\[run\] actor/0 step|learning|time per step|tree packing|residency peak' "$OUT/$name.err" | tail -12
   return $rc
 }
-job "$NAME-tree" "${ACTOR_ARGS[@]}"
+[[ ${RL_TREE:-1} == 1 ]] && job "$NAME-tree" "${ACTOR_ARGS[@]}"
 [[ ${RL_FLAT:-0} == 1 ]] && job "$NAME-flat" --no-tree-packing "${ACTOR_ARGS[@]}"
 [[ ${RL_IPC:-0} == 1 ]] && job "$NAME-ipc" --weights-transport cuda-ipc "${ACTOR_ARGS[@]}"
 if [[ ${RL_BASELINE:-1} == 1 ]]; then

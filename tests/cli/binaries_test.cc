@@ -48,6 +48,21 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
+// --tree-attention and --moe-experts, before or after the subcommand, set
+// the variables the ops read (workers/ops/kernel_choices.h); another name
+// is refused with the choices.
+TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
+  CliRun r = RunBinary(tmp_, "tandem-worker", {"--moe-experts", "grouped-mm", "--list-workers"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("CUDA kernels: TANDEM_MOE_EXPERTS=grouped-mm"));
+  CliRun after = RunBinary(tmp_, "tandem-worker", {"probe", "--tree-attention", "varlen-flash", "--tag", "weights=1KiB", "--backend", "cpu", "--cycles", "0"});
+  EXPECT_EQ(after.rc, 0) << after.err;
+  EXPECT_THAT(after.err, HasSubstr("CUDA kernels: TANDEM_TREE_ATTENTION=varlen-flash"));
+  CliRun bad = RunBinary(tmp_, "tandem-worker", {"actor", "--tree-attention", "flash"});
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--tree-attention: flash not in {tiles,varlen-flash,"));
+}
+
 // A colocated job whose trainer role names a worker that no tandem-worker
 // has (this build has every worker the format knows: "actor" included).
 nlohmann::json UnknownWorkerSpec() {

@@ -1,5 +1,5 @@
 // The implementation an environment variable picks for a glue op
-// (TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS; docs/kernels-torch.md): the
+// (TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS: kernel_choices.h): the
 // index in `names` of the variable's value, 0 when it is unset or empty.
 // Any other value throws c10::Error naming the variable, the value (its
 // first 64 bytes) and the choices. Callers read it once (a function-local
@@ -10,13 +10,13 @@
 
 #include <cstddef>
 #include <cstdlib>
-#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace tandem::ops {
 
-inline size_t EnvChoice(const char* var, std::initializer_list<std::string_view> names) {
+inline size_t EnvChoice(const char* var, std::span<const std::string_view> names) {
   const char* set = std::getenv(var);
   const std::string_view value = set == nullptr ? "" : set;
   if (value.empty()) return 0;

@@ -14,6 +14,7 @@
 
 #include "workers/ops/aten_call.h"
 #include "workers/ops/env_choice.h"
+#include "workers/ops/kernel_choices.h"
 #include "workers/ops/fused_ops.h"
 #include "workers/ops/glue_common.h"
 
@@ -467,7 +468,7 @@ at::Tensor MoePermute(const at::Tensor& x, const MoePermutation& plan) { return 
 
 MoeExpertsImpl DefaultMoeExpertsImpl(const at::Device& device) {
   static const MoeExpertsImpl cuda =
-      EnvChoice("TANDEM_MOE_EXPERTS", {"kernels", "grouped-mm"}) == 0 ? MoeExpertsImpl::kKernels : MoeExpertsImpl::kGroupedMm;
+      EnvChoice(kMoeExpertsVar, kMoeExpertsChoices) == 0 ? MoeExpertsImpl::kKernels : MoeExpertsImpl::kGroupedMm;
   return device.is_cuda() ? cuda : MoeExpertsImpl::kKernels;
 }
 

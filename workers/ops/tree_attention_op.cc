@@ -11,6 +11,7 @@
 #include <map>
 
 #include "workers/ops/env_choice.h"
+#include "workers/ops/kernel_choices.h"
 #include "workers/ops/glue_common.h"
 #include "workers/ops/tree_attention_varlen.h"
 #include "kernels/tree_attention/tree_attention.h"
@@ -209,8 +210,8 @@ TreeAttentionImpl DefaultCudaTreeAttentionImpl() {
   static const TreeAttentionImpl kChoices[] = {TreeAttentionImpl::kTiles, TreeAttentionImpl::kVarlenFlash,
                                                TreeAttentionImpl::kVarlenSplitFlash, TreeAttentionImpl::kVarlenReference,
                                                TreeAttentionImpl::kVarlenSplitReference};
-  static const TreeAttentionImpl impl = kChoices[EnvChoice(
-      "TANDEM_TREE_ATTENTION", {"tiles", "varlen-flash", "varlen-split-flash", "varlen-reference", "varlen-split-reference"})];
+  static_assert(std::size(kChoices) == kTreeAttentionChoices.size());
+  static const TreeAttentionImpl impl = kChoices[EnvChoice(kTreeAttentionVar, kTreeAttentionChoices)];
   return impl;
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -13,16 +14,17 @@ namespace {
 
 TEST(EnvChoice, PicksByNameAndRefusesAnythingElse) {
   const char* var = "TANDEM_ENV_CHOICE_TEST";
+  const std::array<std::string_view, 2> names = {"tiles", "varlen-flash"};
   ::unsetenv(var);
-  EXPECT_EQ(EnvChoice(var, {"tiles", "varlen-flash"}), 0u);
+  EXPECT_EQ(EnvChoice(var, names), 0u);
   ::setenv(var, "", 1);
-  EXPECT_EQ(EnvChoice(var, {"tiles", "varlen-flash"}), 0u);
+  EXPECT_EQ(EnvChoice(var, names), 0u);
   ::setenv(var, "varlen-flash", 1);
-  EXPECT_EQ(EnvChoice(var, {"tiles", "varlen-flash"}), 1u);
+  EXPECT_EQ(EnvChoice(var, names), 1u);
   ::setenv(var, "Varlen-Flash", 1);
   std::string error;
   try {
-    EnvChoice(var, {"tiles", "varlen-flash"});
+    EnvChoice(var, names);
   } catch (const c10::Error& e) {
     error = e.what();
   }

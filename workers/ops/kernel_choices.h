@@ -1,0 +1,24 @@
+// The CUDA implementations a worker process may pick for two glue ops, by
+// name (docs/kernels-torch.md "Picking an implementation"): the values of
+// TANDEM_TREE_ATTENTION and TANDEM_MOE_EXPERTS, which tandem-worker's
+// --tree-attention and --moe-experts set for the process (a task's
+// environment is tandem's, so a job spec picks them through the worker's
+// args). The first name of each is the default. LibTorch-free: the worker's
+// main parses the flags against these lists.
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace tandem::ops {
+
+inline constexpr const char* kTreeAttentionVar = "TANDEM_TREE_ATTENTION";
+// In TreeAttentionImpl's order (tree_attention_op.h), kTiles first.
+inline constexpr std::array<std::string_view, 5> kTreeAttentionChoices = {
+    "tiles", "varlen-flash", "varlen-split-flash", "varlen-reference", "varlen-split-reference"};
+
+inline constexpr const char* kMoeExpertsVar = "TANDEM_MOE_EXPERTS";
+// kKernels, kGroupedMm (moe_ops.h).
+inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"kernels", "grouped-mm"};
+
+}  // namespace tandem::ops
