@@ -18,6 +18,7 @@
 #include "workers/model/transformer.h"
 #include "workers/roles/actor_checkpoint.h"
 #include "workers/train/adamw.h"
+#include "workers/train/tests/lone_rank.h"
 
 namespace tandem::roles {
 namespace {
@@ -117,6 +118,38 @@ TEST_F(ActorCheckpoint, RestoresModelOptimizerProgressAndCutsMetricsBack) {
   ASSERT_FALSE(want_opt.empty());
   for (const auto& [name, t] : want_opt) EXPECT_TRUE(at::equal(opt_->State().tensors.at(name), t)) << name;
   EXPECT_EQ(ReadFile(metrics), "{\"step\":0}\n{\"step\":1}\n{\"step\":2}\n");
+}
+
+// A sharded AdamW (ZeRO-1) holds a rank's share of the state: a checkpoint
+// needs the whole state gathered for its step (GatherState, collective).
+// Without it the save is refused naming that, and no checkpoint is
+// committed; after it, rank 0 writes the whole state.
+TEST_F(ActorCheckpoint, AShardedStateThatWasNotGatheredIsRefused) {
+  train::testing::LoneRank group(0, 2);
+  train::AdamWOptions o;
+  o.shard = &group;
+  auto sharded = train::AdamW::Create(net_->parameters(), o);
+  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+  opt_ = std::move(*sharded);
+  Train();
+  const fs::path metrics = dir_ / "metrics.jsonl";
+  WriteFile(metrics, "{\"step\":0}\n");
+  auto writer = checkpoint::CheckpointWriter::Open((dir_ / "ckpt").string(), {2, true});
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  const ActorCheckpointInput in{net_.get(), opt_.get(), Progress(2), ActorRunFingerprint(options_),
+                                options_.model_dir, metrics.string()};
+  auto refused = SaveActorCheckpoint(*writer, in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("sharded state was not gathered"), std::string::npos)
+      << refused.status().ToString();
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "ckpt"))
+    EXPECT_EQ(e.path().filename().string().find("step-"), std::string::npos) << e.path();
+
+  ASSERT_TRUE(opt_->GatherState().ok());
+  auto saved = SaveActorCheckpoint(*writer, in);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_TRUE(fs::exists(fs::path(saved->path) / "model"));
 }
 
 TEST_F(ActorCheckpoint, ACheckpointOfAnotherRunIsRefusedBeforeAnythingIsWritten) {

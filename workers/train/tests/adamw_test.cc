@@ -27,6 +27,7 @@
 #include "workers/model/tests/model_test_util.h"
 #include "workers/train/data_parallel.h"
 #include "workers/train/lr_schedule.h"
+#include "workers/train/tests/lone_rank.h"
 
 namespace tandem::train {
 namespace {
@@ -306,16 +307,7 @@ TEST(AdamW, Bf16ParametersUpdateAnFp32MasterAsFp32ParametersWould) {
     EXPECT_TRUE(at::equal(slot.leaf.detach(), s.tensors.at("master/" + slot.name).to(at::kBFloat16))) << slot.name;
 }
 
-// A group of `world` ranks whose collectives change nothing: one rank of a
-// sharded AdamW on its own (its gathers see only its own elements).
-class LoneRank final : public GradientAllReduce {
- public:
-  LoneRank(int rank, int world) : GradientAllReduce(rank, world) {}
-  std::string backend() const override { return "lone"; }
-  Status AllReduceSum(std::vector<at::Tensor>&) override { return Status::Ok(); }
-  Status AllReduce(std::vector<double>&, HostReduce) override { return Status::Ok(); }
-  Status Barrier() override { return Status::Ok(); }
-};
+using testing::LoneRank;
 
 // Sharded (adamw.h "Sharded"), ranks of three on their own: each restores
 // its third of a whole state (rank 1's cut through slots), holds a third of
