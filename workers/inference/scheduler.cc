@@ -29,6 +29,18 @@ void EraseValue(C& c, SequenceId id) {
 
 }  // namespace
 
+// Full blocks the plan's rows complete in its step: key -> the block, its
+// parent's key and its tokens (compared on a match, as the cache does, so a
+// key collision is a miss).
+struct Scheduler::StepBlocks {
+  struct Entry {
+    BlockKey parent = kRootBlockKey;
+    std::span<const int32_t> tokens;  // in the writer's Sequence::tokens, unchanged until Commit
+    BlockId block = 0;
+  };
+  std::unordered_map<BlockKey, Entry> by_key;
+};
+
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions o) {
   auto positive = [](int64_t v, const char* name) -> Status {
     if (v >= 1) return Status::Ok();
@@ -158,11 +170,41 @@ void Scheduler::AddRow(StepPlan& plan, const Sequence& s, int64_t q) const {
                             MakeSampleSpec(r.request.params, r.seed, sequences_.at(sib).sample_index, 0)});
 }
 
+Status Scheduler::ShareStepBlocks(Sequence& s, const StepBlocks& step, BlockKey& key) {
+  const int64_t bs = options_.block_size;
+  const std::span<const int32_t> tokens(s.tokens);
+  while (s.num_computed + bs <= s.length() - 1) {
+    const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(s.num_computed), static_cast<size_t>(bs));
+    const BlockKey k = PrefixCache::KeyOf(key, block);
+    auto it = step.by_key.find(k);
+    if (it == step.by_key.end() || it->second.parent != key ||
+        !std::equal(block.begin(), block.end(), it->second.tokens.begin(), it->second.tokens.end()))
+      return Status::Ok();
+    TANDEM_RETURN_IF_ERROR(allocator_->Retain(it->second.block), "share a block of the step");
+    s.blocks.push_back(it->second.block);
+    s.num_computed += bs;
+    key = k;
+  }
+  return Status::Ok();
+}
+
+void Scheduler::NoteStepBlocks(const Sequence& s, int64_t q, BlockKey key, StepBlocks& step) const {
+  const int64_t bs = options_.block_size;
+  const std::span<const int32_t> tokens(s.tokens);
+  for (int64_t i = s.num_computed / bs; (i + 1) * bs <= s.num_computed + q; ++i) {
+    const std::span<const int32_t> block = tokens.subspan(static_cast<size_t>(i * bs), static_cast<size_t>(bs));
+    const BlockKey k = PrefixCache::KeyOf(key, block);
+    step.by_key.try_emplace(k, StepBlocks::Entry{key, block, s.blocks[static_cast<size_t>(i)]});
+    key = k;
+  }
+}
+
 // Starts the waiting front when slots, budget and blocks allow.
-Status Scheduler::Admit(StepPlan& plan, int64_t& budget, bool& admitted) {
+Status Scheduler::Admit(StepPlan& plan, int64_t& budget, StepBlocks& step, bool& admitted) {
   admitted = false;
   Sequence& s = sequences_.at(waiting_.front());
   if (RunningSlots() + 1 + static_cast<int64_t>(s.unforked.size()) > options_.max_running) return Status::Ok();
+  BlockKey key = kRootBlockKey;  // of the last block s shares
   if (options_.prefix_cache) {
     // Keep at least the last token to compute: its logits are the next draw.
     TANDEM_ASSIGN_OR_RETURN(PrefixCache::Match m, cache_->Lookup(s.tokens, s.length() - 1), "admit");
@@ -170,6 +212,8 @@ Status Scheduler::Admit(StepPlan& plan, int64_t& budget, bool& admitted) {
     s.num_cached_blocks = static_cast<int64_t>(m.blocks.size());
     s.cache_key = m.last_key;
     s.blocks = std::move(m.blocks);
+    key = m.last_key;
+    TANDEM_RETURN_IF_ERROR(ShareStepBlocks(s, step, key), "admit");
   }
   s.cache_chain_open = true;
   const int64_t q = std::min(s.pending(), budget);
@@ -194,6 +238,7 @@ Status Scheduler::Admit(StepPlan& plan, int64_t& budget, bool& admitted) {
   s.state = SequenceState::kRunning;
   s.admission = ++next_admission_;
   running_.push_back(s.id);
+  if (options_.prefix_cache) NoteStepBlocks(s, q, key, step);
   AddRow(plan, s, q);
   budget -= q;
   admitted = true;
@@ -221,6 +266,7 @@ StatusOr<StepPlan> Scheduler::Plan() {
   if (paused_) return plan;
   int64_t budget = options_.max_step_tokens;
   bool retracted = false;
+  StepBlocks step;
   std::unordered_set<SequenceId> scheduled;
   std::vector<SequenceId> order;  // decodes first, then prefill chunks; oldest first in each
   for (const SequenceId id : running_)
@@ -249,13 +295,19 @@ StatusOr<StepPlan> Scheduler::Plan() {
       if (victim == id) break;
     }
     if (!ok) continue;
+    // A running row's blocks can be shared when its cache chain is whole up
+    // to them (every computed full block is cached at Commit), and are worth
+    // noting when someone waits to be admitted.
+    if (options_.prefix_cache && !waiting_.empty() && s.cache_chain_open &&
+        s.num_cached_blocks == s.num_computed / options_.block_size)
+      NoteStepBlocks(s, q, s.cache_key, step);
     AddRow(plan, s, q);
     scheduled.insert(id);
     budget -= q;
   }
   while (!retracted && budget > 0 && !waiting_.empty()) {
     bool admitted = false;
-    TANDEM_RETURN_IF_ERROR(Admit(plan, budget, admitted), "plan");
+    TANDEM_RETURN_IF_ERROR(Admit(plan, budget, step, admitted), "plan");
     if (!admitted) break;
   }
   int32_t width = 0;

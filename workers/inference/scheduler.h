@@ -15,7 +15,12 @@
 // max_step_tokens tokens and max_running sequences: first one token of each
 // decoding sequence (oldest first), then the next chunk of each running
 // prefill, then new sequences from the waiting front (their tokens minus
-// the longest prefix the cache holds). The samples of a prompt prefill
+// the longest prefix the cache holds, or that a row of the same step
+// writes: a full block a row completes in a step is shared, as a cached one
+// would be, by the sequences admitted after it in that step — the model
+// writes a layer's K/V of every row before any row attends, so prompts that
+// start alike and arrive together prefill their common blocks once). The
+// samples of a prompt prefill
 // once: when sample 0's prompt is computed, the others fork from it,
 // sharing its blocks, and each draws its first token from the same logits
 // row; a shared partial block is copied when a sample first writes into it
@@ -195,12 +200,22 @@ class Scheduler {
     int64_t finished = 0;
   };
 
+  // The full blocks the rows of the plan being made complete, by cache key.
+  struct StepBlocks;
+
   explicit Scheduler(SchedulerOptions options, std::unique_ptr<BlockAllocator> allocator);
   int64_t RunningSlots() const;
   Status EnsureFree(int64_t blocks, bool& ok);
   Status ReserveBlocks(Sequence& s, int64_t q, std::vector<BlockCopy>& copies, bool& ok);
   void AddRow(StepPlan& plan, const Sequence& s, int64_t q) const;
-  Status Admit(StepPlan& plan, int64_t& budget, bool& admitted);
+  Status Admit(StepPlan& plan, int64_t& budget, StepBlocks& step, bool& admitted);
+  // Extends `s`'s matched prefix (its blocks, num_computed; `key` the key of
+  // its last block, in and out) with the blocks of `step` that continue it,
+  // keeping at least its last token to compute.
+  Status ShareStepBlocks(Sequence& s, const StepBlocks& step, BlockKey& key);
+  // Records the blocks `s`'s row of q tokens completes; `key` is the key of
+  // the block before the first of them (s.num_computed / block_size).
+  void NoteStepBlocks(const Sequence& s, int64_t q, BlockKey key, StepBlocks& step) const;
   Status Retract(SequenceId id);
   Status RetractOpenRows();
   Status InsertFullBlocks(Sequence& s);

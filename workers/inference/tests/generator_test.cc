@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -38,6 +39,14 @@ TEST(GeneratorTest, GreedyEqualsGreedyDecodeForEveryPromptSubmittedAtOnce) {
       p.resize(1 + rng() % 23);  // prompts longer than a step's token budget are prefilled in chunks
       for (int32_t& t : p) t = static_cast<int32_t>(rng() % 61);
     }
+    // The last six start with the same two blocks (8 tokens): admitted in
+    // one step, the later ones read the blocks the first one's row writes.
+    for (size_t i = 6; i < prompts.size(); ++i) {
+      std::vector<int32_t> p(prompts[0].begin(), prompts[0].begin() + std::min<size_t>(8, prompts[0].size()));
+      p.resize(8, 3);
+      for (size_t k = 0, n = 1 + rng() % 3; k < n; ++k) p.push_back(static_cast<int32_t>(rng() % 61));
+      prompts[i] = std::move(p);
+    }
     GreedyOptions go;
     go.max_new_tokens = 9;
     StatusOr<std::vector<std::vector<int32_t>>> want = GreedyDecode(*m, prompts, go);
@@ -49,8 +58,10 @@ TEST(GeneratorTest, GreedyEqualsGreedyDecodeForEveryPromptSubmittedAtOnce) {
       StatusOr<RequestId> id = g->Submit(Greedy(prompts[i], 9), got[i].Callback());
       ASSERT_TRUE(id.ok()) << id.status().ToString();
     }
+    int64_t shared_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<SampleResult> r = got[i].Wait(1);
+      if (i >= 6) shared_tokens += r[0].cached_tokens;
       ASSERT_EQ(r.size(), 1u);
       EXPECT_EQ(r[0].output_ids, (*want)[i]) << "prompt " << i;
       EXPECT_EQ(got[i].streamed()[0], r[0].output_ids) << "prompt " << i;
@@ -71,6 +82,7 @@ TEST(GeneratorTest, GreedyEqualsGreedyDecodeForEveryPromptSubmittedAtOnce) {
         EXPECT_NEAR(r[0].output_token_logprobs[j], lp[j].item<float>(), 1e-4 + 1e-4 * std::abs(lp[j].item<float>()))
             << "prompt " << i << " token " << j;
     }
+    EXPECT_GE(shared_tokens, 5 * 8) << "the five prompts after the first of the six share its two blocks";
   }
 }
 

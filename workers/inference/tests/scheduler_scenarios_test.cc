@@ -125,6 +125,51 @@ std::vector<Scenario> Scenarios() {
     v.push_back(make(false));
   }
   {
+    // Four prompts of one 12-token (3-block) prefix, arriving together: the
+    // first row writes the prefix's blocks and the three others share them
+    // in the same step (17 + 3 x 5 tokens instead of 4 x 17).
+    const std::vector<int32_t> shared = Prompt(12, 40);
+    std::vector<Arrival> a;
+    for (int i = 0; i < 4; ++i) {
+      std::vector<int32_t> p = shared;
+      for (int32_t t : Prompt(5, 41 + i)) p.push_back(t);
+      a.push_back({0, MakeRequest(p, 3, 1 + i % 2)});
+    }
+    auto make = [&](bool cache) {
+      SchedulerOptions o = Opts(64, 4, 8, 128);
+      o.prefix_cache = cache;
+      return Scenario{cache ? "prompts_arriving_together_prefill_their_common_blocks_once"
+                            : "prompts_arriving_together_without_the_cache_prefill_each",
+                      o, a, {}, [cache](const Report& r) {
+                        EXPECT_EQ(r.steps.at(0).rows, 4);
+                        EXPECT_EQ(r.steps.at(0).tokens, cache ? 17 + 3 * 5 : 4 * 17);
+                        EXPECT_EQ(r.results.at(0)[0].cached_tokens, 0);
+                        for (size_t i = 1; i < 4; ++i) EXPECT_EQ(r.results.at(i)[0].cached_tokens, cache ? 12 : 0) << i;
+                        EXPECT_EQ(r.final_stats.prefix_hit_tokens, cache ? 3 * 12 : 0);
+                      }};
+    };
+    v.push_back(make(true));
+    v.push_back(make(false));
+  }
+  {
+    // A chunked prefill shares the blocks it completes in a step: the
+    // leader's 17 tokens go 10 then 7; in step 1 its chunk completes blocks
+    // 2 and 3, and the second prompt (the same 12 tokens, then others)
+    // takes blocks 0-1 from the cache and block 2 from the leader's row.
+    const std::vector<int32_t> shared = Prompt(12, 50);
+    std::vector<int32_t> first = shared, second = shared;
+    for (int32_t t : Prompt(5, 51)) first.push_back(t);
+    for (int32_t t : Prompt(5, 52)) second.push_back(t);
+    v.push_back({"a_prefill_chunk_shares_the_blocks_it_completes", Opts(64, 4, 8, 10),
+                 {{0, MakeRequest(first, 2)}, {0, MakeRequest(second, 2)}}, {}, [](const Report& r) {
+                   EXPECT_EQ(r.steps.at(0).tokens, 10);
+                   EXPECT_EQ(r.steps.at(0).rows, 1);
+                   EXPECT_EQ(r.steps.at(1).rows, 2);
+                   EXPECT_EQ(r.steps.at(1).tokens, 7 + 3);  // the second starts at token 12
+                   EXPECT_EQ(r.results.at(1)[0].cached_tokens, 12);
+                 }});
+  }
+  {
     std::vector<Arrival> a;
     for (int i = 0; i < 10; ++i) a.push_back({3 * i, MakeRequest(Prompt(16, 20 + i), 4)});
     v.push_back({"a_dry_pool_evicts_cached_blocks", Opts(12, 4, 8, 64, 40), a, {}, [](const Report& r) {
