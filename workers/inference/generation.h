@@ -62,8 +62,9 @@ struct GenerateRequest {
 };
 
 // One sample's result. output_token_logprobs[i] is log p(output_ids[i])
-// under the model at temperature 1 (the policy's log-prob, as RL needs),
-// present when return_logprob.
+// under the distribution it was drawn from, softmax(logits / temperature)
+// before the filters (temperature 1 for a greedy request; SGLang's default,
+// the behaviour policy's log-prob RL needs), present when return_logprob.
 struct SampleResult {
   std::vector<int32_t> output_ids;
   std::vector<float> output_token_logprobs;

@@ -20,8 +20,10 @@
 // no sort); top_k <= 1024 (the candidates by at::topk over an exact
 // integer key, probability then lowest id); otherwise a full stable sort.
 //
-// Also returns log p(chosen) under softmax(logits) at temperature 1, the
-// policy's log-prob that RL needs, whatever the row's filters.
+// Also returns log p(chosen) under softmax(logits / temperature) (1 for a
+// greedy row), whatever the row's filters: the distribution the token was
+// drawn from before filtering, SGLang's default and the behaviour policy's
+// log-prob RL needs.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -104,7 +104,7 @@ struct StepPlan {
 
 struct SampledToken {
   int32_t token = 0;
-  float logprob = 0.0F;  // log p(token) at temperature 1
+  float logprob = 0.0F;  // log p(token) at the row's temperature (sampler.h)
 };
 
 // A token appended to a sample, in the order of plan.samples.

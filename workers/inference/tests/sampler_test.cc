@@ -3,7 +3,7 @@
 // and min-p keep exactly the support their definitions give on constructed
 // logits; token frequencies pass a chi-square test against the filtered
 // softmax (and a test against a perturbed distribution fails, so the test
-// has power); the log-prob is log_softmax at temperature 1; bad input is a
+// has power); the log-prob is log_softmax at the row's temperature; bad input is a
 // Status. On CUDA (when present) the same draws give the same tokens.
 #include <ATen/core/ivalue.h>  // first, for clang
 #include <gtest/gtest.h>
