@@ -7,17 +7,14 @@
 #include <utility>
 
 #include "common/log.h"
+#include "workers/inference/device_copy.h"
 #include "workers/inference/sampler.h"
 
 namespace tandem::inference {
 namespace {
 
-at::Tensor HostTensor(const std::vector<int64_t>& v, at::Device device) {
-  return at::tensor(c10::ArrayRef<int64_t>(v), at::TensorOptions().dtype(at::kLong)).to(device);
-}
-at::Tensor HostTensor(const std::vector<int32_t>& v, at::Device device) {
-  return at::tensor(c10::ArrayRef<int32_t>(v), at::TensorOptions().dtype(at::kInt)).to(device);
-}
+at::Tensor HostTensor(const std::vector<int64_t>& v, at::Device device) { return ToDevice(v, at::kLong, device); }
+at::Tensor HostTensor(const std::vector<int32_t>& v, at::Device device) { return ToDevice(v, at::kInt, device); }
 
 }  // namespace
 
@@ -370,18 +367,23 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
     if (plan.samples.empty()) return std::vector<SampledToken>{};
     std::vector<int64_t> rows;
     std::vector<SampleSpec> specs;
+    bool every_row = plan.samples.size() == static_cast<size_t>(logits.size(0));  // rows 0..B-1 in order
     for (const PlannedSample& s : plan.samples) {
+      every_row = every_row && s.row == static_cast<int64_t>(rows.size());
       rows.push_back(s.row);
       specs.push_back(s.spec);
     }
-    StatusOr<SamplerOutput> drawn = Sample(logits.index_select(0, HostTensor(rows, dev)), specs);
+    StatusOr<SamplerOutput> drawn = Sample(every_row ? logits : logits.index_select(0, HostTensor(rows, dev)), specs);
     TANDEM_RETURN_IF_ERROR(drawn.status(), "sampler");
-    const at::Tensor tokens = drawn->tokens.to(at::kCPU).contiguous();
-    const at::Tensor logprobs = drawn->logprobs.to(at::kCPU).contiguous();
+    // One copy back, so one wait for the step (token ids are exact in double).
+    const at::Tensor host =
+        at::stack({drawn->tokens.to(at::kDouble), drawn->logprobs.to(at::kDouble)}).to(at::kCPU).contiguous();
+    const double* tokens = host.data_ptr<double>();
+    const double* logprobs = tokens + rows.size();
     std::vector<SampledToken> result(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
-      result[i].token = static_cast<int32_t>(tokens.data_ptr<int64_t>()[i]);
-      result[i].logprob = logprobs.data_ptr<float>()[i];
+      result[i].token = static_cast<int32_t>(tokens[i]);
+      result[i].logprob = static_cast<float>(logprobs[i]);
     }
     return result;
   } catch (const c10::Error& e) {

@@ -11,6 +11,8 @@
 #include <exception>
 #include <string>
 
+#include "workers/inference/device_copy.h"
+
 namespace tandem::inference {
 namespace {
 
@@ -54,19 +56,22 @@ struct RowParams {  // [R, 1] columns on the device
   at::Tensor temperature, top_p, min_p, top_k, u;
 };
 
+// The rows' parameters in two copies to the device (device_copy.h): the
+// floats as one [4, R] block, top_k apart (int64).
 RowParams Columns(const std::vector<SampleSpec>& specs, int64_t vocab, at::Device dev) {
-  std::vector<float> t, p, m, u;
-  std::vector<int64_t> k;
-  for (const SampleSpec& r : specs) {
-    t.push_back(static_cast<float>(r.temperature));
-    p.push_back(static_cast<float>(r.top_p));
-    m.push_back(static_cast<float>(r.min_p));
-    k.push_back(r.top_k >= 1 && r.top_k < vocab ? r.top_k : vocab);
-    u.push_back(SampleUniform(r.seed, r.sample_index, r.step));
+  const size_t n = specs.size();
+  std::vector<float> f(4 * n);
+  std::vector<int64_t> k(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SampleSpec& r = specs[i];
+    f[i] = static_cast<float>(r.temperature);
+    f[n + i] = static_cast<float>(r.top_p);
+    f[2 * n + i] = static_cast<float>(r.min_p);
+    f[3 * n + i] = SampleUniform(r.seed, r.sample_index, r.step);
+    k[i] = r.top_k >= 1 && r.top_k < vocab ? r.top_k : vocab;
   }
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  auto col = [&](const std::vector<float>& v) { return at::tensor(v, f32).to(dev).unsqueeze(1); };
-  return {col(t), col(p), col(m), at::tensor(k, at::TensorOptions().dtype(at::kLong)).to(dev).unsqueeze(1), col(u)};
+  const at::Tensor cols = ToDevice(f, at::kFloat, dev).view({4, static_cast<int64_t>(n), 1});
+  return {cols[0], cols[1], cols[2], ToDevice(k, at::kLong, dev).unsqueeze(1), cols[3]};
 }
 
 // Inverse CDF: the first entry whose cumulative mass passes u * total,
@@ -116,11 +121,12 @@ at::Tensor DrawFiltered(const at::Tensor& logits, const RowParams& c, int64_t ca
 SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleSpec>& rows) {
   const int64_t vocab = logits.size(1);
   const at::Device dev = logits.device();
-  at::Tensor tokens = logits.argmax(-1);  // first maximum: lowest id
   std::vector<int64_t> plain, topk, full;
   int64_t k_max = 1;
+  bool greedy = false;
   for (size_t b = 0; b < rows.size(); ++b) {
     const Path path = PathOf(rows[b], vocab);
+    greedy = greedy || path == Path::kGreedy;
     if (path == Path::kPlain) plain.push_back(static_cast<int64_t>(b));
     if (path == Path::kTopK) {
       topk.push_back(static_cast<int64_t>(b));
@@ -128,11 +134,17 @@ SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleS
     }
     if (path == Path::kSorted) full.push_back(static_cast<int64_t>(b));
   }
+  at::Tensor tokens = greedy ? logits.argmax(-1)  // first maximum: lowest id
+                             : at::empty({logits.size(0)}, logits.options().dtype(at::kLong));
   auto run = [&](const std::vector<int64_t>& which, auto draw) {
     if (which.empty()) return;
+    if (which.size() == rows.size()) {  // every row takes this path (the usual batch)
+      tokens = draw(logits, Columns(rows, vocab, dev));
+      return;
+    }
     std::vector<SampleSpec> specs;
     for (const int64_t b : which) specs.push_back(rows[static_cast<size_t>(b)]);
-    const at::Tensor index = at::tensor(which, at::TensorOptions().dtype(at::kLong)).to(dev);
+    const at::Tensor index = ToDevice(which, at::kLong, dev);
     const at::Tensor drawn = draw(logits.index_select(0, index), Columns(specs, vocab, dev));
     tokens.index_copy_(0, index, drawn);
   };
@@ -147,8 +159,7 @@ SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleS
     t[b] = rows[b].temperature < kGreedyBelow ? 1.0F : static_cast<float>(rows[b].temperature);
     all_one = all_one && t[b] == 1.0F;
   }
-  const at::Tensor scaled =
-      all_one ? logits : logits / at::tensor(t, logits.options().dtype(at::kFloat)).to(dev).unsqueeze(1);
+  const at::Tensor scaled = all_one ? logits : logits / ToDevice(t, at::kFloat, dev).unsqueeze(1);
   const at::Tensor logprobs = at::log_softmax(scaled, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   return SamplerOutput{tokens, logprobs};
 }
