@@ -62,15 +62,16 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// While DIR/v<N> is missing and DIR/.v<N>.tmp is there, waits (up to 120 s)
-// for the publisher to rename one into the other.
+// While DIR/v<N> is missing and DIR/.v<N>.tmp (being written) or
+// DIR/.v<N>.pending (queued: BackgroundFilePublisher) is there, waits (up
+// to 120 s) for the publisher to put it in place.
 void WaitWhileBeingWritten(const std::string& dir) {
   const size_t slash = dir.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
   const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
   if (VersionOfEntry(name) < 0) return;
-  const std::string tmp = parent + "/." + name + ".tmp";
-  for (int i = 0; i < 1200 && !Exists(dir) && Exists(tmp); ++i) ::usleep(100'000);
+  const std::string tmp = parent + "/." + name + ".tmp", pending = parent + "/." + name + ".pending";
+  for (int i = 0; i < 1200 && !Exists(dir) && (Exists(tmp) || Exists(pending)); ++i) ::usleep(100'000);
 }
 
 class FileSource final : public WeightSource {
@@ -129,31 +130,77 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
   return "file:" + final_dir;
 }
 
-BackgroundFilePublisher::BackgroundFilePublisher(FileOptions options)
-    : dir_(options.dir), config_(options.config), file_(std::move(options)) {}
+BackgroundFilePublisher::BackgroundFilePublisher(FileOptions options, std::function<void(int64_t)> before_write)
+    : dir_(options.dir), config_(options.config), before_write_(std::move(before_write)), file_(std::move(options)) {
+  writer_ = std::thread([this] { WriteLoop(); });
+}
 
-BackgroundFilePublisher::~BackgroundFilePublisher() { (void)Wait(); }
+BackgroundFilePublisher::~BackgroundFilePublisher() {
+  (void)Wait();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  writer_.join();
+}
+
+std::string BackgroundFilePublisher::PendingMarker(int64_t version) const {
+  return dir_ + "/.v" + std::to_string(version) + ".pending";
+}
 
 Status BackgroundFilePublisher::Wait() {
-  if (writer_.joinable()) writer_.join();
+  std::unique_lock<std::mutex> l(mu_);
+  changed_.wait(l, [this] { return writing_ < 0 && pending_ < 0; });
   return result_;
 }
 
+void BackgroundFilePublisher::WriteLoop() {
+  for (;;) {
+    int slot = -1;
+    int64_t version = -1;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      changed_.wait(l, [this] { return stop_ || pending_ >= 0; });
+      if (pending_ < 0) return;  // stopping, nothing queued
+      slot = writing_ = pending_;
+      version = writing_version_ = pending_version_;
+      pending_ = -1;
+    }
+    if (before_write_) before_write_(version);
+    const StatusOr<std::string> written = file_.Publish(version, *snapshots_[slot]);
+    (void)::unlink(PendingMarker(version).c_str());
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!written.ok() && result_.ok()) result_ = written.status();
+      writing_ = -1;
+    }
+    changed_.notify_all();
+  }
+}
+
 StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const model::ParameterSet& params) {
-  TANDEM_RETURN_IF_ERROR(Wait(), "publish_weights: the previous version's durable copy");
+  // Held through the copy: the writer takes a pending snapshot only whole.
+  std::lock_guard<std::mutex> l(mu_);
+  TANDEM_RETURN_IF_ERROR(result_, "publish_weights: the durable copy of an earlier version");
+  if (version <= last_version_)
+    return FailedPrecondition("publish_weights: version " + std::to_string(version) + " after version " +
+                              std::to_string(last_version_) + " (versions must grow)");
+  const int slot = pending_ >= 0 ? pending_ : writing_ == 0 ? 1 : 0;
   try {
-    if (!host_) {
+    std::unique_ptr<model::ParameterSet>& host = snapshots_[slot];
+    if (!host) {
       const at::ScalarType dtype = params.buffers().at(0).scalar_type();
       at::TensorOptions to = at::TensorOptions().dtype(dtype).device(at::kCPU);
       if (params.buffers()[0].is_cuda()) to = to.pinned_memory(true);  // copies from the device at full speed
       const at::Tensor buffer = at::empty({model::ParameterSet::BufferNumel(config_, dtype)}, to);
-      host_ = std::make_unique<model::ParameterSet>(model::ParameterSet::Create(config_, at::kCPU, dtype, buffer));
+      host = std::make_unique<model::ParameterSet>(model::ParameterSet::Create(config_, at::kCPU, dtype, buffer));
     }
-    if (host_->buffers().size() != params.buffers().size())
+    if (host->buffers().size() != params.buffers().size())
       return InvalidArgument("publish_weights: the parameters are not laid out like the model's config");
     for (size_t i = 0; i < params.buffers().size(); ++i) {
       const at::Tensor& from = params.buffers()[i];
-      const at::Tensor& to = host_->buffers()[i];
+      const at::Tensor& to = host->buffers()[i];
       if (from.numel() != to.numel() || from.scalar_type() != to.scalar_type())
         return InvalidArgument("publish_weights: buffer " + std::to_string(i) + " is not laid out like the model's config");
       to.copy_(from);  // synchronous: the caller may change `params` once Publish returns
@@ -161,11 +208,16 @@ StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const mo
   } catch (const std::exception& e) {
     return Internal(std::string("publish_weights: the host snapshot: ") + e.what());
   }
-  result_ = Status::Ok();
-  writer_ = std::thread([this, version] {
-    StatusOr<std::string> r = file_.Publish(version, *host_);
-    result_ = r.ok() ? Status::Ok() : r.status();
-  });
+  // A reader sent this version waits on the marker until its directory is in place.
+  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir_);
+  const int fd = ::open(PendingMarker(version).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("publish_weights: " + PendingMarker(version));
+  ::close(fd);
+  if (pending_ >= 0) (void)::unlink(PendingMarker(pending_version_).c_str());  // replaced before its write began
+  pending_ = slot;
+  pending_version_ = version;
+  last_version_ = version;
+  changed_.notify_all();
   return "file:" + dir_ + "/v" + std::to_string(version);
 }
 

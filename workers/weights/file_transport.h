@@ -15,8 +15,11 @@
 // the destructor leave them, and acknowledgements change nothing.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -48,31 +51,48 @@ class FilePublisher final : public WeightPublisher {
 };
 
 // The same versions written behind the caller (docs/weights.md "Written
-// behind the ack"): Publish copies the parameters into a host snapshot (one
-// copy per buffer, from the device when they are there; the caller may
-// change them once it returns), starts writing DIR/v<version> from the
-// snapshot on a thread of its own (FilePublisher's steps: a reader sees the
-// whole version or none) and returns its file: URI at once. One write at a
-// time: Publish first waits for the previous one and returns its error, as
-// does Wait; the destructor waits too. Not thread-safe.
+// behind the ack"). Publish checks that the version grows, copies the
+// parameters into a host snapshot (one copy per buffer, from the device when
+// they are there; the caller may change them once it returns), queues it for
+// the writer thread (FilePublisher's steps: a reader sees the whole version
+// or none) and returns its file: URI. It never waits for a write: while one
+// is in flight the new version waits as pending in a second snapshot, and a
+// newer Publish replaces it (a version replaced before its write began is
+// never written: readers are only sent the latest, and the durable copy
+// catches up with it when the disk is slower than the steps).
+// DIR/.v<version>.pending marks a queued version until its directory is in
+// place; OpenFileSource waits on it. A write's error comes back from the
+// next Publish and from Wait, and stays (the job's on_fault decides).
+// The destructor waits for what is queued. Not thread-safe (one caller).
 class BackgroundFilePublisher {
  public:
-  explicit BackgroundFilePublisher(FileOptions options);
+  // `before_write` (tests): runs on the writer thread before each write.
+  explicit BackgroundFilePublisher(FileOptions options, std::function<void(int64_t version)> before_write = {});
   ~BackgroundFilePublisher();
   BackgroundFilePublisher(const BackgroundFilePublisher&) = delete;
   BackgroundFilePublisher& operator=(const BackgroundFilePublisher&) = delete;
 
   StatusOr<std::string> Publish(int64_t version, const model::ParameterSet& params);
-  Status Wait();
+  Status Wait();  // until nothing is queued or being written; the first write error
   const std::string& dir() const { return dir_; }
 
  private:
-  std::string dir_;
-  model::ModelConfig config_;
-  FilePublisher file_;
-  std::unique_ptr<model::ParameterSet> host_;  // the snapshot, made at the first Publish
+  void WriteLoop();
+  std::string PendingMarker(int64_t version) const;
+
+  const std::string dir_;
+  const model::ModelConfig config_;
+  const std::function<void(int64_t)> before_write_;
+  FilePublisher file_;  // the writer thread's
+  std::unique_ptr<model::ParameterSet> snapshots_[2];  // made when first needed
+  int64_t last_version_ = -1;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int writing_ = -1, pending_ = -1;  // snapshot slots, -1: none
+  int64_t writing_version_ = -1, pending_version_ = -1;
+  bool stop_ = false;
+  Status result_;  // the first failed write's
   std::thread writer_;
-  Status result_;  // the last write's
 };
 
 // The file: reader of directory `dir` (opened at each LoadParameters).

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "workers/model/checkpoint.h"
 #include "workers/weights/tests/transport_suite.h"
@@ -110,12 +113,12 @@ TEST(FileTransportTest, BackgroundPublisherWritesTheParametersAsTheyWereWhenItRe
   const Status read = OpenAndLoad(*source, loaded);
   ASSERT_TRUE(read.ok()) << read.ToString();
   EXPECT_EQ(FirstDifference(RandomParameters(c, 1), loaded), "");
-  // v2 replaces v1; a version that does not grow is the next call's error.
+  // v2 replaces v1; a version that does not grow is refused at once.
   ASSERT_TRUE(pub.Publish(2, p).ok());
-  ASSERT_TRUE(pub.Publish(2, p).ok()) << "the check runs on the writer thread";
-  const Status late = pub.Wait();
-  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
-  EXPECT_NE(late.message().find("versions must grow"), std::string::npos) << late.ToString();
+  const auto again = pub.Publish(2, p);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
+  EXPECT_NE(again.status().message().find("versions must grow"), std::string::npos) << again.status().ToString();
+  ASSERT_TRUE(pub.Wait().ok());
   EXPECT_TRUE(Exists(root + "/weights/v2/config.json"));
   EXPECT_FALSE(Exists(root + "/weights/v1"));
   model::testing::RemoveTree(root);
@@ -133,8 +136,58 @@ TEST(FileTransportTest, BackgroundPublisherReportsAWriteThatFailed) {
   EXPECT_NE(failed.message().find("mkdir " + root + "/file/weights"), std::string::npos) << failed.ToString();
   const auto next = pub.Publish(2, p);
   ASSERT_FALSE(next.ok()) << "the next SYNC fails with it";
-  EXPECT_NE(next.status().message().find("the previous version's durable copy"), std::string::npos)
+  EXPECT_NE(next.status().message().find("the durable copy of an earlier version"), std::string::npos)
       << next.status().ToString();
+  model::testing::RemoveTree(root);
+}
+
+// A disk slower than the steps: Publish does not wait for the write in
+// flight. v1's write is held; v2 and then v3 queue behind it (v3 replaces
+// v2, which is never written); a reader sent v3 meanwhile waits on its
+// .pending marker and gets v3's parameters as they were when Publish(3)
+// returned; in the end only v3 is there.
+TEST(FileTransportTest, BackgroundPublisherQueuesTheLatestVersionBehindASlowWrite) {
+  const std::string root = MakeTempDir();
+  const model::ModelConfig c = SuiteConfig();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<int64_t> written;
+  BackgroundFilePublisher pub({root + "/weights", c}, [&](int64_t version) {
+    std::unique_lock<std::mutex> l(mu);
+    written.push_back(version);
+    cv.wait(l, [&] { return release; });
+  });
+  model::ParameterSet p = RandomParameters(c, 1);
+  ASSERT_TRUE(pub.Publish(1, p).ok());
+  p = RandomParameters(c, 2);
+  ASSERT_TRUE(pub.Publish(2, p).ok()) << "queued behind v1's write";
+  EXPECT_TRUE(Exists(root + "/weights/.v2.pending"));
+  p = RandomParameters(c, 3);
+  const auto v3 = pub.Publish(3, p);
+  ASSERT_TRUE(v3.ok()) << v3.status().ToString();
+  EXPECT_FALSE(Exists(root + "/weights/.v2.pending")) << "v2 was replaced before its write began";
+  EXPECT_TRUE(Exists(root + "/weights/.v3.pending"));
+  for (const at::Tensor& b : p.buffers()) b.zero_();  // the next train step
+
+  const model::ParameterSet loaded = PoisonedParameters(c, at::kFloat);
+  Status read = Internal("not read");
+  std::thread reader([&] { read = OpenAndLoad(*v3, loaded); });  // waits on the marker
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  reader.join();
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  EXPECT_EQ(FirstDifference(RandomParameters(c, 3), loaded), "");
+  ASSERT_TRUE(pub.Wait().ok());
+  EXPECT_EQ(written, (std::vector<int64_t>{1, 3}));
+  EXPECT_FALSE(Exists(root + "/weights/v1"));
+  EXPECT_FALSE(Exists(root + "/weights/v2"));
+  EXPECT_FALSE(Exists(root + "/weights/.v3.pending"));
+  EXPECT_TRUE(Exists(root + "/weights/v3/config.json"));
   model::testing::RemoveTree(root);
 }
 
