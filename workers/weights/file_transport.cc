@@ -57,6 +57,11 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
+// DIR/.v<N>.pending: version N is queued or being written.
+std::string PendingMarker(const std::string& dir, int64_t version) {
+  return dir + "/.v" + std::to_string(version) + ".pending";
+}
+
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -104,6 +109,16 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
   const std::string tmp = dir + "/.v" + std::to_string(version) + ".tmp";
   const std::string what = "publish_weights " + final_dir;
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir);
+  // Readers wait on the marker until the directory is in place (OpenFileSource):
+  // the .tmp directory alone leaves a gap between its removal and its rewrite.
+  const std::string marker = PendingMarker(dir, version);
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(what + ": " + marker);
+  ::close(fd);
+  struct Unmark {
+    const std::string& path;
+    ~Unmark() { (void)::unlink(path.c_str()); }
+  } unmark{marker};
   TANDEM_RETURN_IF_ERROR(RemoveTree(tmp), what);
 
   model::SaveOptions so;
@@ -145,10 +160,6 @@ BackgroundFilePublisher::~BackgroundFilePublisher() {
   writer_.join();
 }
 
-std::string BackgroundFilePublisher::PendingMarker(int64_t version) const {
-  return dir_ + "/.v" + std::to_string(version) + ".pending";
-}
-
 Status BackgroundFilePublisher::Wait() {
   std::unique_lock<std::mutex> l(mu_);
   changed_.wait(l, [this] { return writing_ < 0 && pending_ < 0; });
@@ -169,7 +180,7 @@ void BackgroundFilePublisher::WriteLoop() {
     }
     if (before_write_) before_write_(version);
     const StatusOr<std::string> written = file_.Publish(version, *snapshots_[slot]);
-    (void)::unlink(PendingMarker(version).c_str());
+    (void)::unlink(PendingMarker(dir_, version).c_str());
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!written.ok() && result_.ok()) result_ = written.status();
@@ -210,10 +221,10 @@ StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const mo
   }
   // A reader sent this version waits on the marker until its directory is in place.
   if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir_);
-  const int fd = ::open(PendingMarker(version).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("publish_weights: " + PendingMarker(version));
+  const int fd = ::open(PendingMarker(dir_, version).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("publish_weights: " + PendingMarker(dir_, version));
   ::close(fd);
-  if (pending_ >= 0) (void)::unlink(PendingMarker(pending_version_).c_str());  // replaced before its write began
+  if (pending_ >= 0) (void)::unlink(PendingMarker(dir_, pending_version_).c_str());  // replaced before its write began
   pending_ = slot;
   pending_version_ = version;
   last_version_ = version;

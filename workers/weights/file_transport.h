@@ -8,7 +8,8 @@
 // Publish writes the directory under a temporary name DIR/.v<version>.tmp
 // (the safetensors checkpoint writer, then config.json, each file fsync'd),
 // fsyncs it, renames it to DIR/v<version> and fsyncs DIR: a reader sees the
-// whole version or none, and a publisher killed mid-publish leaves only a
+// whole version or none (and waits while DIR/.v<version>.pending, which
+// Publish holds throughout, says the version is coming), and a publisher killed mid-publish leaves only a
 // .tmp directory, which the next Publish removes together with the versions
 // older than the one just published. Versions outlive the publisher (a
 // restarted reader is sent the last one): ExportedBytes is 0, ReleaseAll and
@@ -78,7 +79,6 @@ class BackgroundFilePublisher {
 
  private:
   void WriteLoop();
-  std::string PendingMarker(int64_t version) const;
 
   const std::string dir_;
   const model::ModelConfig config_;

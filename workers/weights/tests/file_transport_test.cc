@@ -5,7 +5,9 @@
 // reader waits for a version being written.
 #include "workers/weights/file_transport.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,16 +126,33 @@ TEST(FileTransportTest, BackgroundPublisherWritesTheParametersAsTheyWereWhenItRe
   model::testing::RemoveTree(root);
 }
 
+// A directory that cannot be made fails Publish at once; a write that
+// fails on the writer thread (RLIMIT_FSIZE: EFBIG, the path of a full disk)
+// comes back from Wait and from every later Publish.
 TEST(FileTransportTest, BackgroundPublisherReportsAWriteThatFailed) {
   const std::string root = MakeTempDir();
   const model::ModelConfig c = SuiteConfig();
   const model::ParameterSet p = RandomParameters(c, 1);
   std::ofstream(root + "/file") << "not a directory";
-  BackgroundFilePublisher pub({root + "/file/weights", c});  // mkdir fails (ENOTDIR), as on a full disk
-  ASSERT_TRUE(pub.Publish(1, p).ok()) << "the write fails later, on its thread";
+  BackgroundFilePublisher bad({root + "/file/weights", c});
+  const auto refused = bad.Publish(1, p);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("mkdir " + root + "/file/weights"), std::string::npos)
+      << refused.status().ToString();
+
+  BackgroundFilePublisher pub({root + "/weights", c});
+  ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  const rlimit small{1024, before.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const auto queued = pub.Publish(1, p);
   const Status failed = pub.Wait();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ASSERT_TRUE(queued.ok()) << "the write fails later, on its thread: " << queued.status().ToString();
   EXPECT_FALSE(failed.ok());
-  EXPECT_NE(failed.message().find("mkdir " + root + "/file/weights"), std::string::npos) << failed.ToString();
+  EXPECT_NE(failed.message().find("File too large"), std::string::npos) << failed.ToString();
+  EXPECT_FALSE(Exists(root + "/weights/.v1.pending")) << "a reader sent v1 is not kept waiting";
   const auto next = pub.Publish(2, p);
   ASSERT_FALSE(next.ok()) << "the next SYNC fails with it";
   EXPECT_NE(next.status().message().find("the durable copy of an earlier version"), std::string::npos)
