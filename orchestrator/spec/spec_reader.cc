@@ -261,7 +261,12 @@ std::optional<std::map<std::string, std::string>> Reader::Env(const Json& v,
       Error(p, "expected a variable name matching [A-Za-z_][A-Za-z0-9_]*");
       ok = false;
     } else if (name.rfind("TANDEM_", 0) == 0) {
-      Error(p, "TANDEM_* variables are set by tandem and may not be set in a spec");
+      // Two of them pick a worker's kernels: say where that choice goes.
+      const std::string flag = name == "TANDEM_TREE_ATTENTION" ? "--tree-attention"
+                               : name == "TANDEM_MOE_EXPERTS"  ? "--moe-experts"
+                                                               : "";
+      Error(p, "TANDEM_* variables are set by tandem and may not be set in a spec" +
+                   (flag.empty() ? std::string() : " (give the workers' args " + flag + " instead)"));
       ok = false;
     } else if (name == "CUDA_VISIBLE_DEVICES") {
       Error(p, "CUDA_VISIBLE_DEVICES is set by tandem from the placement and may not be set in a spec");

@@ -62,6 +62,16 @@ std::string PendingMarker(const std::string& dir, int64_t version) {
   return dir + "/.v" + std::to_string(version) + ".pending";
 }
 
+// Creates DIR (one level) and the marker of version N in it.
+Status MarkPending(const std::string& dir, int64_t version) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir);
+  const std::string marker = PendingMarker(dir, version);
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("publish_weights: " + marker);
+  ::close(fd);
+  return Status::Ok();
+}
+
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -108,13 +118,10 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
   const std::string final_dir = dir + "/v" + std::to_string(version);
   const std::string tmp = dir + "/.v" + std::to_string(version) + ".tmp";
   const std::string what = "publish_weights " + final_dir;
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir);
   // Readers wait on the marker until the directory is in place (OpenFileSource):
   // the .tmp directory alone leaves a gap between its removal and its rewrite.
+  TANDEM_RETURN_IF_ERROR(MarkPending(dir, version));
   const std::string marker = PendingMarker(dir, version);
-  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(what + ": " + marker);
-  ::close(fd);
   struct Unmark {
     const std::string& path;
     ~Unmark() { (void)::unlink(path.c_str()); }
@@ -198,6 +205,10 @@ StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const mo
     return FailedPrecondition("publish_weights: version " + std::to_string(version) + " after version " +
                               std::to_string(last_version_) + " (versions must grow)");
   const int slot = pending_ >= 0 ? pending_ : writing_ == 0 ? 1 : 0;
+  if (pending_ >= 0) {  // replaced before its write began (and unqueued before its snapshot changes)
+    (void)::unlink(PendingMarker(dir_, pending_version_).c_str());
+    pending_ = -1;
+  }
   try {
     std::unique_ptr<model::ParameterSet>& host = snapshots_[slot];
     if (!host) {
@@ -220,11 +231,7 @@ StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const mo
     return Internal(std::string("publish_weights: the host snapshot: ") + e.what());
   }
   // A reader sent this version waits on the marker until its directory is in place.
-  if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("publish_weights: mkdir " + dir_);
-  const int fd = ::open(PendingMarker(dir_, version).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("publish_weights: " + PendingMarker(dir_, version));
-  ::close(fd);
-  if (pending_ >= 0) (void)::unlink(PendingMarker(dir_, pending_version_).c_str());  // replaced before its write began
+  TANDEM_RETURN_IF_ERROR(MarkPending(dir_, version));
   pending_ = slot;
   pending_version_ = version;
   last_version_ = version;

@@ -242,6 +242,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "roles.a.replica_env: expected 2 entries (one per replica, replicas is 2), got 1"},
         ErrorCase{"replica_env entry", SPEC(R"("a": {"command": ["x"], "replica_env": [{"TANDEM_X": "1"}]})"),
                   "roles.a.replica_env[0].TANDEM_X: TANDEM_* variables"},
+        ErrorCase{"a kernel choice in env", SPEC(R"("a": {"worker": "actor", "env": {"TANDEM_MOE_EXPERTS": "grouped-mm"}})"),
+                  "roles.a.env.TANDEM_MOE_EXPERTS: TANDEM_* variables are set by tandem and may not be set in a spec "
+                  "(give the workers' args --moe-experts instead)"},
         ErrorCase{"fractional replicas", SPEC(R"("a": {"command": ["x"], "replicas": 1.5})"),
                   "roles.a.replicas: expected an integer >= 1, got 1.5"},
         ErrorCase{"too many replicas", SPEC(R"("a": {"command": ["x"], "replicas": 100001})"),
