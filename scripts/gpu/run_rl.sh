@@ -11,7 +11,7 @@
 #      G = 8, up to RL_NEW_TOKENS new tokens a sample, RL_STEPS steps), with
 #      tree packing and, with RL_FLAT=1, again without it; with RL_IPC=1,
 #      again with the weights published over cuda-ipc (--weights-transport);
-#      RL_TREE=0 skips the first (packed, shm) job;
+#      RL_TREE=0 skips the first (packed, shm) job; RL_PAIRS below;
 #   5. with RL_BASELINE=1 (default), the same workload as one plain PyTorch +
 #      transformers process (scripts/gpu/rl_baseline.py), for the ratio.
 # TANDEM_TREE_ATTENTION and TANDEM_MOE_EXPERTS, when set, become both
@@ -81,8 +81,15 @@ PY
   grep -E '^\[run\] actor/0 step|learning|time per step|tree packing|residency peak' "$OUT/$name.err" | tail -12
   return $rc
 }
-[[ ${RL_TREE:-1} == 1 ]] && job "$NAME-tree" "${ACTOR_ARGS[@]}"
-[[ ${RL_FLAT:-0} == 1 ]] && job "$NAME-flat" --no-tree-packing "${ACTOR_ARGS[@]}"
+# RL_PAIRS=N (with RL_FLAT=1) runs the packed and the flat job N times,
+# alternating (NAME-tree, NAME-flat, NAME-tree2, NAME-flat2, ...): a 3-step
+# job's train time varies by ~10% from run to run (docs/benchmarks.md).
+names=()
+for ((pair = 1; pair <= ${RL_PAIRS:-1}; ++pair)); do
+  suffix=$( ((pair > 1)) && echo "$pair" )
+  [[ ${RL_TREE:-1} == 1 ]] && job "$NAME-tree$suffix" "${ACTOR_ARGS[@]}" && names+=("$NAME-tree$suffix")
+  [[ ${RL_FLAT:-0} == 1 ]] && job "$NAME-flat$suffix" --no-tree-packing "${ACTOR_ARGS[@]}" && names+=("$NAME-flat$suffix")
+done
 [[ ${RL_IPC:-0} == 1 ]] && job "$NAME-ipc" --weights-transport cuda-ipc "${ACTOR_ARGS[@]}"
 if [[ ${RL_BASELINE:-1} == 1 ]]; then
   # The same prompts (GSM8K questions), G, lengths and loss; EOS ignored so
@@ -95,4 +102,4 @@ if [[ ${RL_BASELINE:-1} == 1 ]]; then
     >"$OUT/baseline.log" 2>&1
   echo "[gpu] baseline rc=$?"; tail -8 "$OUT/baseline.log"
 fi
-python3 scripts/gpu/summarize_runs.py "$OUT" "$NAME" "$NAME-tree" "$NAME-flat" "$NAME-ipc" --with "baseline=$OUT/baseline.json"
+python3 scripts/gpu/summarize_runs.py "$OUT" "$NAME" "${names[@]}" "$NAME-ipc" --with "baseline=$OUT/baseline.json"
