@@ -15,11 +15,11 @@
 
 namespace tandem::inference {
 
+// A [values.size()] tensor of T's dtype (int32, int64, float, ...).
 template <typename T>
-at::Tensor ToDevice(const std::vector<T>& values, at::ScalarType type, at::Device device) {
-  TORCH_CHECK(c10::elementSize(type) == sizeof(T), "ToDevice: ", c10::toString(type), " is not ", sizeof(T), " bytes");
+at::Tensor ToDevice(const std::vector<T>& values, at::Device device) {
   at::Tensor host = at::empty({static_cast<int64_t>(values.size())},
-                              at::TensorOptions().dtype(type).pinned_memory(device.is_cuda()));
+                              at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value).pinned_memory(device.is_cuda()));
   if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
   return device.is_cuda() ? host.to(device, /*non_blocking=*/true) : host;
 }

@@ -11,12 +11,6 @@
 #include "workers/inference/sampler.h"
 
 namespace tandem::inference {
-namespace {
-
-at::Tensor HostTensor(const std::vector<int64_t>& v, at::Device device) { return ToDevice(v, at::kLong, device); }
-at::Tensor HostTensor(const std::vector<int32_t>& v, at::Device device) { return ToDevice(v, at::kInt, device); }
-
-}  // namespace
 
 int64_t KvBlockBytes(const model::ModelConfig& c, int64_t block_size, at::ScalarType dtype) {
   return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
@@ -343,7 +337,7 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
         src.push_back(c.src);
         dst.push_back(c.dst);
       }
-      const at::Tensor s = HostTensor(src, dev), d = HostTensor(dst, dev);
+      const at::Tensor s = ToDevice(src, dev), d = ToDevice(dst, dev);
       for (size_t l = 0; l < key_blocks_.size(); ++l) {
         key_blocks_[l].index_copy_(0, d, key_blocks_[l].index_select(0, s));
         value_blocks_[l].index_copy_(0, d, value_blocks_[l].index_select(0, s));
@@ -358,11 +352,11 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
       model::PagedKv kv;
       kv.key_blocks = key_blocks_;
       kv.value_blocks = value_blocks_;
-      kv.block_table = HostTensor(plan.block_table, dev).view({b, plan.block_table_width});
-      kv.context_lens = HostTensor(plan.context_lens, dev);
-      kv.q_lens = HostTensor(plan.q_lens, dev);
-      kv.slot_mapping = HostTensor(plan.slot_mapping, dev);
-      logits = model_->DecodePaged(HostTensor(plan.tokens, dev), HostTensor(plan.positions, dev), kv).logits;
+      kv.block_table = ToDevice(plan.block_table, dev).view({b, plan.block_table_width});
+      kv.context_lens = ToDevice(plan.context_lens, dev);
+      kv.q_lens = ToDevice(plan.q_lens, dev);
+      kv.slot_mapping = ToDevice(plan.slot_mapping, dev);
+      logits = model_->DecodePaged(ToDevice(plan.tokens, dev), ToDevice(plan.positions, dev), kv).logits;
     }
     if (plan.samples.empty()) return std::vector<SampledToken>{};
     std::vector<int64_t> rows;
@@ -373,7 +367,7 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
       rows.push_back(s.row);
       specs.push_back(s.spec);
     }
-    StatusOr<SamplerOutput> drawn = Sample(every_row ? logits : logits.index_select(0, HostTensor(rows, dev)), specs);
+    StatusOr<SamplerOutput> drawn = Sample(every_row ? logits : logits.index_select(0, ToDevice(rows, dev)), specs);
     TANDEM_RETURN_IF_ERROR(drawn.status(), "sampler");
     // One copy back, so one wait for the step (token ids are exact in double).
     const at::Tensor host =

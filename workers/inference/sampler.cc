@@ -70,8 +70,8 @@ RowParams Columns(const std::vector<SampleSpec>& specs, int64_t vocab, at::Devic
     f[3 * n + i] = SampleUniform(r.seed, r.sample_index, r.step);
     k[i] = r.top_k >= 1 && r.top_k < vocab ? r.top_k : vocab;
   }
-  const at::Tensor cols = ToDevice(f, at::kFloat, dev).view({4, static_cast<int64_t>(n), 1});
-  return {cols[0], cols[1], cols[2], ToDevice(k, at::kLong, dev).unsqueeze(1), cols[3]};
+  const at::Tensor cols = ToDevice(f, dev).view({4, static_cast<int64_t>(n), 1});
+  return {cols[0], cols[1], cols[2], ToDevice(k, dev).unsqueeze(1), cols[3]};
 }
 
 // Inverse CDF: the first entry whose cumulative mass passes u * total,
@@ -144,7 +144,7 @@ SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleS
     }
     std::vector<SampleSpec> specs;
     for (const int64_t b : which) specs.push_back(rows[static_cast<size_t>(b)]);
-    const at::Tensor index = ToDevice(which, at::kLong, dev);
+    const at::Tensor index = ToDevice(which, dev);
     const at::Tensor drawn = draw(logits.index_select(0, index), Columns(specs, vocab, dev));
     tokens.index_copy_(0, index, drawn);
   };
@@ -159,7 +159,7 @@ SamplerOutput SampleOnDevice(const at::Tensor& logits, const std::vector<SampleS
     t[b] = rows[b].temperature < kGreedyBelow ? 1.0F : static_cast<float>(rows[b].temperature);
     all_one = all_one && t[b] == 1.0F;
   }
-  const at::Tensor scaled = all_one ? logits : logits / ToDevice(t, at::kFloat, dev).unsqueeze(1);
+  const at::Tensor scaled = all_one ? logits : logits / ToDevice(t, dev).unsqueeze(1);
   const at::Tensor logprobs = at::log_softmax(scaled, -1).gather(1, tokens.unsqueeze(1)).squeeze(1);
   return SamplerOutput{tokens, logprobs};
 }

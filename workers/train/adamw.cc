@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -229,18 +230,21 @@ StatusOr<double> AdamW::Step(double lr) {
   return norm;
 }
 
+std::optional<size_t> AdamW::ItemOf(size_t slot) const {
+  const std::vector<StateSlabs::Item>& items = slabs_->items();
+  const auto it = std::lower_bound(items.begin(), items.end(), slot,
+                                   [](const StateSlabs::Item& item, size_t s) { return item.slot < s; });
+  if (it == items.end() || it->slot != slot) return std::nullopt;
+  return static_cast<size_t>(it - items.begin());
+}
+
 Status AdamW::GatherParameters() {
   try {
     c10::NoGradGuard no_grad;
-    const std::vector<StateSlabs::Item>& items = slabs_->items();
-    for (size_t i = 0, k = 0; i < params_.slots().size(); ++i) {
+    for (size_t i = 0; i < params_.slots().size(); ++i) {
       const at::Tensor flat = params_.slots()[i].leaf.detach().view({-1});
-      int64_t b = 0, e = 0;  // what this rank owns of the slot
-      if (k < items.size() && items[k].slot == i) {
-        b = begin_[k];
-        e = b + items[k].numel;
-        ++k;
-      }
+      const std::optional<size_t> k = ItemOf(i);
+      const int64_t b = k ? begin_[*k] : 0, e = k ? b + slabs_->items()[*k].numel : 0;  // what this rank owns
       if (b > 0) flat.narrow(0, 0, b).fill_(-0.0);
       if (e < flat.numel()) flat.narrow(0, e, flat.numel() - e).fill_(-0.0);
     }
@@ -255,22 +259,20 @@ Status AdamW::GatherState() {
   if (shard_ == nullptr) return Status::Ok();
   gathered_ = {steps_, {}};
   if (steps_ == 0) return Status::Ok();
-  const std::vector<StateSlabs::Item>& items = slabs_->items();
   const at::Device device = params_.slots().front().leaf.device();
   try {
     c10::NoGradGuard no_grad;
-    for (size_t i = 0, k = 0; i < params_.slots().size(); ++i) {
+    for (size_t i = 0; i < params_.slots().size(); ++i) {
       const model::ParameterSet::Slot& s = params_.slots()[i];
-      const bool owns = k < items.size() && items[k].slot == i;
+      const std::optional<size_t> k = ItemOf(i);
       for (int kind = 0; kind < (master_ ? 3 : 2); ++kind) {
         std::vector<at::Tensor> whole = {at::full({s.leaf.numel()}, -0.0, at::TensorOptions().dtype(at::kFloat).device(device))};
-        if (owns) whole[0].narrow(0, begin_[k], items[k].numel).copy_(slabs_->View(kind, k));
+        if (k) Owned(whole[0], *k).copy_(slabs_->View(kind, *k));
         TANDEM_RETURN_IF_ERROR(shard_->AllReduceSum(whole), "gathering the optimizer's state");
         if (shard_->rank() != 0) continue;  // rank 0 writes checkpoints
         static const char* const kNames[] = {"exp_avg/", "exp_avg_sq/", "master/"};
         gathered_.tensors[kNames[kind] + s.name] = whole[0].cpu().view(s.leaf.sizes());
       }
-      k += owns ? 1 : 0;
     }
   } catch (const std::exception& e) {
     return Internal(std::string("gathering the optimizer's state: ") + e.what());

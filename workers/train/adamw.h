@@ -58,6 +58,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,8 @@ class AdamW final : public Optimizer {
   Status GatherParameters();
   // Item i's elements of its slot's parameter, flat.
   at::Tensor Owned(const at::Tensor& slot_tensor, size_t item) const;
+  // The item of `slot` (sharded: none when another rank owns all of it).
+  std::optional<size_t> ItemOf(size_t slot) const;
 
   model::ParameterSet& params_;
   AdamWOptions adamw_;

@@ -57,10 +57,12 @@ int64_t VersionOfEntry(const std::string& name) {
   return v;
 }
 
-// DIR/.v<N>.pending: version N is queued or being written.
-std::string PendingMarker(const std::string& dir, int64_t version) {
-  return dir + "/.v" + std::to_string(version) + ".pending";
+// A version's names in DIR: v<N> in place, .v<N>.tmp being written,
+// .v<N>.pending queued or being written (the marker readers wait on).
+std::string VersionPath(const std::string& dir, int64_t version, const char* suffix = "") {
+  return dir + (*suffix == '\0' ? "/v" : "/.v") + std::to_string(version) + suffix;
 }
+std::string PendingMarker(const std::string& dir, int64_t version) { return VersionPath(dir, version, ".pending"); }
 
 // Creates DIR (one level) and the marker of version N in it.
 Status MarkPending(const std::string& dir, int64_t version) {
@@ -84,8 +86,9 @@ void WaitWhileBeingWritten(const std::string& dir) {
   const size_t slash = dir.find_last_of('/');
   const std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
   const std::string name = slash == std::string::npos ? dir : dir.substr(slash + 1);
-  if (VersionOfEntry(name) < 0) return;
-  const std::string tmp = parent + "/." + name + ".tmp", pending = parent + "/." + name + ".pending";
+  const int64_t version = VersionOfEntry(name);
+  if (version < 0) return;
+  const std::string tmp = VersionPath(parent, version, ".tmp"), pending = PendingMarker(parent, version);
   for (int i = 0; i < 1200 && !Exists(dir) && (Exists(tmp) || Exists(pending)); ++i) ::usleep(100'000);
 }
 
@@ -115,8 +118,8 @@ StatusOr<std::string> FilePublisher::Publish(int64_t version, const model::Param
     return FailedPrecondition("publish_weights: version " + std::to_string(version) + " after version " +
                               std::to_string(last_version_) + " (versions must grow)");
   const std::string& dir = options_.dir;
-  const std::string final_dir = dir + "/v" + std::to_string(version);
-  const std::string tmp = dir + "/.v" + std::to_string(version) + ".tmp";
+  const std::string final_dir = VersionPath(dir, version);
+  const std::string tmp = VersionPath(dir, version, ".tmp");
   const std::string what = "publish_weights " + final_dir;
   // Readers wait on the marker until the directory is in place (OpenFileSource):
   // the .tmp directory alone leaves a gap between its removal and its rewrite.
@@ -236,7 +239,7 @@ StatusOr<std::string> BackgroundFilePublisher::Publish(int64_t version, const mo
   pending_version_ = version;
   last_version_ = version;
   changed_.notify_all();
-  return "file:" + dir_ + "/v" + std::to_string(version);
+  return "file:" + VersionPath(dir_, version);
 }
 
 }  // namespace tandem::weights
