@@ -228,9 +228,9 @@ std::chrono::milliseconds ReplicaWait(const ActorOptions& o) {
   return Millis(6 * o.phase_timeout_s + 2 * o.request_timeout_s);
 }
 
-StatusOr<std::unique_ptr<train::GradientAllReduce>> JoinActorReplicas(const ActorOptions& o,
+StatusOr<std::unique_ptr<collective::Group>> JoinActorReplicas(const ActorOptions& o,
                                                                       const control::Hello& hello) {
-  train::DataParallelOptions d;
+  collective::GroupOptions d;
   d.rank = static_cast<int>(hello.rank);
   d.world_size = static_cast<int>(hello.world_size);
   d.host = o.dp_host;
@@ -263,7 +263,7 @@ StatusOr<std::unique_ptr<train::GradientAllReduce>> JoinActorReplicas(const Acto
       }
       d.port = *port;
       d.connect_timeout = std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(15'000));
-      StatusOr<std::unique_ptr<train::GradientAllReduce>> group = train::GradientAllReduce::Connect(d);
+      StatusOr<std::unique_ptr<collective::Group>> group = collective::Group::Connect(d);
       if (group.ok()) {
         log::Info("actor", "data-parallel replica {} of {} ({}, rendezvous {}:{})", d.rank, d.world_size,
                   (*group)->backend(), d.host, d.port);
@@ -276,7 +276,7 @@ StatusOr<std::unique_ptr<train::GradientAllReduce>> JoinActorReplicas(const Acto
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> group, train::GradientAllReduce::Connect(d),
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<collective::Group> group, collective::Group::Connect(d),
                           "actor");
   if (d.world_size > 1)
     log::Info("actor", "data-parallel rank 0 of {} ({}, rendezvous {}:{})", d.world_size, group->backend(), d.host,

@@ -12,7 +12,7 @@
 // (port_file.h; in the run dir); the other ranks read it (waiting past an
 // earlier job's file) and join at --dp-host. CPU: gloo; CUDA: NCCL.
 //
-// Rank 0's messages to the others (GradientAllReduce::Broadcast,
+// Rank 0's messages to the others (collective::Group::Broadcast,
 // MessagePack), in this order:
 //   start {checkpoint}   the checkpoint rank 0 resumed from ("" none): a
 //                        replica restores the same one, or fails naming both;
@@ -43,7 +43,7 @@
 #include "common/status.h"
 #include "common/control/control_messages.h"
 #include "workers/roles/actor_options.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 #include "workers/train/grpo_trainer.h"
 
 namespace tandem::roles {
@@ -75,7 +75,7 @@ std::chrono::milliseconds ReplicaWait(const ActorOptions& o);
 
 // Joins the actor's group as `hello`'s rank of its world size (1: a local
 // group, no networking).
-StatusOr<std::unique_ptr<train::GradientAllReduce>> JoinActorReplicas(const ActorOptions& o,
+StatusOr<std::unique_ptr<collective::Group>> JoinActorReplicas(const ActorOptions& o,
                                                                       const control::Hello& hello);
 
 }  // namespace tandem::roles

@@ -88,7 +88,7 @@ StatusOr<Objectives> ActorObjectives(const ActorOptions& o) {
   return ParseObjectives(o.objectives, "actor: --objectives");
 }
 
-StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, const Objectives& objectives, train::GradientAllReduce* dp) {
+StatusOr<ActorModel> BuildActorModel(const ActorOptions& o, const Objectives& objectives, collective::Group* dp) {
   ActorModel m;
   const bool cuda = o.device == "cuda";
   m.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
@@ -213,8 +213,8 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
   // tandemd once the optimizer exists (its tag is in the hello): until
   // then the group refuses rank 0's phases as `unavailable` (waiting for
   // this hello), which rank 0 asks again.
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> group, JoinActorReplicas(o, hello));
-  train::GradientAllReduce& dp = *group;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<collective::Group> group, JoinActorReplicas(o, hello));
+  collective::Group& dp = *group;
   TANDEM_ASSIGN_OR_RETURN(const Objectives objectives, ActorObjectives(o));
   TANDEM_ASSIGN_OR_RETURN(ActorModel m, BuildActorModel(o, objectives, &dp));
   ActorTags tag(m.trainer->optimizer(), o.optimizer.residency == "staged");
@@ -266,7 +266,7 @@ StatusOr<ActorResult> RunReplica(const ActorOptions& o, const control::Endpoint&
 
 // Rank 0: the controller (actor_role.h).
 StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoint& endpoint,
-                                    const control::Hello& hello, train::GradientAllReduce& dp) {
+                                    const control::Hello& hello, collective::Group& dp) {
   // Tokenizer, chat format, data.
   TANDEM_ASSIGN_OR_RETURN(const data::Tokenizer tok, data::Tokenizer::FromDirectory(o.model_dir), "actor: --model tokenizer");
   TANDEM_ASSIGN_OR_RETURN(const data::ChatFormat format, data::ChatFormatFor(tok), "actor: chat format");
@@ -761,7 +761,7 @@ StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   if (hello.role.empty()) hello.role = "actor";
   TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "actor"));
   if (hello.rank > 0) return RunReplica(o, endpoint, hello);
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<train::GradientAllReduce> dp, JoinActorReplicas(o, hello));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<collective::Group> dp, JoinActorReplicas(o, hello));
   StatusOr<ActorResult> r = RunController(o, endpoint, hello, *dp);
   if (dp->world_size() > 1) {  // the replicas end with rank 0 (actor_replicas.h)
     ReplicaMessage last;

@@ -14,7 +14,7 @@
 
 #include "kernels/adamw/adamw.h"
 #include "workers/ops/glue_common.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 
 #ifdef TANDEM_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>

@@ -67,9 +67,11 @@
 #include "workers/train/optimizer.h"
 #include "workers/train/state_slabs.h"
 
-namespace tandem::train {
+namespace tandem::collective {
+class Group;  // workers/collective/group.h
+}  // namespace tandem::collective
 
-class GradientAllReduce;
+namespace tandem::train {
 
 struct AdamWOptions {
   double weight_decay = 0.1;
@@ -82,7 +84,7 @@ struct AdamWOptions {
   std::function<bool(const model::ParameterSet::Slot&)> takes;
   // Sharded across these ranks when there are several (above; not owned,
   // outlives the optimizer). Only with `takes` empty.
-  GradientAllReduce* shard = nullptr;
+  collective::Group* shard = nullptr;
 };
 // InvalidArgument naming the option: weight decay and clip >= 0, betas in
 // [0, 1), eps > 0, slots >= 1, slot_bytes >= 1024.
@@ -142,7 +144,7 @@ class AdamW final : public Optimizer {
   std::unique_ptr<StateSlabs> slabs_; // exp_avg, exp_avg_sq[, master] of the slots it takes
   std::vector<int64_t> begin_;        // per item: where its elements start in its slot (0 unsharded)
   std::vector<size_t> taken_;         // the slots AdamW updates (sharded: every slot)
-  GradientAllReduce* shard_ = nullptr; // sharded only
+  collective::Group* shard_ = nullptr; // sharded only
   OptimizerState gathered_;           // sharded: GatherState's, for State()
   int64_t steps_ = 0;
 };

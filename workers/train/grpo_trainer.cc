@@ -184,7 +184,7 @@ TeacherBatch TeacherInputs(const std::vector<const Trajectory*>& valid, const st
 
 // FailedPrecondition unless every replica holds the same parameters (their
 // sum and sum of squares agree exactly; the padding is not compared).
-Status CheckSameParameters(const model::Transformer& model, GradientAllReduce& dp, const std::string& advice) {
+Status CheckSameParameters(const model::Transformer& model, collective::Group& dp, const std::string& advice) {
   double sum = 0, sq = 0;
   try {
     for (const model::ParameterSet::Slot& s : model.parameters().slots()) {
@@ -196,7 +196,7 @@ Status CheckSameParameters(const model::Transformer& model, GradientAllReduce& d
     return Internal(std::string("checksum of the parameters: ") + e.what());
   }
   std::vector<double> v = {sum, -sum, sq, -sq};
-  TANDEM_RETURN_IF_ERROR(dp.AllReduce(v, HostReduce::kMax), "comparing the replicas' parameters");
+  TANDEM_RETURN_IF_ERROR(dp.AllReduce(v, collective::HostReduce::kMax), "comparing the replicas' parameters");
   if (!(v[0] == -v[1] && v[2] == -v[3]))
     return FailedPrecondition("the data-parallel replicas hold different parameters (sums " +
                               std::to_string(-v[1]) + " to " + std::to_string(v[0]) + "): " + advice);
@@ -452,8 +452,8 @@ Status GrpoTrainer::CheckReplicasAgree(bool for_checkpoint) {
 
 StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& trajectories, double progress) {
   const std::string where = "grpo step " + std::to_string(steps());
-  GradientAllReduce* dp = options_.data_parallel;
-  auto reduce = [&](std::vector<double>& v, HostReduce op, const char* what) -> Status {
+  collective::Group* dp = options_.data_parallel;
+  auto reduce = [&](std::vector<double>& v, collective::HostReduce op, const char* what) -> Status {
     if (dp == nullptr) return Status::Ok();
     return dp->AllReduce(v, op).WithContext(where + ": " + what);
   };
@@ -476,7 +476,7 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
                                static_cast<double>(share.groups_all_equal),
                                static_cast<double>(st.dropped.size()),
                                share.distill_tokens};
-  TANDEM_RETURN_IF_ERROR(reduce(batch, HostReduce::kSum, "summing the batch's counts"));
+  TANDEM_RETURN_IF_ERROR(reduce(batch, collective::HostReduce::kSum, "summing the batch's counts"));
   if (!prepared.ok()) return prepared;
   if (batch[0] > 0) return FailedPrecondition(failed_elsewhere);
   const double n = batch[1], items = batch[5];
@@ -506,8 +506,8 @@ StatusOr<GrpoStepStats> GrpoTrainer::Step(const std::vector<Trajectory>& traject
   TANDEM_RETURN_IF_ERROR(PackMetrics(st.distill, distill_names, sums), where);
   std::vector<double> ratio_max = {st.loss.count("ratio_max") ? st.loss["ratio_max"]
                                                               : -std::numeric_limits<double>::infinity()};
-  TANDEM_RETURN_IF_ERROR(reduce(sums, HostReduce::kSum, "summing the step's metrics"));
-  TANDEM_RETURN_IF_ERROR(reduce(ratio_max, HostReduce::kMax, "the step's ratio_max"));
+  TANDEM_RETURN_IF_ERROR(reduce(sums, collective::HostReduce::kSum, "summing the step's metrics"));
+  TANDEM_RETURN_IF_ERROR(reduce(ratio_max, collective::HostReduce::kMax, "the step's ratio_max"));
   if (!trained.ok()) return trained;
   if (sums[0] > 0) return FailedPrecondition(failed_elsewhere);
   st.reward_std = n > 1 ? std::sqrt(sums[1] / n) : 0.0;

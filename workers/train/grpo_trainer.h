@@ -57,7 +57,7 @@
 #include "workers/model/transformer.h"
 #include "workers/rl/algorithm_registry.h"
 #include "workers/train/muon.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 #include "workers/train/lr_schedule.h"
 
 namespace tandem::train {
@@ -105,7 +105,7 @@ struct GrpoTrainerOptions {
   // whole batch. Not owned; must outlive the trainer. Create checks that
   // every replica starts from the same parameters (same init seed, or the
   // same checkpoint).
-  GradientAllReduce* data_parallel = nullptr;
+  collective::Group* data_parallel = nullptr;
   // The teachers of the routes (K), >= 1 when the algorithm has a distill
   // term (rl::AlgorithmConfig::distill).
   int64_t teachers = 0;

@@ -9,7 +9,7 @@
 #include <map>
 #include <numeric>
 
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 
 namespace tandem::train {
 
@@ -96,7 +96,7 @@ Muon::Muon(model::ParameterSet& params, MuonOptions muon, double max_grad_norm)
 Muon::~Muon() = default;
 
 StatusOr<std::unique_ptr<Muon>> Muon::Create(model::ParameterSet& params, const MuonOptions& muon,
-                                             const AdamWOptions& adamw, GradientAllReduce* dp) {
+                                             const AdamWOptions& adamw, collective::Group* dp) {
   TANDEM_RETURN_IF_ERROR(Validate(muon));
   TANDEM_RETURN_IF_ERROR(Validate(adamw));
   if (params.slots().empty()) return InvalidArgument("muon: no parameters");

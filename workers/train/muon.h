@@ -49,9 +49,11 @@
 #include "workers/model/parameter_set.h"
 #include "workers/train/adamw.h"
 
-namespace tandem::train {
+namespace tandem::collective {
+class Group;  // workers/collective/group.h
+}  // namespace tandem::collective
 
-class GradientAllReduce;  // data_parallel.h
+namespace tandem::train {
 
 struct MuonOptions {
   double beta = 0.95;
@@ -107,7 +109,7 @@ class Muon final : public Optimizer {
   // adamw.takes is set here (the slots Muon does not take). `dp` (may be
   // null; must outlive the optimizer): the data-parallel group.
   static StatusOr<std::unique_ptr<Muon>> Create(model::ParameterSet& params, const MuonOptions& muon,
-                                                const AdamWOptions& adamw, GradientAllReduce* dp = nullptr);
+                                                const AdamWOptions& adamw, collective::Group* dp = nullptr);
   ~Muon() override;
 
   StatusOr<double> Step(double lr) override;  // the norm before clipping
@@ -133,7 +135,7 @@ class Muon final : public Optimizer {
   std::shared_ptr<StagingBuffers> buffers_;  // staged: shared with rest_
   std::unique_ptr<AdamW> rest_;
   std::unique_ptr<StateSlabs> slabs_;        // momentum[, master] of Muon's slots
-  GradientAllReduce* dp_ = nullptr;          // world_size > 1 only
+  collective::Group* dp_ = nullptr;          // world_size > 1 only
   std::vector<int> owner_;                   // per item of slabs_
   int64_t steps_ = 0;
 };
@@ -145,7 +147,7 @@ struct OptimizerChoice {
   std::string name = "adamw";
   AdamWOptions adamw;
   MuonOptions muon;
-  GradientAllReduce* data_parallel = nullptr;  // muon: its ranks share the matrices (not owned)
+  collective::Group* data_parallel = nullptr;  // muon: its ranks share the matrices (not owned)
   bool shard_state = false;  // adamw: its state sharded across data_parallel's ranks (adamw.h "Sharded")
 };
 StatusOr<std::unique_ptr<Optimizer>> MakeOptimizer(model::ParameterSet& params, const OptimizerChoice& choice);

@@ -1,9 +1,10 @@
 // The weight sources (weight_source.h): the scheme picks the transport's
-// reader (file_transport.h, shm_transport.h).
+// reader (file_transport.h, shm_transport.h, ipc_transport.h, nccl_transport.h).
 #include "workers/weights/weight_source.h"
 
 #include "workers/weights/file_transport.h"
 #include "workers/weights/ipc_transport.h"
+#include "workers/weights/nccl_transport.h"
 #include "workers/weights/shm_transport.h"
 
 namespace tandem::weights {
@@ -15,12 +16,10 @@ StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(std::string_view source
     const std::string_view scheme = source.substr(0, colon);
     if (scheme == "shm") return OpenShmSource(source.substr(colon + 1));
     if (scheme == "ipc") return OpenIpcSource(source.substr(colon + 1));
-    if (scheme == "nccl")
-      return InvalidArgument("load_weights.source: the " + std::string(scheme) +
-                           ": transport is not in this build yet (issue #15); give a file: directory");
+    if (scheme == "nccl") return OpenNcclSource(source.substr(colon + 1));
     if (scheme != "file")
       return InvalidArgument("load_weights.source: unknown scheme '" + std::string(scheme) + "' in '" +
-                             std::string(source) + "' (expected file:DIR, shm:/NAME or ipc:@NAME#vVERSION)");
+                             std::string(source) + "' (expected file:DIR, shm:/NAME, ipc:@NAME#vVERSION or nccl:HOST:PORT/eEPOCH/nREADERS#vVERSION)");
     path = source.substr(colon + 1);
   }
   if (path.empty()) return InvalidArgument("load_weights.source: '" + std::string(source) + "' names no directory");

@@ -11,8 +11,8 @@
 //                              wrote (shm_transport.h);
 //   ipc:@NAME#vN, ipc:/PATH#vN a CUDA VMM export of version N on this GPU,
 //                              served by an IpcPublisher (ipc_transport.h);
-//   nccl:                      the multi-GPU transport (issue #15): refused
-//                              as InvalidArgument until it exists.
+//   nccl:HOST:PORT/eE/nR#vN    version N broadcast to the R readers of an
+//                              NcclPublisher's group (nccl_transport.h).
 // OpenWeightSource validates what it can before any copy: an shm segment is
 // mapped and its header and manifest checked (NotFound once freed,
 // FailedPrecondition while unsealed, DataLoss when corrupt).

@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "workers/model/tests/model_test_util.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 #include "workers/train/lr_schedule.h"
 #include "workers/train/tests/lone_rank.h"
 

@@ -5,7 +5,8 @@
 // global stats; a peer killed with SIGKILL mid all-reduce, one that stops
 // answering and one that never arrives are errors within the timeout; bad
 // options are InvalidArgument.
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
+#include "workers/collective/tests/free_port.h"
 
 #include <gtest/gtest.h>
 
@@ -39,18 +40,7 @@ namespace fs = std::filesystem;
 
 [[maybe_unused]] double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
-// A loopback port nobody listens on now.
-[[maybe_unused]] int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using collective::testing::FreePort;
 
 // A train_dp_worker process; killed (SIGKILL, by pid) and reaped if still running.
 class Worker {
@@ -95,9 +85,9 @@ class Worker {
 
 // Rank 0 of 2: `timeout` for each collective, `connect` for the rendezvous
 // (a worker under ASan takes seconds to start).
-DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
+collective::GroupOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
                              std::chrono::milliseconds connect = std::chrono::seconds(60)) {
-  DataParallelOptions o;
+  collective::GroupOptions o;
   o.world_size = 2;
   o.port = port;
   o.timeout = timeout;
@@ -125,13 +115,13 @@ DataParallelOptions Rank0Of2(int port, std::chrono::milliseconds timeout,
 }
 
 TEST(DataParallel, RefusesBadOptions) {
-  auto refused = [](DataParallelOptions o, const std::string& needle) {
-    auto g = GradientAllReduce::Connect(o);
+  auto refused = [](collective::GroupOptions o, const std::string& needle) {
+    auto g = collective::Group::Connect(o);
     ASSERT_FALSE(g.ok());
     EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument) << g.status().ToString();
     EXPECT_NE(g.status().message().find(needle), std::string::npos) << g.status().ToString();
   };
-  DataParallelOptions o = Rank0Of2(29999, std::chrono::seconds(1));
+  collective::GroupOptions o = Rank0Of2(29999, std::chrono::seconds(1));
   o.rank = 2;
   refused(o, "rank 2 outside [0, world_size = 2)");
   o.rank = -1;
@@ -154,15 +144,15 @@ TEST(DataParallel, RefusesBadOptions) {
 }
 
 TEST(DataParallel, OneRankNeedsNoNetworking) {
-  DataParallelOptions o;  // world_size 1, port 0: nothing listens
-  auto g = GradientAllReduce::Connect(o);
+  collective::GroupOptions o;  // world_size 1, port 0: nothing listens
+  auto g = collective::Group::Connect(o);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ((*g)->backend(), "local");
   std::vector<at::Tensor> t = {at::ones({3})};
   ASSERT_TRUE((*g)->AllReduceSum(t).ok());
   EXPECT_EQ(t[0].sum().item<float>(), 3.0f);
   std::vector<double> v = {2.5};
-  ASSERT_TRUE((*g)->AllReduce(v, HostReduce::kMax).ok());
+  ASSERT_TRUE((*g)->AllReduce(v, collective::HostReduce::kMax).ok());
   EXPECT_EQ(v[0], 2.5);
   EXPECT_TRUE((*g)->Barrier().ok());
 }
@@ -175,7 +165,7 @@ void ExpectSameModel(const dptest::RunConfig& config) {
   SCOPED_TRACE(config.optimizer + ", " + config.algorithm + ", micro-batch cap " + std::to_string(config.micro_batch_tokens) + ", rank 0 has " +
                std::to_string(config.rank0_groups) + " of 4 groups");
   at::set_num_threads(1);
-  auto local = GradientAllReduce::Connect({});
+  auto local = collective::Group::Connect({});
   ASSERT_TRUE(local.ok());
   auto one = dptest::Run(config, **local);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
@@ -321,7 +311,7 @@ TEST(DataParallel, ShardedAdamWIsTheReplicatedOneBitForBit) {
 // restores into any number of ranks.
 TEST(DataParallel, MuonOnTwoRanksHoldsOneProcesssStateBitForBit) {
   at::set_num_threads(1);
-  auto local = GradientAllReduce::Connect({});
+  auto local = collective::Group::Connect({});
   ASSERT_TRUE(local.ok());
   const fs::path dir = fs::temp_directory_path() / ("tandem_dp_muon_" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -351,7 +341,7 @@ TEST(DataParallel, MuonOnTwoRanksHoldsOneProcesssStateBitForBit) {
 TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
   const int port = FreePort();
   Worker peer({"train", "1", "2", std::to_string(port), "/dev/null", "dr_grpo", "0", "1", "2", "1", "adamw"});
-  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  auto g = collective::Group::Connect(Rank0Of2(port, std::chrono::seconds(20)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   auto r = dptest::Run({.algorithm = "dr_grpo", .steps = 1, .rank0_groups = 2, .bad_rank = 1}, **g);
   ASSERT_FALSE(r.ok());
@@ -364,7 +354,7 @@ TEST(DataParallel, ABadShareOnOneRankFailsEveryRanksStep) {
 TEST(DataParallel, APeerKilledMidAllReduceIsAnErrorNotAHang) {
   const int port = FreePort();
   Worker peer({"hang", "1", "2", std::to_string(port)});
-  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  auto g = collective::Group::Connect(Rank0Of2(port, std::chrono::seconds(20)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ((*g)->backend(), "gloo");
   ASSERT_TRUE((*g)->Barrier().ok());
@@ -393,14 +383,14 @@ TEST(DataParallel, BroadcastCarriesRank0sBytesToEveryRank) {
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
   const std::vector<std::string> messages = {big, "", std::string("a\0b\n", 4)};
   Worker peer({"echo", "1", "2", std::to_string(port), std::to_string(messages.size())});
-  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(30)));
+  auto g = collective::Group::Connect(Rank0Of2(port, std::chrono::seconds(30)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   for (std::string m : messages) {
     double sum = 0;
     for (const char c : m) sum += static_cast<unsigned char>(c);
     ASSERT_TRUE((*g)->Broadcast(m, std::chrono::seconds(1)).ok());
     std::vector<double> digest = {0, 0};  // the peer's {size, byte sum} of what it received
-    ASSERT_TRUE((*g)->AllReduce(digest, HostReduce::kSum).ok());
+    ASSERT_TRUE((*g)->AllReduce(digest, collective::HostReduce::kSum).ok());
     EXPECT_EQ(digest[0], static_cast<double>(m.size()));
     EXPECT_EQ(digest[1], sum);
   }
@@ -411,9 +401,9 @@ TEST(DataParallel, ABroadcastRank0NeverSendsIsAnErrorNotAHang) {
   for (const bool kill_rank0 : {true, false}) {
     const int port = FreePort();
     Worker rank0({"hang", "0", "2", std::to_string(port)});
-    DataParallelOptions o = Rank0Of2(port, std::chrono::seconds(20));
+    collective::GroupOptions o = Rank0Of2(port, std::chrono::seconds(20));
     o.rank = 1;
-    auto g = GradientAllReduce::Connect(o);
+    auto g = collective::Group::Connect(o);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     ASSERT_TRUE((*g)->Barrier().ok());
     std::thread killer([&] {
@@ -438,14 +428,14 @@ TEST(DataParallel, ABroadcastRank0NeverSendsIsAnErrorNotAHang) {
 TEST(DataParallel, ARankArrivingAtAGroupThatFormedIsRefused) {
   const int port = FreePort();
   Worker peer({"hang", "1", "2", std::to_string(port)});
-  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::seconds(20)));
+  auto g = collective::Group::Connect(Rank0Of2(port, std::chrono::seconds(20)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_TRUE((*g)->Barrier().ok());
   // A restarted rank 1 while the old group lives: refused, not joined.
-  DataParallelOptions late = Rank0Of2(port, std::chrono::seconds(20), std::chrono::seconds(10));
+  collective::GroupOptions late = Rank0Of2(port, std::chrono::seconds(20), std::chrono::seconds(10));
   late.rank = 1;
   const Clock::time_point t0 = Clock::now();
-  auto refused = GradientAllReduce::Connect(late);
+  auto refused = collective::Group::Connect(late);
   ASSERT_FALSE(refused.ok());
   std::printf("[dp] late rank: %s after %.2f s\n", refused.status().ToString().c_str(), Seconds(t0));
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
@@ -456,12 +446,12 @@ TEST(DataParallel, ARankArrivingAtAGroupThatFormedIsRefused) {
 TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
   const int port = FreePort();
   Worker peer({"hang", "1", "2", std::to_string(port)});
-  auto g = GradientAllReduce::Connect(Rank0Of2(port, std::chrono::milliseconds(1500)));
+  auto g = collective::Group::Connect(Rank0Of2(port, std::chrono::milliseconds(1500)));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   ASSERT_TRUE((*g)->Barrier().ok());
   const Clock::time_point t0 = Clock::now();
   std::vector<double> v = {1.0, 2.0};
-  const Status s = (*g)->AllReduce(v, HostReduce::kSum);
+  const Status s = (*g)->AllReduce(v, collective::HostReduce::kSum);
   const double took = Seconds(t0);
   ASSERT_FALSE(s.ok());
   std::printf("[dp] silent peer: %s after %.2f s\n", s.ToString().c_str(), took);
@@ -472,10 +462,10 @@ TEST(DataParallel, APeerThatStopsAnsweringTimesOut) {
 
 TEST(DataParallel, APeerThatNeverArrivesTimesOut) {
   for (int rank : {0, 1}) {  // rank 0 waits for its peer; rank 1 finds nobody listening
-    DataParallelOptions o = Rank0Of2(FreePort(), std::chrono::seconds(60), std::chrono::milliseconds(1500));
+    collective::GroupOptions o = Rank0Of2(FreePort(), std::chrono::seconds(60), std::chrono::milliseconds(1500));
     o.rank = rank;
     const Clock::time_point t0 = Clock::now();
-    auto g = GradientAllReduce::Connect(o);
+    auto g = collective::Group::Connect(o);
     const double took = Seconds(t0);
     ASSERT_FALSE(g.ok()) << "rank " << rank;
     std::printf("[dp] rank %d alone: %s after %.2f s\n", rank, g.status().ToString().c_str(), took);
@@ -488,7 +478,7 @@ TEST(DataParallel, APeerThatNeverArrivesTimesOut) {
 #else
 
 TEST(DataParallel, WithoutGlooConnectSaysWhatIsMissing) {
-  auto g = GradientAllReduce::Connect(Rank0Of2(29999, std::chrono::seconds(1)));
+  auto g = collective::Group::Connect(Rank0Of2(29999, std::chrono::seconds(1)));
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), StatusCode::kFailedPrecondition) << g.status().ToString();
   EXPECT_NE(g.status().message().find("libgloo-dev"), std::string::npos) << g.status().ToString();

@@ -17,7 +17,7 @@
 #include "workers/model/model_input.h"
 #include "workers/model/tests/model_test_util.h"
 #include "workers/rl/algorithm_config.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 #include "workers/train/grpo_trainer.h"
 #include "workers/train/muon.h"
 
@@ -89,7 +89,7 @@ struct RunResult {
 
 // `config.steps` GRPO steps from seed 1 on this rank's share (old log-probs
 // of the start model, so later steps are off-policy and clip).
-inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
+inline StatusOr<RunResult> Run(const RunConfig& config, collective::Group& dp) {
   TANDEM_ASSIGN_OR_RETURN(auto m, TinyModel(1));
   TANDEM_ASSIGN_OR_RETURN(auto ref, TinyModel(1));
   std::vector<Trajectory> ts = ShareOf(FourGroups(), dp.rank(), dp.world_size(), config.rank0_groups);
@@ -146,7 +146,7 @@ inline StatusOr<RunResult> Run(const RunConfig& config, GradientAllReduce& dp) {
 // buffers just larger than the largest matrix. Returns the parameters
 // (upcast) then every state tensor (by name), flattened: rank 0's
 // checkpoint.
-inline StatusOr<std::vector<float>> RunMuonBf16(const std::string& residency, int steps, GradientAllReduce& dp) {
+inline StatusOr<std::vector<float>> RunMuonBf16(const std::string& residency, int steps, collective::Group& dp) {
   model::ParameterSet p = model::ParameterSet::Create(model::testing::TinyConfig(/*moe=*/true, 2), at::kCPU, at::kBFloat16);
   at::manual_seed(7);
   {

@@ -32,13 +32,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   at::set_num_threads(1);
-  DataParallelOptions o;
+  tandem::collective::GroupOptions o;
   o.rank = std::stoi(argv[2]);
   o.world_size = std::stoi(argv[3]);
   o.port = std::stoi(argv[4]);
   o.timeout = std::chrono::seconds(30);
   o.connect_timeout = std::chrono::seconds(60);
-  auto dp = GradientAllReduce::Connect(o);
+  auto dp = tandem::collective::Group::Connect(o);
   if (!dp.ok()) {
     std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, dp.status().ToString().c_str());
     return 1;
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       double sum = 0;
       for (const char c : message) sum += static_cast<unsigned char>(c);
       std::vector<double> digest = {static_cast<double>(message.size()), sum};
-      if (s.ok()) s = (*dp)->AllReduce(digest, HostReduce::kSum);
+      if (s.ok()) s = (*dp)->AllReduce(digest, tandem::collective::HostReduce::kSum);
       if (!s.ok()) {
         std::fprintf(stderr, "train_dp_worker rank %d: %s\n", o.rank, s.ToString().c_str());
         return 1;

@@ -8,16 +8,17 @@
 #include <string>
 #include <vector>
 
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 
 namespace tandem::train::testing {
 
-class LoneRank final : public GradientAllReduce {
+class LoneRank final : public collective::Group {
  public:
-  LoneRank(int rank, int world) : GradientAllReduce(rank, world) {}
+  LoneRank(int rank, int world) : collective::Group(rank, world) {}
   std::string backend() const override { return "lone"; }
   Status AllReduceSum(std::vector<at::Tensor>&) override { return Status::Ok(); }
-  Status AllReduce(std::vector<double>&, HostReduce) override { return Status::Ok(); }
+  Status AllReduce(std::vector<double>&, collective::HostReduce) override { return Status::Ok(); }
+  Status BroadcastTensors(std::vector<at::Tensor>&) override { return Status::Ok(); }
   Status Barrier() override { return Status::Ok(); }
 };
 

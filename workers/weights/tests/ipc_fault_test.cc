@@ -4,14 +4,10 @@
 // serves and frees it; a publisher killed while a reader holds its offer
 // leaves that reader's copy whole and its ack a clear error; a reader of a
 // killed publisher gets NotFound at once; a stopped publisher is a deadline,
-// never a hang. The other process is weights_ipc_peer (TANDEM_BIN_DIR),
+// never a hang. The other process is weights_peer (TANDEM_BIN_DIR),
 // started fresh with posix_spawn; every process killed here is a child
 // this test started, killed by its pid. Skips without a GPU.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,9 +17,8 @@
 
 #include "workers/weights/ipc_transport.h"
 #include "workers/weights/tests/ipc_fault_config.h"
+#include "workers/weights/tests/peer_process.h"
 #include "workers/weights/tests/transport_suite.h"
-
-extern char** environ;
 
 namespace tandem::weights::testing {
 namespace {
@@ -38,68 +33,6 @@ std::string UniqueJob() {
   static std::mt19937_64 rng(std::random_device{}());
   return "ipcfault" + std::to_string(::getpid()) + "x" + std::to_string(rng() % 1000000000);
 }
-
-// A weights_ipc_peer child with its stdout on a pipe.
-class Peer {
- public:
-  static std::string Binary() {
-    const char* dir = std::getenv("TANDEM_BIN_DIR");
-    return std::string(dir ? dir : ".") + "/weights_ipc_peer";
-  }
-  explicit Peer(std::vector<std::string> args) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    args.insert(args.begin(), Binary());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    out_ = fds[0];
-  }
-  ~Peer() {
-    if (pid_ > 0 && !reaped_) Signal(SIGKILL), Reap();
-    if (out_ >= 0) ::close(out_);
-  }
-  bool started() const { return pid_ > 0; }
-  // The next line of its stdout, "" at EOF or after `timeout`.
-  std::string ReadLine(milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      if (const size_t nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      pollfd p{out_, POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return "";
-      char b[512];
-      const ssize_t n = ::read(out_, b, sizeof b);
-      if (n <= 0) return "";
-      buf_.append(b, static_cast<size_t>(n));
-    }
-  }
-  void Signal(int sig) { ::kill(pid_, sig); }
-  // True when a signal ended it.
-  bool Reap() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    reaped_ = true;
-    return WIFSIGNALED(status);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  std::string buf_;
-  bool reaped_ = false;
-};
 
 class IpcFaultTest : public ::testing::Test {
  protected:

@@ -1,12 +1,14 @@
-// Data-parallel actor replicas (docs/rl.md "Data parallel"; issue #16 item
-// 4): the collectives the GRPO trainer needs to make world_size replicas
-// train like one process on the whole batch — a sum of the gradient
-// buffers, sums and maxima of host scalars (the batch's normalisers and
-// metrics), a barrier.
+// A process group (docs/collective.md): the collectives two users need —
+// data-parallel actor replicas (docs/rl.md "Data parallel"; issue #16 item
+// 4: a sum of the gradient buffers, sums and maxima of host scalars, a
+// barrier) and the nccl weight transport (workers/weights/nccl_transport.h;
+// issue #15: rank 0's parameter buffers broadcast to the readers).
 //
 // Connect(options) joins the group: rank 0 listens on `host:port` (in a
 // job, one of rank 0's leased ports, TANDEM_PORTS) with a c10d TCPStore,
-// every rank connects to it, and the backend rendezvouses through it:
+// every rank connects to it, and the backend rendezvouses through it
+// (or through `options.store`, a store the caller keeps: then host and
+// port are not used):
 //   CPU tensors:  gloo (c10d::ProcessGroupGloo), when the build found gloo's
 //                 headers (Debian: libgloo-dev); else FailedPrecondition
 //                 naming the package;
@@ -18,6 +20,7 @@
 //
 // Broadcast carries rank 0's messages (the actor's step: which trajectories
 // each replica trains on) through the same store: bytes, not tensors.
+// BroadcastTensors sends rank 0's tensors themselves, through the backend.
 //
 // Contracts: every rank calls the same collectives in the same order with
 // tensors of the same shapes and dtypes. Connect returns within about
@@ -36,6 +39,7 @@
 
 #include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <memory>
@@ -44,13 +48,9 @@
 
 #include "common/status.h"
 
-namespace c10d {
-class Store;
-}
+namespace tandem::collective {
 
-namespace tandem::train {
-
-struct DataParallelOptions {
+struct GroupOptions {
   int rank = 0;
   int world_size = 1;
   std::string host = "127.0.0.1";  // where rank 0 listens (every rank's view of it)
@@ -59,18 +59,32 @@ struct DataParallelOptions {
   // Until every rank joined (ranks start minutes apart when each loads a model).
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // each collective
+  // A store every rank already reaches (a c10d::PrefixStore per group over
+  // one long-lived TCPStore: the weight transport's groups, one per epoch);
+  // null: rank 0 serves a TCPStore on host:port and the others join it.
+  c10::intrusive_ptr<c10d::Store> store;
 };
 // InvalidArgument naming the option: rank outside [0, world_size),
 // world_size < 1, an empty host or a port outside [1, 65535] with
-// world_size > 1, a timeout or connect_timeout <= 0.
-Status Validate(const DataParallelOptions& options);
+// world_size > 1 and no store, a timeout or connect_timeout <= 0.
+Status Validate(const GroupOptions& options);
+
+// A TCPStore that outlives the groups formed through it, one after another
+// (each through its own c10d::PrefixStore as GroupOptions::store): the nccl
+// weight transport re-forms its group when a reader is gone.
+// ServeStore listens on `port` (Unavailable when it cannot: the port is
+// taken); JoinStore connects to host:port, NotFound when nothing accepts
+// a connection there within `wait`. `timeout` bounds each later get/wait.
+StatusOr<c10::intrusive_ptr<c10d::Store>> ServeStore(int port, std::chrono::milliseconds timeout);
+StatusOr<c10::intrusive_ptr<c10d::Store>> JoinStore(const std::string& host, int port, std::chrono::milliseconds wait,
+                                                    std::chrono::milliseconds timeout);
 
 enum class HostReduce { kSum, kMax };
 
-class GradientAllReduce {
+class Group {
  public:
-  static StatusOr<std::unique_ptr<GradientAllReduce>> Connect(const DataParallelOptions& options);
-  virtual ~GradientAllReduce();
+  static StatusOr<std::unique_ptr<Group>> Connect(const GroupOptions& options);
+  virtual ~Group();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
@@ -80,6 +94,10 @@ class GradientAllReduce {
   // device, contiguous, floating; tensors sharing a dtype travel as one
   // flat bucket (the model's one gradient buffer: no copy).
   virtual Status AllReduceSum(std::vector<at::Tensor>& tensors) = 0;
+  // Rank 0's tensors to every rank, in place (the others' are replaced).
+  // Tensors on the group's device, contiguous, of any dtype (sent as their
+  // bytes); every rank gives the same shapes and dtypes.
+  virtual Status BroadcastTensors(std::vector<at::Tensor>& tensors) = 0;
   // Sums (or takes the maximum of) each value over the ranks, in place, in
   // double: the batch's counts and metric sums.
   virtual Status AllReduce(std::vector<double>& values, HostReduce op) = 0;
@@ -93,7 +111,7 @@ class GradientAllReduce {
   Status Broadcast(std::string& bytes, std::chrono::milliseconds timeout);
 
  protected:
-  GradientAllReduce(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store = {});
+  Group(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store = {});
 
  private:
   int rank_, world_size_;
@@ -101,4 +119,4 @@ class GradientAllReduce {
   int64_t broadcasts_ = 0;
 };
 
-}  // namespace tandem::train
+}  // namespace tandem::collective

@@ -1,4 +1,4 @@
-// The CPU backend of data_parallel.h: c10d's ProcessGroupGloo over the
+// The CPU backend of group.h: c10d's ProcessGroupGloo over the
 // rendezvous TCPStore (LibTorch's own gloo; the headers from libgloo-dev).
 // Gloo's pairs listen on ephemeral ports of the address that reaches rank 0
 // (loopback for a loopback host, else the address this host's name
@@ -13,18 +13,18 @@
 #include <string>
 #include <utility>
 
-#include "workers/train/data_parallel_backend.h"
+#include "workers/collective/group_backend.h"
 
-namespace tandem::train::internal {
+namespace tandem::collective::internal {
 namespace {
 
 bool IsLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
-class GlooGroup final : public GradientAllReduce {
+class GlooGroup final : public Group {
  public:
-  GlooGroup(const DataParallelOptions& o, c10::intrusive_ptr<c10d::Store> store,
+  GlooGroup(const GroupOptions& o, c10::intrusive_ptr<c10d::Store> store,
             c10::intrusive_ptr<c10d::ProcessGroupGloo> pg)
-      : GradientAllReduce(o.rank, o.world_size, std::move(store)), pg_(std::move(pg)) {}
+      : Group(o.rank, o.world_size, std::move(store)), pg_(std::move(pg)) {}
   ~GlooGroup() override = default;
 
   std::string backend() const override { return "gloo"; }
@@ -36,6 +36,22 @@ class GlooGroup final : public GradientAllReduce {
       TANDEM_RETURN_IF_ERROR(Run("gloo all-reduce of " + std::to_string(b.flat.numel()) + " elements",
                                  b.flat, c10d::ReduceOp::SUM));
       Unbucket(b, tensors);
+    }
+    return Status::Ok();
+  }
+
+  Status BroadcastTensors(std::vector<at::Tensor>& tensors) override {
+    TANDEM_RETURN_IF_ERROR(broken_.Check());
+    TANDEM_ASSIGN_OR_RETURN(std::vector<at::Tensor> bytes, AsBytes(tensors, c10::kCPU), "gloo broadcast");
+    for (at::Tensor& b : bytes) {
+      try {
+        std::vector<at::Tensor> one{b};
+        c10d::BroadcastOptions bo;
+        bo.rootRank = 0;
+        pg_->broadcast(one, bo)->wait();
+      } catch (const std::exception& e) {
+        return broken_.Fail(FromException("gloo broadcast of " + std::to_string(b.numel()) + " bytes", e));
+      }
     }
     return Status::Ok();
   }
@@ -81,7 +97,7 @@ class GlooGroup final : public GradientAllReduce {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptions& o) {
+StatusOr<std::unique_ptr<Group>> ConnectGloo(const GroupOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> store, ConnectStore(o), "gloo");
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(o.timeout);
@@ -90,10 +106,10 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptio
     options->threads = 1;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("tandem/gloo", store);
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, o.rank, o.world_size, options);
-    return std::unique_ptr<GradientAllReduce>(new GlooGroup(o, store, std::move(pg)));
+    return std::unique_ptr<Group>(new GlooGroup(o, store, std::move(pg)));
   } catch (const std::exception& e) {
     return FromException("gloo: connecting the pairs", e);
   }
 }
 
-}  // namespace tandem::train::internal
+}  // namespace tandem::collective::internal

@@ -1,4 +1,4 @@
-// The CUDA backend of data_parallel.h: one NCCL communicator per group,
+// The CUDA backend of group.h: one NCCL communicator per group,
 // built only in CUDA builds that found NCCL (TANDEM_WITH_NCCL). Rank 0
 // makes the unique id and publishes it in the rendezvous TCPStore (rank 0's
 // leased port); the others read it there. NCCL's own bootstrap and rings
@@ -25,9 +25,9 @@
 #include <thread>
 #include <utility>
 
-#include "workers/train/data_parallel_backend.h"
+#include "workers/collective/group_backend.h"
 
-namespace tandem::train::internal {
+namespace tandem::collective::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -45,11 +45,11 @@ StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
   }
 }
 
-class NcclGroup final : public GradientAllReduce {
+class NcclGroup final : public Group {
  public:
-  NcclGroup(const DataParallelOptions& o, c10::intrusive_ptr<c10d::Store> store, int device, ncclComm_t comm,
+  NcclGroup(const GroupOptions& o, c10::intrusive_ptr<c10d::Store> store, int device, ncclComm_t comm,
             cudaStream_t stream)
-      : GradientAllReduce(o.rank, o.world_size, std::move(store)), timeout_(o.timeout), device_(device), comm_(comm), stream_(stream) {}
+      : Group(o.rank, o.world_size, std::move(store)), timeout_(o.timeout), device_(device), comm_(comm), stream_(stream) {}
 
   ~NcclGroup() override {
     cudaSetDevice(device_);
@@ -70,9 +70,27 @@ class NcclGroup final : public GradientAllReduce {
                             "nccl all-reduce");
     for (Bucket& b : buckets) {
       TANDEM_ASSIGN_OR_RETURN(const ncclDataType_t type, NcclType(b.flat.scalar_type()));
-      TANDEM_RETURN_IF_ERROR(Run("nccl all-reduce of " + std::to_string(b.flat.numel()) + " elements",
-                                 b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()), type, ncclSum));
+      void* data = b.flat.data_ptr();
+      const auto count = static_cast<size_t>(b.flat.numel());
+      TANDEM_RETURN_IF_ERROR(Run("nccl all-reduce of " + std::to_string(count) + " elements", [&] {
+        return ncclAllReduce(data, data, count, type, ncclSum, comm_, stream_);
+      }));
       Unbucket(b, tensors);
+    }
+    return Status::Ok();
+  }
+
+  Status BroadcastTensors(std::vector<at::Tensor>& tensors) override {
+    TANDEM_RETURN_IF_ERROR(broken_.Check());
+    TANDEM_ASSIGN_OR_RETURN(std::vector<at::Tensor> bytes,
+                            AsBytes(tensors, c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_))),
+                            "nccl broadcast");
+    for (at::Tensor& b : bytes) {
+      void* data = b.data_ptr();
+      const auto count = static_cast<size_t>(b.numel());
+      TANDEM_RETURN_IF_ERROR(Run("nccl broadcast of " + std::to_string(count) + " bytes", [&] {
+        return ncclBroadcast(data, data, count, ncclUint8, /*root=*/0, comm_, stream_);
+      }));
     }
     return Status::Ok();
   }
@@ -94,7 +112,10 @@ class NcclGroup final : public GradientAllReduce {
     }
     if (const cudaError_t e = cudaMemcpy(scalars_, values.data(), bytes, cudaMemcpyHostToDevice); e != cudaSuccess)
       return broken_.Fail(Internal(what + ": cudaMemcpy: " + CudaError(e)));
-    TANDEM_RETURN_IF_ERROR(Run(what, scalars_, values.size(), ncclFloat64, op == HostReduce::kSum ? ncclSum : ncclMax));
+    TANDEM_RETURN_IF_ERROR(Run(what, [&] {
+      return ncclAllReduce(scalars_, scalars_, values.size(), ncclFloat64, op == HostReduce::kSum ? ncclSum : ncclMax,
+                           comm_, stream_);
+    }));
     if (const cudaError_t e = cudaMemcpy(values.data(), scalars_, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess)
       return broken_.Fail(Internal(what + ": cudaMemcpy: " + CudaError(e)));
     return Status::Ok();
@@ -106,13 +127,15 @@ class NcclGroup final : public GradientAllReduce {
   }
 
  private:
-  // Enqueues one all-reduce on stream_ and waits for it (see the file comment).
-  Status Run(const std::string& what, void* data, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+  // Enqueues one collective on stream_ (`enqueue` calls NCCL) and waits for
+  // it (see the file comment).
+  template <typename Enqueue>
+  Status Run(const std::string& what, Enqueue enqueue) {
     cudaSetDevice(device_);
     if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
       return broken_.Fail(Internal(what + ": cudaDeviceSynchronize: " + CudaError(e)));
     const Clock::time_point deadline = Clock::now() + timeout_;
-    ncclResult_t r = ncclAllReduce(data, data, count, type, op, comm_, stream_);
+    ncclResult_t r = enqueue();
     if (r != ncclSuccess && r != ncclInProgress) return broken_.Fail(Abort(what + ": " + NcclError(r), false));
     for (;;) {
       ncclResult_t async = ncclSuccess;
@@ -149,7 +172,7 @@ class NcclGroup final : public GradientAllReduce {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptions& o) {
+StatusOr<std::unique_ptr<Group>> ConnectNccl(const GroupOptions& o) {
   const int device = o.device.has_index() ? o.device.index() : 0;
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
     return FailedPrecondition("nccl: cudaSetDevice(" + std::to_string(device) + "): " + CudaError(e));
@@ -193,7 +216,7 @@ StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptio
                               " ms");
     return Unavailable("nccl: ncclCommInitRank: " + NcclError(r));
   }
-  return std::unique_ptr<GradientAllReduce>(new NcclGroup(o, std::move(store), device, comm, stream));
+  return std::unique_ptr<Group>(new NcclGroup(o, std::move(store), device, comm, stream));
 }
 
-}  // namespace tandem::train::internal
+}  // namespace tandem::collective::internal

@@ -1,12 +1,18 @@
-// weights_ipc_peer: the other process of the cuda-ipc fault tests
-// (ipc_fault_test.cc) — a real publisher or reader on the same GPU, started
-// fresh (CUDA does not survive fork), reporting each step on stdout:
-//   weights_ipc_peer publish JOB TASK VERSION VOCAB SEED
+// weights_peer: the other process of the transports' fault tests
+// (peer_process.h) — a real publisher or reader, started fresh (CUDA does
+// not survive fork), reporting each step on stdout. cuda-ipc
+// (ipc_fault_test.cc), on the same GPU:
+//   weights_peer publish JOB TASK VERSION VOCAB SEED
 //       publishes RandomParameters(seed) of FaultConfig(vocab) on cuda:0,
 //       prints "published <source>", then waits until killed;
-//   weights_ipc_peer read SOURCE VOCAB SEED HOLD_MS
+//   weights_peer read SOURCE VOCAB SEED HOLD_MS
 //       opens and loads SOURCE into cuda:0, prints "loaded match" (or
 //       "loaded differ <tensor>"), sleeps HOLD_MS, acknowledges, prints "acked".
+// nccl (nccl_transport_test.cc), on the CPU (gloo):
+//   weights_peer nccl-read SOURCE SEED
+//       loads SOURCE into SuiteConfig()'s fp32 parameters, prints "loaded
+//       match" (against RandomParameters(seed)) or "loaded differ <tensor>",
+//       then stays (a member of the publisher's group) until killed.
 // Errors print "error <status>" and exit 1.
 #include <unistd.h>
 
@@ -63,8 +69,19 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return 0;
   }
+  if (mode == "nccl-read" && argc == 4) {
+    const model::ModelConfig c = wt::SuiteConfig();
+    const model::ParameterSet want = wt::RandomParameters(c, std::strtoull(argv[3], nullptr, 10));
+    const model::ParameterSet reader = wt::PoisonedParameters(c, at::kFloat);
+    if (Status st = wt::OpenAndLoad(argv[2], reader); !st.ok()) return Fail(st);
+    const std::string diff = wt::FirstDifference(want, reader);
+    std::printf(diff.empty() ? "loaded match\n" : "loaded differ %s\n", diff.c_str());
+    std::fflush(stdout);
+    for (;;) ::pause();
+  }
   std::fprintf(stderr,
-               "usage: weights_ipc_peer publish JOB TASK VERSION VOCAB SEED\n"
-               "       weights_ipc_peer read SOURCE VOCAB SEED HOLD_MS\n");
+               "usage: weights_peer publish JOB TASK VERSION VOCAB SEED\n"
+               "       weights_peer read SOURCE VOCAB SEED HOLD_MS\n"
+               "       weights_peer nccl-read SOURCE SEED\n");
   return 2;
 }

@@ -1,6 +1,6 @@
 // Options, the world-size-1 group, the rendezvous store and the backends'
 // shared helpers (data_parallel.h, data_parallel_backend.h).
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -18,9 +18,9 @@
 #include <string>
 #include <utility>
 
-#include "workers/train/data_parallel_backend.h"
+#include "workers/collective/group_backend.h"
 
-namespace tandem::train {
+namespace tandem::collective {
 namespace {
 
 // Whether something accepts TCP connections on host:port now (at most
@@ -51,43 +51,44 @@ bool Accepts(const std::string& host, int port, std::chrono::milliseconds wait) 
 }
 
 // world_size 1: every collective is the identity; no store, no sockets.
-class LocalGroup final : public GradientAllReduce {
+class LocalGroup final : public Group {
  public:
-  LocalGroup() : GradientAllReduce(0, 1) {}
+  LocalGroup() : Group(0, 1) {}
   std::string backend() const override { return "local"; }
   Status AllReduceSum(std::vector<at::Tensor>&) override { return Status::Ok(); }
+  Status BroadcastTensors(std::vector<at::Tensor>&) override { return Status::Ok(); }
   Status AllReduce(std::vector<double>&, HostReduce) override { return Status::Ok(); }
   Status Barrier() override { return Status::Ok(); }
 };
 
 }  // namespace
 
-Status Validate(const DataParallelOptions& o) {
-  if (o.world_size < 1) return InvalidArgument("data parallel: world_size must be >= 1, got " + std::to_string(o.world_size));
+Status Validate(const GroupOptions& o) {
+  if (o.world_size < 1) return InvalidArgument("process group: world_size must be >= 1, got " + std::to_string(o.world_size));
   if (o.rank < 0 || o.rank >= o.world_size)
-    return InvalidArgument("data parallel: rank " + std::to_string(o.rank) + " outside [0, world_size = " +
+    return InvalidArgument("process group: rank " + std::to_string(o.rank) + " outside [0, world_size = " +
                            std::to_string(o.world_size) + ")");
-  if (o.timeout.count() <= 0) return InvalidArgument("data parallel: timeout must be > 0");
-  if (o.connect_timeout.count() <= 0) return InvalidArgument("data parallel: connect_timeout must be > 0");
-  if (o.world_size > 1) {
-    if (o.host.empty()) return InvalidArgument("data parallel: host (where rank 0 listens) is empty");
+  if (o.timeout.count() <= 0) return InvalidArgument("process group: timeout must be > 0");
+  if (o.connect_timeout.count() <= 0) return InvalidArgument("process group: connect_timeout must be > 0");
+  if (o.world_size > 1 && !o.store) {
+    if (o.host.empty()) return InvalidArgument("process group: host (where rank 0 listens) is empty");
     if (o.port < 1 || o.port > 65535)
-      return InvalidArgument("data parallel: port must be in [1, 65535] (rank 0's rendezvous port), got " +
+      return InvalidArgument("process group: port must be in [1, 65535] (rank 0's rendezvous port), got " +
                              std::to_string(o.port));
   }
   if (!o.device.is_cpu() && !o.device.is_cuda())
-    return InvalidArgument("data parallel: device " + o.device.str() + " is neither CPU nor CUDA");
+    return InvalidArgument("process group: device " + o.device.str() + " is neither CPU nor CUDA");
   return Status::Ok();
 }
 
-GradientAllReduce::GradientAllReduce(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store)
+Group::Group(int rank, int world_size, c10::intrusive_ptr<c10d::Store> store)
     : rank_(rank), world_size_(world_size), store_(std::move(store)) {}
 
-GradientAllReduce::~GradientAllReduce() = default;
+Group::~Group() = default;
 
 // Message n is the store's key tandem/broadcast/<n>; the last rank to read
 // it deletes it (the store holds one step's message at a time).
-Status GradientAllReduce::Broadcast(std::string& bytes, std::chrono::milliseconds timeout) {
+Status Group::Broadcast(std::string& bytes, std::chrono::milliseconds timeout) {
   if (world_size_ == 1) return Status::Ok();
   if (!store_) return FailedPrecondition("broadcast: this group has no store");
   const std::string key = "tandem/broadcast/" + std::to_string(broadcasts_++);
@@ -109,12 +110,44 @@ Status GradientAllReduce::Broadcast(std::string& bytes, std::chrono::millisecond
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<GradientAllReduce>> GradientAllReduce::Connect(const DataParallelOptions& options) {
+StatusOr<c10::intrusive_ptr<c10d::Store>> ServeStore(int port, std::chrono::milliseconds timeout) {
+  if (port < 1 || port > 65535) return InvalidArgument("store: port must be in [1, 65535], got " + std::to_string(port));
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  try {
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so));
+  } catch (const std::exception& e) {
+    return internal::FromException("store: serving on port " + std::to_string(port), e);
+  }
+}
+
+StatusOr<c10::intrusive_ptr<c10d::Store>> JoinStore(const std::string& host, int port, std::chrono::milliseconds wait,
+                                                    std::chrono::milliseconds timeout) {
+  const std::string where = host + ":" + std::to_string(port);
+  if (port < 1 || port > 65535) return InvalidArgument("store: port must be in [1, 65535], got " + std::to_string(port));
+  if (!Accepts(host, port, wait)) return NotFound("store: nothing accepts connections on " + where);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = false;
+  so.waitWorkers = false;
+  so.timeout = timeout;
+  try {
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(host, so));
+  } catch (const std::exception& e) {
+    return internal::FromException("store: joining " + where, e);
+  }
+}
+
+StatusOr<std::unique_ptr<Group>> Group::Connect(const GroupOptions& options) {
   TANDEM_RETURN_IF_ERROR(Validate(options));
-  if (options.world_size == 1) return std::unique_ptr<GradientAllReduce>(new LocalGroup());
-  const std::string where = "data parallel rank " + std::to_string(options.rank) + "/" +
-                            std::to_string(options.world_size) + " via " + options.host + ":" +
-                            std::to_string(options.port);
+  if (options.world_size == 1) return std::unique_ptr<Group>(new LocalGroup());
+  const std::string where = "process group rank " + std::to_string(options.rank) + "/" +
+                            std::to_string(options.world_size) +
+                            (options.store ? std::string(" via the caller's store")
+                                           : " via " + options.host + ":" + std::to_string(options.port));
   if (options.device.is_cuda()) {
     TANDEM_ASSIGN_OR_RETURN(auto group, internal::ConnectNccl(options), where);
     return group;
@@ -126,21 +159,21 @@ StatusOr<std::unique_ptr<GradientAllReduce>> GradientAllReduce::Connect(const Da
 namespace internal {
 
 #if !TANDEM_WITH_GLOO
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptions&) {
+StatusOr<std::unique_ptr<Group>> ConnectGloo(const GroupOptions&) {
   return FailedPrecondition(
       "gloo (the CPU all-reduce) is not in this build: its headers were not found when it was configured "
       "(Debian: apt-get install libgloo-dev, then re-run cmake)");
 }
 #endif
 #if !TANDEM_WITH_NCCL
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptions&) {
+StatusOr<std::unique_ptr<Group>> ConnectNccl(const GroupOptions&) {
   return FailedPrecondition(
       "NCCL (the CUDA all-reduce) is not in this build: it needs a CUDA build (TANDEM_WITH_CUDA) that found "
       "nccl.h and libnccl (TANDEM_NCCL_ROOT)");
 }
 #endif
 
-StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions& o) {
+StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const GroupOptions& o) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + o.connect_timeout;
   auto left = [&] {
@@ -153,8 +186,8 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions
   so.numWorkers = static_cast<size_t>(o.world_size);
   so.waitWorkers = false;  // counted below: LibTorch 1.13's wait gives up silently at the timeout
   // A rank may start before rank 0 listens: connect again until the deadline.
-  c10::intrusive_ptr<c10d::Store> store;
-  for (;;) {
+  c10::intrusive_ptr<c10d::Store> store = o.store;
+  while (!store) {
     if (o.rank != 0 && !Accepts(o.host, o.port, std::chrono::milliseconds(250))) {
       if (Clock::now() >= deadline)
         return DeadlineExceeded("rendezvous: nothing accepted a connection on " + o.host + ":" +
@@ -238,6 +271,20 @@ StatusOr<std::vector<Bucket>> MakeBuckets(const std::vector<at::Tensor>& tensors
   return buckets;
 }
 
+StatusOr<std::vector<at::Tensor>> AsBytes(const std::vector<at::Tensor>& tensors, c10::Device device) {
+  std::vector<at::Tensor> bytes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const std::string name = "tensor " + std::to_string(i);
+    if (!t.defined()) return InvalidArgument(name + " is undefined");
+    if (!t.is_contiguous()) return InvalidArgument(name + " is not contiguous");
+    if (t.device() != device)
+      return InvalidArgument(name + " is on " + t.device().str() + ", the group's device is " + device.str());
+    if (t.numel() > 0) bytes.push_back(t.view({-1}).view(at::kByte));
+  }
+  return bytes;
+}
+
 void Unbucket(const Bucket& b, std::vector<at::Tensor>& tensors) {
   if (b.aliased) return;
   int64_t offset = 0;
@@ -259,4 +306,4 @@ Status BrokenGuard::Fail(Status s) {
 }
 
 }  // namespace internal
-}  // namespace tandem::train
+}  // namespace tandem::collective

@@ -1,6 +1,6 @@
-// What the data-parallel backends share (data_parallel.h): the rendezvous
-// store, dtype buckets, errors from exceptions, the broken-group rule.
-// Internal to workers/train/data_parallel*.cc.
+// What the group's backends share (group.h): the rendezvous store, dtype
+// buckets, errors from exceptions, the broken-group rule. Internal to
+// workers/collective/group*.cc.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,22 +14,22 @@
 #include <vector>
 
 #include "common/status.h"
-#include "workers/train/data_parallel.h"
+#include "workers/collective/group.h"
 
 namespace c10d {
 class Store;
 }
 
-namespace tandem::train::internal {
+namespace tandem::collective::internal {
 
 // The backends; each returns FailedPrecondition when this build lacks it.
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectGloo(const DataParallelOptions& options);
-StatusOr<std::unique_ptr<GradientAllReduce>> ConnectNccl(const DataParallelOptions& options);
+StatusOr<std::unique_ptr<Group>> ConnectGloo(const GroupOptions& options);
+StatusOr<std::unique_ptr<Group>> ConnectNccl(const GroupOptions& options);
 
 // Rank 0 serves a c10d TCPStore on options.port and waits (up to the
 // connect_timeout) for all world_size ranks to join; the others connect to it.
 // DeadlineExceeded when the group is not complete in time.
-StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const DataParallelOptions& options);
+StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const GroupOptions& options);
 
 // DeadlineExceeded when the exception says it timed out, else Unavailable,
 // "<what>: <message>".
@@ -46,6 +46,9 @@ struct Bucket {
 // InvalidArgument naming the tensor when undefined, not floating or not on `device`.
 StatusOr<std::vector<Bucket>> MakeBuckets(const std::vector<at::Tensor>& tensors, c10::Device device);
 void Unbucket(const Bucket& bucket, std::vector<at::Tensor>& tensors);
+// Each non-empty tensor as a flat byte view of its memory (BroadcastTensors);
+// InvalidArgument naming the tensor when undefined, not contiguous or not on `device`.
+StatusOr<std::vector<at::Tensor>> AsBytes(const std::vector<at::Tensor>& tensors, c10::Device device);
 
 // Remembers the first failure; every later call fails with it.
 class BrokenGuard {
@@ -56,4 +59,4 @@ class BrokenGuard {
   std::string first_;
 };
 
-}  // namespace tandem::train::internal
+}  // namespace tandem::collective::internal
