@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/gpu.txt"
 GEN=Ninja; command -v ninja >/dev/null || GEN="Unix Makefiles"
-targets="weights_core_test weights_transport_test weights_ipc_peer weights_ipc_bench"
+targets="weights_core_test weights_transport_test weights_peer weights_ipc_bench"
 timeout "$(left 420)" cmake -S workers/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DTANDEM_CUDA_CI_SUBSET=ON \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \

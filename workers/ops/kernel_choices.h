@@ -18,7 +18,8 @@ inline constexpr std::array<std::string_view, 5> kTreeAttentionChoices = {
     "tiles", "varlen-flash", "varlen-split-flash", "varlen-reference", "varlen-split-reference"};
 
 inline constexpr const char* kMoeExpertsVar = "TANDEM_MOE_EXPERTS";
-// kKernels, kGroupedMm (moe_ops.h).
-inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"kernels", "grouped-mm"};
+// kGroupedMm, kKernels (moe_ops.h): grouped-mm first since the decode steps
+// of a MoE model run in CUDA graphs with it (docs/benchmarks.md).
+inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"grouped-mm", "kernels"};
 
 }  // namespace tandem::ops

@@ -8,6 +8,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -467,8 +468,14 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
 at::Tensor MoePermute(const at::Tensor& x, const MoePermutation& plan) { return PermuteFunction::apply(x, plan); }
 
 MoeExpertsImpl DefaultMoeExpertsImpl(const at::Device& device) {
-  static const MoeExpertsImpl cuda =
-      EnvChoice(kMoeExpertsVar, kMoeExpertsChoices) == 0 ? MoeExpertsImpl::kKernels : MoeExpertsImpl::kGroupedMm;
+  // Unset: grouped-mm where this LibTorch has aten::_grouped_mm (PyTorch
+  // >= 2.8), else our kernels. Named: that one (grouped-mm without the op
+  // fails naming it).
+  static const MoeExpertsImpl cuda = [] {
+    const bool named = std::getenv(kMoeExpertsVar) != nullptr && *std::getenv(kMoeExpertsVar) != '\0';
+    if (EnvChoice(kMoeExpertsVar, kMoeExpertsChoices) != 0) return MoeExpertsImpl::kKernels;
+    return named || HasOp("aten::_grouped_mm", "") ? MoeExpertsImpl::kGroupedMm : MoeExpertsImpl::kKernels;
+  }();
   return device.is_cuda() ? cuda : MoeExpertsImpl::kKernels;
 }
 

@@ -24,8 +24,9 @@
 //                   kernel, no host offsets and so no sync: the path CUDA
 //                   graphs can capture; CPU: one at::mm per expert, its
 //                   reference), SwiGLU in ATen ops, ATen's autograd;
-//       kDefault    CPU: kKernels; CUDA: TANDEM_MOE_EXPERTS = kernels (or
-//                   unset) or grouped-mm, read once.
+//       kDefault    CPU: kKernels; CUDA: TANDEM_MOE_EXPERTS = grouped-mm
+//                   or kernels, read once; unset: grouped-mm where
+//                   LibTorch has aten::_grouped_mm, else kernels.
 //   MoeUnpermute(yp, topk_weight [T, k] fp32, plan) -> out [T, H];
 //     grads for yp and topk_weight.
 // Activations and weights: CPU fp32, CUDA bf16 (weight gradients are

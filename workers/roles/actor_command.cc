@@ -54,8 +54,11 @@ void ActorCommand::Register(CLI::App& app, const std::string& summary) {
   s->add_option("--rollout-port-file", o_.rollout_port_file, "where replica {rank} wrote its port")->capture_default_str();
   s->add_option("--rollout-host", o_.rollout_host, "the rollouts' host")->capture_default_str();
   s->add_option("--weights-transport", o_.weights_transport,
-                "how SYNC hands the weights to the rollouts: shm, or cuda-ipc (rollouts on the actor's GPU)")
-      ->check(CLI::IsMember({"shm", "cuda-ipc"}))
+                "how SYNC hands the weights to the rollouts: shm, cuda-ipc (rollouts on the actor's GPU) or "
+                "nccl (a broadcast to all rollouts; gloo on the CPU; needs a leased port)")
+      ->check(CLI::IsMember({"shm", "cuda-ipc", "nccl"}))
+      ->capture_default_str();
+  s->add_option("--weights-host", o_.weights_host, "nccl: this actor's address as the rollouts reach it")
       ->capture_default_str();
   s->add_option("--request-timeout", o_.request_timeout_s, "seconds for one /generate")->capture_default_str();
   s->add_option("--phase-timeout", o_.phase_timeout_s, "seconds for a phase, or for the rollouts' port files")->capture_default_str();

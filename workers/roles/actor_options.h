@@ -52,9 +52,13 @@ struct ActorOptions {
   std::string rollout_port_file = "rollout.{rank}.port";
   std::string rollout_host = "127.0.0.1";
   // SYNC's transport to the rollouts (docs/rl.md "Weights to the rollouts"):
-  // "shm" (a host segment a version), or "cuda-ipc" (a CUDA VMM export on
-  // the actor's GPU, for rollouts colocated on that GPU; --device cuda).
+  // "shm" (a host segment a version), "cuda-ipc" (a CUDA VMM export on the
+  // actor's GPU, for rollouts colocated on that GPU; --device cuda), or
+  // "nccl" (a broadcast to every rollout at once: NCCL between GPUs, gloo on
+  // the CPU; its store on one of the actor's leased ports, reached at
+  // weights_host).
   std::string weights_transport = "shm";
+  std::string weights_host = "127.0.0.1";
   double request_timeout_s = 600;
   double phase_timeout_s = 600;
 

@@ -29,6 +29,7 @@
 #include "workers/roles/json_log.h"
 #include "workers/roles/model_wait.h"
 #include "workers/roles/objectives.h"
+#include "workers/roles/port_file.h"
 #include "workers/roles/problem_tokens.h"
 #include "workers/roles/rollout_client.h"
 #include "workers/roles/sft_role.h"
@@ -37,6 +38,7 @@
 #include "workers/train/sft_example.h"
 #include "workers/weights/file_transport.h"
 #include "workers/weights/ipc_transport.h"
+#include "workers/weights/nccl_transport.h"
 #include "workers/weights/shm_transport.h"
 
 namespace tandem::roles {
@@ -66,12 +68,33 @@ Status CheckOptions(const ActorOptions& o) {
   if (o.checkpoint_dir.empty() && o.checkpoint_every > 0)
     return InvalidArgument("actor: --checkpoint-every needs --checkpoint-dir");
   if (o.device != "cpu" && o.device != "cuda") return InvalidArgument("actor: --device must be cpu or cuda");
-  if (o.weights_transport != "shm" && o.weights_transport != "cuda-ipc")
-    return InvalidArgument("actor: --weights-transport must be shm or cuda-ipc, got " + o.weights_transport);
+  if (o.weights_transport != "shm" && o.weights_transport != "cuda-ipc" && o.weights_transport != "nccl")
+    return InvalidArgument("actor: --weights-transport must be shm, cuda-ipc or nccl, got " + o.weights_transport);
   if (o.weights_transport == "cuda-ipc" && o.device != "cuda")
     return InvalidArgument("actor: --weights-transport cuda-ipc exports the parameters' GPU memory: it needs --device cuda");
   if (!o.workflow.is_null()) TANDEM_RETURN_IF_ERROR(CheckEpisodeOptions(o));
   return Status::Ok();
+}
+
+// --weights-transport nccl: the publisher's store on a leased port (the
+// second when the first is the data-parallel rendezvous), its broadcasts
+// bounded by --phase-timeout.
+StatusOr<std::unique_ptr<weights::WeightPublisher>> StartNcclPublisher(const ActorOptions& o, bool data_parallel) {
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int> ports, LeasedPorts(), "actor");
+  const size_t index = data_parallel ? 1 : 0;
+  if (ports.size() <= index)
+    return InvalidArgument("actor: --weights-transport nccl serves the rollouts on a leased port: give the actor role "
+                           "\"ports\": " + std::to_string(index + 1) +
+                           (data_parallel ? " (the first is the replicas' rendezvous)" : ""));
+  weights::NcclOptions n;
+  n.host = o.weights_host;
+  n.port = ports[index];
+  n.readers = static_cast<uint32_t>(o.rollouts);
+  n.connect_timeout = Millis(o.phase_timeout_s);
+  n.timeout = Millis(o.phase_timeout_s);
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<weights::NcclPublisher> p, weights::NcclPublisher::Create(n), "actor");
+  log::Info("actor", "weights to {} rollouts over nccl: store {}:{}", n.readers, n.host, n.port);
+  return std::unique_ptr<weights::WeightPublisher>(std::move(p));
 }
 
 // What every replica builds: the model, the KL term's reference, the trainer.
@@ -323,6 +346,8 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   std::unique_ptr<weights::WeightPublisher> publisher;
   if (o.weights_transport == "cuda-ipc") {
     publisher = std::make_unique<weights::IpcPublisher>(weights::IpcOptions{owner_job, owner_task, readers});
+  } else if (o.weights_transport == "nccl") {
+    TANDEM_ASSIGN_OR_RETURN(publisher, StartNcclPublisher(o, dp.world_size() > 1));
   } else {
     publisher = std::make_unique<weights::ShmPublisher>(weights::ShmOptions{owner_job, owner_task, readers});
   }
@@ -381,8 +406,9 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
   control::ControlClient::Options co;
   co.endpoint = endpoint;
   co.hello = hello;
-  ActorTags tag(trainer->optimizer(), o.optimizer.residency == "staged",
-                o.weights_transport == "cuda-ipc" ? publisher.get() : nullptr);
+  // The versions a publisher holds on the GPU until they are read: the `ipc_exports` tag.
+  const bool exports_on_gpu = o.weights_transport == "cuda-ipc" || (o.weights_transport == "nccl" && device.is_cuda());
+  ActorTags tag(trainer->optimizer(), o.optimizer.residency == "staged", exports_on_gpu ? publisher.get() : nullptr);
   tag.Declare(co);
   control::ControlClient client(co);
   OnHandoffCommands(client, tag);

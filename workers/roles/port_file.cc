@@ -1,6 +1,7 @@
 // Port files (port_file.h).
 #include "workers/roles/port_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -9,17 +10,28 @@
 
 namespace tandem::roles {
 
-StatusOr<int> FirstLeasedPort() {
+StatusOr<std::vector<int>> LeasedPorts() {
   const char* env = std::getenv("TANDEM_PORTS");
-  if (env == nullptr || *env == '\0') return 0;
-  std::string first(env);
-  first = first.substr(0, first.find(','));
-  char* end = nullptr;
-  errno = 0;
-  const long port = std::strtol(first.c_str(), &end, 10);
-  if (errno != 0 || end == first.c_str() || *end != '\0' || port <= 0 || port > 65535)
-    return InvalidArgument("TANDEM_PORTS: '" + std::string(env) + "' does not start with a port");
-  return static_cast<int>(port);
+  std::vector<int> ports;
+  if (env == nullptr || *env == '\0') return ports;
+  const std::string all(env);
+  for (size_t at = 0; at <= all.size();) {
+    const size_t comma = std::min(all.find(',', at), all.size());
+    const std::string one = all.substr(at, comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long port = std::strtol(one.c_str(), &end, 10);
+    if (errno != 0 || end == one.c_str() || *end != '\0' || port <= 0 || port > 65535)
+      return InvalidArgument("TANDEM_PORTS: '" + all + "': '" + one + "' is not a port");
+    ports.push_back(static_cast<int>(port));
+    at = comma + 1;
+  }
+  return ports;
+}
+
+StatusOr<int> FirstLeasedPort() {
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int> ports, LeasedPorts());
+  return ports.empty() ? 0 : ports.front();
 }
 
 Status WritePortFile(const std::string& path, int port) {

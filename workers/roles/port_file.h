@@ -9,13 +9,17 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace tandem::roles {
 
-// The first of $TANDEM_PORTS (the ports tandem leased to this task), 0 when
-// it is unset or empty; InvalidArgument when it does not start with a port.
+// $TANDEM_PORTS (the ports tandem leased to this task, comma-separated):
+// empty when it is unset or empty; InvalidArgument naming an entry that is
+// not a port.
+StatusOr<std::vector<int>> LeasedPorts();
+// The first of them, 0 when there is none.
 StatusOr<int> FirstLeasedPort();
 
 // Writes `port` and $TANDEM_JOB_ID to `path`; Internal naming the path when

@@ -19,6 +19,8 @@
 #   - run again (over stale port files of another job, which the actor must
 #     not take) and cancelled after step 1, the job leaves no shm segment
 #     (the daemon removes what the SIGTERMed actor could not);
+#   - with --weights-transport nccl (gloo on the CPU), two steps: every
+#     version reaches both rollouts through epoch 1's broadcast group;
 #   - --weights-transport cuda-ipc without --device cuda is refused, naming both.
 # Needs tandem, tandem-worker and jq (scripts/setup.sh --test).
 NAME=actor-job
@@ -98,7 +100,25 @@ run_pid=
 jq -e '.signal == 15' "$run/tasks/actor.0.exit" >/dev/null || fail "actor.0: $(cat "$run/tasks/actor.0.exit")"
 [[ ! -e /dev/shm/${name}99 ]] || { rm -f "/dev/shm/${name}99"; fail "the daemon left /dev/shm/${name}99"; }
 if ls /dev/shm | grep -qF "$segment"; then fail "the cancelled job left $(ls /dev/shm | grep -F "$segment")"; fi
+# The same job with --weights-transport nccl (gloo on the CPU): every
+# version reaches both rollouts through one broadcast group, whose store is
+# on the actor's leased port.
+jq '.name = "grpo-nccl" | .run_dir = "runs/grpo-nccl" | .roles.actor.ports = 1 |
+    .roles.actor.args |= ((.[index("--steps") + 1] = "2") + ["--weights-transport", "nccl"])' \
+  "$SRC/examples/grpo.json" >grpo-nccl.json
+run_job grpo-nccl.json grpo-nccl
+run=runs/grpo-nccl
+h=$run/handoff.jsonl
+for v in 1 2; do
+  n=$(jq -s --argjson v "$v" '[.[] | select(.command == "load_weights" and .version == $v and .outcome == "ok")
+       | .rank] | unique | length' "$h")
+  ((n == 2)) || fail "nccl: load_weights v$v reached $n of 2 rollouts"
+done
+for r in 0 1; do
+  grep -q "loaded weights version 2 from nccl:127.0.0.1:[0-9]*/e1/n2#v2" "$run/tasks/rollout.$r.err" ||
+    fail "nccl: rollout $r did not load version 2 through epoch 1's group: $(grep -m2 'loaded weights' "$run/tasks/rollout.$r.err")"
+done
 refusal=$("$BIN/tandem-worker" actor --model base --weights-transport cuda-ipc 2>&1) && fail "cuda-ipc on the CPU was accepted"
 grep -q -- "--weights-transport cuda-ipc .* needs --device cuda" <<<"$refusal" || fail "cuda-ipc on the CPU: $refusal"
 echo "[actor-job] PASS: 4 steps, every version loaded by both rollouts, the optimizer released $releases times and" \
-  "resumed $resumes; a cancelled job leaves no segment"
+  "resumed $resumes; a cancelled job leaves no segment; over nccl both rollouts loaded every version"
