@@ -297,7 +297,7 @@ void Unbucket(const Bucket& b, std::vector<at::Tensor>& tensors) {
 
 Status BrokenGuard::Check() const {
   if (first_.empty()) return Status::Ok();
-  return FailedPrecondition("the data-parallel group is broken by an earlier failure (" + first_ + ")");
+  return FailedPrecondition("the process group is broken by an earlier failure (" + first_ + ")");
 }
 
 Status BrokenGuard::Fail(Status s) {

@@ -1,4 +1,5 @@
-// A process group (docs/collective.md): the collectives two users need —
+// A process group (docs/rl.md "Data parallel"; docs/weights.md "The nccl
+// transport"): the collectives two users need —
 // data-parallel actor replicas (docs/rl.md "Data parallel"; issue #16 item
 // 4: a sum of the gradient buffers, sums and maxima of host scalars, a
 // barrier) and the nccl weight transport (workers/weights/nccl_transport.h;

@@ -5,7 +5,8 @@
 # has an entropy bonus for gradients that are not 0:
 #   1. examples/grpo.json, 4 steps, --optimizer muon, once with one actor
 #      (its AdamW part staged: --optimizer-residency staged, 1 MiB buffers)
-#      and once with two replicas (`replicas: 2`, `ports: 1`), the same
+#      and once with two replicas (`replicas: 2`, `ports: 2`: the second
+#      serves the weights to the rollouts, --weights-transport nccl), the same
 #      seed: both end exit 0
 #      (every task); replica 1 trained steps 1..4 on its share; rank 0
 #      found the replicas' parameters identical after the last step; step 1
@@ -46,7 +47,7 @@ step_line() { jq -c --argjson s "$2" 'select(.step == $s and .["reward/mean"] !=
 
 # 1. One actor, then two replicas.
 spec one 1 '.roles.actor.args += ["--optimizer", "muon", "--optimizer-residency", "staged", "--optimizer-slot-mib", "1"]'
-spec two 2 '.roles.actor.args += ["--optimizer", "muon"]'
+spec two 2 '.roles.actor.args += ["--optimizer", "muon", "--weights-transport", "nccl"] | .roles.actor.ports = 2'
 
 run_job one.json one
 run_job two.json two
@@ -57,6 +58,10 @@ for s in 1 2 3 4; do
   grep -q "replica 1 step $s: [1-9][0-9]* trajectories of 16" runs/two/tasks/actor.1.err || fail "replica 1 did not train step $s"
 done
 grep -q "data-parallel rank 0 of 2 (gloo" runs/two/tasks/actor.0.err || fail "rank 0 did not lead a gloo group"
+# Its weights went to the rollouts over nccl, the store on its second leased port.
+for r in 0 1; do
+  grep -q "loaded weights version 4 from nccl:" "runs/two/tasks/rollout.$r.err" || fail "two: rollout $r: not over nccl"
+done
 grep -q "optimizer: muon, state staged through 2 x 1 MiB buffers" runs/one/tasks/actor.0.err ||
   fail "one: not Muon with AdamW staged"
 grep -q "step 4: the 2 replicas hold the same parameters" runs/two/tasks/actor.0.err ||
