@@ -17,6 +17,8 @@
 # TANDEM_TREE_ATTENTION and TANDEM_MOE_EXPERTS, when set, become both
 # workers' --tree-attention and --moe-experts (a task does not inherit the
 # caller's environment).
+# RL_KEEP_RESIDENT=1: the handoff releases nothing (every tag stays on the
+# GPU; handoff.phases), to measure what the releases cost a step.
 # RL_ACTOR_ARGS adds actor flags to both jobs (scripts/gpu/run_agents.sh: a
 # multi-turn workflow), RL_NAME (default rl) prefixes the jobs' names.
 # Results under $OUT: rl.json (per-phase means after the first step, from
@@ -73,6 +75,14 @@ spec = {
                 "args": ["--model", model, "--device", "cuda", "--kv-cache-mib", "32768",
                          "--port-file", "rollout.{rank}.port", "--start-released"] + kernels}},
   "handoff": {"controller": "actor", "timeout_s": 600, "on_fault": "fail"}}
+if os.environ.get("RL_KEEP_RESIDENT") == "1":
+    # Everything stays on the GPU (it fits an 80 GB card): no phase releases
+    # but the cuda-ipc exports; the resumes only bring the rollout's tags up
+    # once (it starts released) and the actor's optimizer (docs/jobspec.md).
+    spec["handoff"]["phases"] = {
+        "rollout": {"resume": {"rollout": ["weights", "kv_cache", "cuda_graph"]}},
+        "train": {"resume": {"actor": ["params", "grads", "optimizer"]}},
+        "sync": {"release": {"actor": ["ipc_exports"]}, "resume": {"rollout": ["weights"]}}}
 json.dump(spec, open(out, "w"), indent=1)
 PY
   gpu_run_job "$WORK" "$name" "${RL_JOB_TIMEOUT:-300}" "$name"
