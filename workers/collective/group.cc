@@ -1,5 +1,5 @@
 // Options, the world-size-1 group, the rendezvous store and the backends'
-// shared helpers (data_parallel.h, data_parallel_backend.h).
+// shared helpers (group.h, group_backend.h).
 #include "workers/collective/group.h"
 
 #include <ATen/ATen.h>
@@ -110,6 +110,14 @@ Status Group::Broadcast(std::string& bytes, std::chrono::milliseconds timeout) {
   return Status::Ok();
 }
 
+std::string ExceptionMessage(const std::exception& e) {
+  std::string m = e.what();
+  // c10::Error appends a C++ backtrace after the message's first lines.
+  if (const size_t cut = m.find("\nException raised from"); cut != std::string::npos) m.resize(cut);
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
 StatusOr<c10::intrusive_ptr<c10d::Store>> ServeStore(int port, std::chrono::milliseconds timeout) {
   if (port < 1 || port > 65535) return InvalidArgument("store: port must be in [1, 65535], got " + std::to_string(port));
   c10d::TCPStoreOptions so;
@@ -161,14 +169,14 @@ namespace internal {
 #if !TANDEM_WITH_GLOO
 StatusOr<std::unique_ptr<Group>> ConnectGloo(const GroupOptions&) {
   return FailedPrecondition(
-      "gloo (the CPU all-reduce) is not in this build: its headers were not found when it was configured "
+      "gloo (the CPU collectives) is not in this build: its headers were not found when it was configured "
       "(Debian: apt-get install libgloo-dev, then re-run cmake)");
 }
 #endif
 #if !TANDEM_WITH_NCCL
 StatusOr<std::unique_ptr<Group>> ConnectNccl(const GroupOptions&) {
   return FailedPrecondition(
-      "NCCL (the CUDA all-reduce) is not in this build: it needs a CUDA build (TANDEM_WITH_CUDA) that found "
+      "NCCL (the CUDA collectives) is not in this build: it needs a CUDA build (TANDEM_WITH_CUDA) that found "
       "nccl.h and libnccl (TANDEM_NCCL_ROOT)");
 }
 #endif
@@ -236,10 +244,7 @@ StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const GroupOptions& o) {
 }
 
 Status FromException(const std::string& what, const std::exception& e) {
-  std::string m = e.what();
-  // c10::Error appends a C++ backtrace after the message's first lines.
-  if (const size_t cut = m.find("\nException raised from"); cut != std::string::npos) m.resize(cut);
-  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  const std::string m = ExceptionMessage(e);
   const bool timed_out = m.find("imed out") != std::string::npos || m.find("imeout") != std::string::npos;
   return timed_out ? DeadlineExceeded(what + ": " + m) : Unavailable(what + ": " + m);
 }

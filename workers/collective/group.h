@@ -43,6 +43,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,10 @@ Status Validate(const GroupOptions& options);
 StatusOr<c10::intrusive_ptr<c10d::Store>> ServeStore(int port, std::chrono::milliseconds timeout);
 StatusOr<c10::intrusive_ptr<c10d::Store>> JoinStore(const std::string& host, int port, std::chrono::milliseconds wait,
                                                     std::chrono::milliseconds timeout);
+
+// An exception's message without the C++ backtrace c10::Error appends
+// (for errors that name a store or collective operation).
+std::string ExceptionMessage(const std::exception& e);
 
 enum class HostReduce { kSum, kMax };
 

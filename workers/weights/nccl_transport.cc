@@ -8,7 +8,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <charconv>
-#include <map>
 #include <utility>
 
 #include "workers/collective/group.h"
@@ -36,12 +35,6 @@ std::optional<int64_t> ParseInt(std::string_view s) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
   return v;
-}
-
-std::string What(const std::exception& e) {
-  std::string m = e.what();
-  if (const size_t cut = m.find("\nException raised from"); cut != std::string::npos) m.resize(cut);
-  return m;
 }
 
 // --- the URI: HOST:PORT/e<EPOCH>/n<R>#v<VERSION>
@@ -188,7 +181,7 @@ class NcclSource final : public WeightSource {
         return NotFound(what + ": version " + std::to_string(version) + " is not published (replaced by a newer one)");
       text = AsText(store.get(ManifestKey(version)));
     } catch (const std::exception& e) {
-      return Unavailable(what + ": the publisher's store: " + What(e));
+      return Unavailable(what + ": the publisher's store: " + collective::ExceptionMessage(e));
     }
     StatusOr<WeightManifest> m = ParseWeightManifest(text);
     if (!m.ok()) return DataLoss(what + ": its manifest: " + m.status().message());
@@ -204,7 +197,7 @@ class NcclSource final : public WeightSource {
     try {
       rank = epoch->add("arrived", 1);
     } catch (const std::exception& e) {
-      return Unavailable("joining the group: " + What(e));
+      return Unavailable("joining the group: " + collective::ExceptionMessage(e));
     }
     if (rank > uri_.readers)
       return Unavailable("the group of epoch " + std::to_string(uri_.epoch) + " has its " +
@@ -311,7 +304,7 @@ StatusOr<std::string> NcclPublisher::Publish(int64_t version, const model::Param
     }
     store_->set(ManifestKey(version), AsBytes(ToJson(manifest).dump()));
   } catch (const std::exception& e) {
-    return Internal(what + ": " + What(e));
+    return Internal(what + ": " + collective::ExceptionMessage(e));
   }
   std::string source;
   {
@@ -403,7 +396,7 @@ void NcclPublisher::Run() {
         thread_store_->set(kSentKey, AsBytes(header));
         thread_store_->deleteKey(ManifestKey(number));
       } catch (const std::exception& e) {
-        st = Unavailable("recording the version sent: " + What(e));
+        st = Unavailable("recording the version sent: " + collective::ExceptionMessage(e));
       }
     }
     buffers.clear();
@@ -431,7 +424,7 @@ Status NcclPublisher::FormGroup(std::unique_lock<std::mutex>& lock) {
       arrived = store->add("arrived", 0);
     } catch (const std::exception& e) {
       lock.lock();
-      return Unavailable("counting its readers: " + What(e));
+      return Unavailable("counting its readers: " + collective::ExceptionMessage(e));
     }
     lock.lock();
     if (stop_) return Status::Ok();
