@@ -4,10 +4,13 @@
 # inference; Release, sm_90a, the machine's LibTorch) up to tandem-generate,
 # then engine_check.py (greedy vs transformers on CPU fp32 and CUDA bf16, the
 # memory handoff) and engine_bench.py (decode tokens/s vs transformers and the
-# bandwidth limit). Logs under $OUT: build.log, check.log, engine_check.json,
-# bench.md. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
-# Usage: scripts/gpu/run_engine.sh [check] [bench]   (default: both)
+# bandwidth limit), engine_profile.py (a decode step's time by part and by
+# kernel, under Kineto). Logs under $OUT: build.log, check.log,
+# engine_check.json, bench.md, profile.log and the traces. Needs .gpu-deps/
+# carried (scripts/gpu/stage_deps.sh, run here first).
+# Usage: scripts/gpu/run_engine.sh [check] [bench] [profile]   (default: check bench)
 #   TANDEM_ENGINE_BATCHES  batch sizes for the bench (default: 1 16 64 256)
+#   TANDEM_PROFILE_BATCHES batch sizes for the profile (default: 1 64)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -43,6 +46,13 @@ if [[ " $steps " == *" bench "* ]] && (( left < 90 )); then
   echo "[gpu] bench skipped: ${left} s left in this call"
 elif [[ " $steps " == *" bench "* ]]; then
   timeout $left python3 scripts/gpu/engine_bench.py "$tool" "$WORK" ${TANDEM_ENGINE_BATCHES:-} 2>&1 | tee "$OUT/bench.md"
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+fi
+left=$(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) ))
+if [[ " $steps " == *" profile "* ]] && (( left < 60 )); then
+  echo "[gpu] profile skipped: ${left} s left in this call"
+elif [[ " $steps " == *" profile "* ]]; then
+  OUT=$OUT timeout $left python3 scripts/gpu/engine_profile.py "$tool" "$WORK" ${TANDEM_PROFILE_BATCHES:-} 2>&1 | tee "$OUT/profile.log" | grep -E "^\[profile\] batch [0-9]+ (un)?profiled|GPU busy"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 exit $status

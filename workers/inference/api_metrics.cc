@@ -64,6 +64,16 @@ std::string PrometheusText(const ApiMetrics& m) {
   One(&out, "tandem_inference_prefix_cache_hit_rate", "gauge",
       "Prefix-cache hit tokens over looked-up tokens since start.", fmt::format("{:.6f}", rate));
   One(&out, "tandem_inference_paused", "gauge", "1 while generation is paused.", s.paused ? 1 : 0);
+  One(&out, "tandem_inference_steps_total", "counter", "Engine steps run.", s.steps_total);
+  One(&out, "tandem_inference_decode_graph_steps_total", "counter", "Engine steps replayed through a CUDA graph.",
+      s.graph_steps_total);
+  Family(&out, "tandem_inference_step_seconds_total", "counter",
+         "Engine thread seconds per part of a step: plan, launch (model and sampler, host), wait (for the sampled "
+         "tokens), commit (and deliver).");
+  for (const auto& [part, seconds] : {std::pair{"plan", s.step_plan_seconds}, std::pair{"launch", s.step_launch_seconds},
+                                      std::pair{"wait", s.step_wait_seconds}, std::pair{"commit", s.step_commit_seconds}})
+    fmt::format_to(std::back_inserter(out), "tandem_inference_step_seconds_total{{part=\"{}\"}} {:.6f}\n", part,
+                   seconds);
   One(&out, "tandem_inference_weight_version", "gauge", "The weight version new requests start with.",
       m.weight_version);
   One(&out, "tandem_inference_generate_calls_open", "gauge", "POST /generate calls in flight.",

@@ -64,6 +64,14 @@ struct EngineStats {
   uint64_t prefix_cache_hit_tokens_total = 0;    // prompt tokens served from the prefix cache
   uint64_t prefix_cache_query_tokens_total = 0;  // prompt tokens looked up in it
   bool paused = false;
+  // The engine thread's steps and where their time went (docs/inference.md
+  // "A step's host work"): planning the batch, launching the model and the
+  // sampler (host), waiting for the sampled tokens (the device's time left
+  // after the launch), committing them and delivering updates. Zero for
+  // engines without a step loop.
+  uint64_t steps_total = 0;
+  uint64_t graph_steps_total = 0;  // of them replayed through a CUDA graph
+  double step_plan_seconds = 0, step_launch_seconds = 0, step_wait_seconds = 0, step_commit_seconds = 0;
 };
 
 class Engine {

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "common/log.h"
@@ -11,6 +12,14 @@
 #include "workers/inference/sampler.h"
 
 namespace tandem::inference {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
 
 int64_t KvBlockBytes(const model::ModelConfig& c, int64_t block_size, at::ScalarType dtype) {
   return 2 * c.num_hidden_layers * block_size * c.num_key_value_heads * c.head_dim *
@@ -212,6 +221,12 @@ EngineStats Generator::Stats() const {
   e.prefix_cache_hit_tokens_total = static_cast<uint64_t>(s.prefix_hit_tokens);
   e.prefix_cache_query_tokens_total = static_cast<uint64_t>(s.prefix_hit_tokens + s.prefix_miss_tokens);
   e.paused = s.paused;
+  e.steps_total = steps_;
+  e.graph_steps_total = graph_steps_.load();
+  e.step_plan_seconds = plan_s_;
+  e.step_launch_seconds = launch_s_;
+  e.step_wait_seconds = wait_s_;
+  e.step_commit_seconds = commit_s_;
   return e;
 }
 
@@ -222,6 +237,7 @@ void Generator::Loop() {
       std::unique_lock<std::mutex> l(mu_);
       wake_.wait(l, [this] { return stop_ || (kick_ && !loading_ && !weights_absent_ && !kv_absent_); });
       if (stop_) return;
+      const Clock::time_point planning = Clock::now();
       StatusOr<StepPlan> p = scheduler_->Plan();
       if (!p.ok()) {
         health_ = p.status();
@@ -236,9 +252,15 @@ void Generator::Loop() {
       }
       plan = std::move(*p);
       stepping_ = true;
+      plan_s_ += Since(planning);
     }
-    StatusOr<std::vector<SampledToken>> sampled = RunStep(plan);
+    double launch_s = 0, wait_s = 0;
+    StatusOr<std::vector<SampledToken>> sampled = RunStep(plan, launch_s, wait_s);
     std::lock_guard<std::mutex> l(mu_);
+    const Clock::time_point committing = Clock::now();
+    ++steps_;
+    launch_s_ += launch_s;
+    wait_s_ += wait_s;
     stepping_ = false;
     step_done_.notify_all();
     if (!sampled.ok()) {
@@ -260,6 +282,7 @@ void Generator::Loop() {
     health_ = Status::Ok();
     Deliver(*events);
     DeliverFinished();
+    commit_s_ += Since(committing);
   }
 }
 
@@ -327,8 +350,9 @@ Status Generator::LoadWeights(int64_t version, const std::function<Status()>& lo
   return st;
 }
 
-StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
+StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan, double& launch_s, double& wait_s) {
   c10::NoGradGuard no_grad;
+  const Clock::time_point launching = Clock::now();
   const at::Device dev = model_->device();
   try {
     if (!plan.copies.empty()) {  // copy on write of shared partial blocks
@@ -358,7 +382,10 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
       kv.slot_mapping = ToDevice(plan.slot_mapping, dev);
       logits = model_->DecodePaged(ToDevice(plan.tokens, dev), ToDevice(plan.positions, dev), kv).logits;
     }
-    if (plan.samples.empty()) return std::vector<SampledToken>{};
+    if (plan.samples.empty()) {
+      launch_s += Since(launching);
+      return std::vector<SampledToken>{};
+    }
     std::vector<int64_t> rows;
     std::vector<SampleSpec> specs;
     bool every_row = plan.samples.size() == static_cast<size_t>(logits.size(0));  // rows 0..B-1 in order
@@ -370,8 +397,11 @@ StatusOr<std::vector<SampledToken>> Generator::RunStep(const StepPlan& plan) {
     StatusOr<SamplerOutput> drawn = Sample(every_row ? logits : logits.index_select(0, ToDevice(rows, dev)), specs);
     TANDEM_RETURN_IF_ERROR(drawn.status(), "sampler");
     // One copy back, so one wait for the step (token ids are exact in double).
-    const at::Tensor host =
-        at::stack({drawn->tokens.to(at::kDouble), drawn->logprobs.to(at::kDouble)}).to(at::kCPU).contiguous();
+    const at::Tensor both = at::stack({drawn->tokens.to(at::kDouble), drawn->logprobs.to(at::kDouble)});
+    launch_s += Since(launching);
+    const Clock::time_point waiting = Clock::now();
+    const at::Tensor host = both.to(at::kCPU).contiguous();
+    wait_s += Since(waiting);
     const double* tokens = host.data_ptr<double>();
     const double* logprobs = tokens + rows.size();
     std::vector<SampledToken> result(rows.size());

@@ -133,8 +133,9 @@ class Generator final : public Engine, public HandoffEngine {
  private:
   Generator(std::shared_ptr<const model::Transformer> model, GeneratorOptions options);
   void Loop();
-  // Runs the model and the sampler over `plan` (no lock held).
-  StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan);
+  // Runs the model and the sampler over `plan` (no lock held); adds the
+  // host's launch time and its wait for the tokens to the two counters.
+  StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan, double& launch_s, double& wait_s);
   // Under mu_: turns events into updates, matches stop strings, delivers
   // finished requests.
   void Deliver(const std::vector<TokenEvent>& events);
@@ -168,6 +169,8 @@ class Generator final : public Engine, public HandoffEngine {
   int64_t weight_version_ = 0;
   Status health_;
   uint64_t prompt_tokens_total_ = 0;
+  uint64_t steps_ = 0;
+  double plan_s_ = 0, launch_s_ = 0, wait_s_ = 0, commit_s_ = 0;  // EngineStats' step_*_seconds
   std::thread thread_;
 };
 

@@ -6,13 +6,20 @@
 //       [--device cpu|cuda] [--max-new-tokens 32] [--kv-cache-mib 1024]
 //       [--block-size 16] [--max-running 256] [--max-step-tokens 8192]
 //       [--repeat 1] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|1,2,4,...]
+//       [--profile TRACE.json]
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
 // at once (greedy, ignore_eos; while the engine is paused, so that runs of
 // the same prompts batch alike), `--repeat` times; OUT.json:
 //   {"outputs": [[ids], ...], "logprobs": [[log p of each], ...] (--logprobs),
-//    "runs": [{"seconds", "generated_tokens", "tokens_per_s"}, ...],
+//    "runs": [{"seconds", "generated_tokens", "tokens_per_s", "steps",
+//              "decode_graph_steps", "step_ms": {"plan", "launch", "wait", "commit"}}, ...],
 //    "handoff": {...}}
+// "step_ms" is the engine thread's mean time per step of the run, by part
+// (EngineStats: host planning, launching, waiting for the device, committing).
+// --profile: the last run goes under LibTorch's Kineto profiler (CUDA
+// kernels, CPU ops), its Chrome trace written to TRACE.json
+// (scripts/gpu/engine_profile.py summarises it).
 // The model, the KV pool and the decode graphs' memory live in tagged
 // memory (tagged_model.h). With --handoff, after the first run the engine
 // is paused (retract), every tag is released and the device reading taken,
@@ -24,6 +31,7 @@
 // the second run gave the same tokens, and its outputs and log-probs.
 #include <ATen/core/ivalue.h>  // before ATen.h (clang 14, C++20)
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -31,6 +39,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,7 +56,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 struct Flags {
-  std::string model, prompts, out, device = "cpu", cuda_graphs = "auto";
+  std::string model, prompts, out, device = "cpu", cuda_graphs = "auto", profile;
   int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192;
   int32_t block_size = 16;
   int repeat = 1;
@@ -59,14 +68,16 @@ int Usage(const std::string& why) {
   std::cerr << "tandem-generate: " << why << "\n"
             << "usage: tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json [--device cpu|cuda]\n"
                "       [--max-new-tokens N] [--kv-cache-mib N] [--block-size N] [--max-running N]\n"
-               "       [--max-step-tokens N] [--repeat N] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|SIZES]\n";
+               "       [--max-step-tokens N] [--repeat N] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|SIZES]\n"
+               "       [--profile TRACE.json]\n";
   return 2;
 }
 
 bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   std::map<std::string, std::string*> text = {{"--model", &f.model}, {"--prompts", &f.prompts},
                                               {"--out", &f.out}, {"--device", &f.device},
-                                              {"--cuda-graphs", &f.cuda_graphs}, {"--reload", &f.reload}};
+                                              {"--cuda-graphs", &f.cuda_graphs}, {"--reload", &f.reload},
+                                              {"--profile", &f.profile}};
   std::map<std::string, int64_t*> ints = {{"--max-new-tokens", &f.max_new_tokens}, {"--kv-cache-mib", &f.kv_cache_mib},
                                           {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens}};
   int64_t block_size = f.block_size, repeat = f.repeat;
@@ -186,6 +197,32 @@ json Figures(const Run& r) {
   return {{"seconds", r.seconds}, {"generated_tokens", r.tokens}, {"tokens_per_s", r.tokens / r.seconds}};
 }
 
+// The engine's steps between two readings of its stats, and their mean time by part.
+json StepFigures(const inf::EngineStats& from, const inf::EngineStats& to) {
+  const uint64_t steps = to.steps_total - from.steps_total;
+  const double per = steps == 0 ? 0.0 : 1e3 / static_cast<double>(steps);
+  return {{"steps", steps},
+          {"step_ms",
+           {{"plan", (to.step_plan_seconds - from.step_plan_seconds) * per},
+            {"launch", (to.step_launch_seconds - from.step_launch_seconds) * per},
+            {"wait", (to.step_wait_seconds - from.step_wait_seconds) * per},
+            {"commit", (to.step_commit_seconds - from.step_commit_seconds) * per}}}};
+}
+
+// Kineto over `body` (CPU ops and CUDA kernels of every thread's launches),
+// the Chrome trace saved to `path`.
+template <typename Body>
+auto Profiled(const std::string& path, Body body) {
+  namespace prof = torch::profiler::impl;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  const std::set<prof::ActivityType> activities{prof::ActivityType::CPU, prof::ActivityType::CUDA};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  auto result = body();
+  torch::autograd::profiler::disableProfiler()->save(path);
+  return result;
+}
+
 // `baseline`: the device's used bytes before the model was loaded.
 tandem::StatusOr<json> Handoff(inf::Generator& g, tandem::memory::TaggedMemory& mem, uint64_t baseline,
                                tandem::model::Transformer& model, const std::string& reload) {
@@ -242,6 +279,13 @@ int Main(const Flags& f) {
   };
   auto prompts = ReadPrompts(f.prompts);
   if (!prompts.ok()) return fail(prompts.status());
+  if (!f.profile.empty()) {  // before the model loads: a LibTorch without Kineto cannot save a trace
+    try {
+      Profiled(f.profile, [] { return 0; });
+    } catch (const c10::Error& e) {
+      return fail(tandem::FailedPrecondition("--profile " + f.profile + ": " + e.what_without_backtrace()));
+    }
+  }
   const bool cuda = f.device == "cuda";
   uint64_t baseline = 0;  // the device's reading before the model (the CUDA context made)
   if (cuda) {
@@ -277,9 +321,12 @@ int Main(const Flags& f) {
   std::vector<std::vector<int32_t>> first;
   std::vector<std::vector<float>> first_logprobs;
   for (int r = 0; r < f.repeat; ++r) {
-    auto run = Generate(**engine, *prompts, f.max_new_tokens, f.logprobs);
+    const inf::EngineStats before = (*engine)->Stats();
+    auto generate = [&] { return Generate(**engine, *prompts, f.max_new_tokens, f.logprobs); };
+    auto run = !f.profile.empty() && r + 1 == f.repeat ? Profiled(f.profile, generate) : generate();
     if (!run.ok()) return fail(run.status());
     out["runs"].push_back(Figures(*run));
+    out["runs"].back().update(StepFigures(before, (*engine)->Stats()));
     out["runs"].back()["decode_graph_steps"] = (*engine)->decode_graph_steps();
     if (r == 0) {
       first = run->outputs;

@@ -130,6 +130,11 @@ TEST(GeneratorTest, DecodeGraphsPadTheirBatchAndGiveTheSameTokens) {
       EXPECT_EQ(got[i].Wait(1)[0].output_ids, want[i]) << "prompt " << i;
     if (eager) EXPECT_EQ((*g)->decode_graph_steps(), 0u);
     else EXPECT_GE((*g)->decode_graph_steps(), 8u) << "the steps of 4 rows and fewer";
+    const EngineStats done = (*g)->Stats();
+    EXPECT_GE(done.steps_total, 15u) << "the longest request's 15 tokens take a step each";
+    EXPECT_EQ(done.graph_steps_total, (*g)->decode_graph_steps());
+    EXPECT_GT(done.step_launch_seconds, 0.0);
+    EXPECT_GT(done.step_wait_seconds + done.step_commit_seconds + done.step_plan_seconds, 0.0);
   }
 }
 

@@ -414,6 +414,10 @@ TEST_F(HttpApiTest, MetricsArePrometheusText) {
                                  "tandem_inference_prefix_cache_hit_rate 0.250000\n",
                                  "tandem_inference_weight_version 7\n",
                                  "tandem_inference_paused 0\n",
+                                 "tandem_inference_steps_total 5\n",
+                                 "# TYPE tandem_inference_step_seconds_total counter\n",
+                                 "tandem_inference_step_seconds_total{part=\"wait\"} 0.250000\n",
+                                 "tandem_inference_step_seconds_total{part=\"plan\"} 0.000000\n",
                                  "# TYPE tandem_inference_generation_tokens_per_second gauge\n",
                                  "tandem_inference_http_responses_total{endpoint=\"/generate\",code=\"200\"} 1\n"})
     EXPECT_NE(r.body.find(line), std::string::npos) << "missing: " << line << "\n" << r.body;

@@ -136,6 +136,8 @@ class ScriptedEngine : public Engine {
     s.prefix_cache_hit_tokens_total = 1;
     s.prefix_cache_query_tokens_total = 4;
     s.paused = paused_;
+    s.steps_total = 5;
+    s.step_wait_seconds = 0.25;
     return s;
   }
 
