@@ -28,17 +28,31 @@ struct Transformer::LayerWeights {
 
 namespace {
 
-// Runs decoder layer `w` on x [N, H]: attention through `attend`, which maps
-// the layer's Qkv to its output [N, Hq, D].
-at::Tensor DecoderLayer(const ModelConfig& c, const at::Tensor& x,
-                        const RotaryAngles& angles, const std::function<at::Tensor(const Qkv&)>& attend,
-                        const AttentionWeights& attn_w, const at::Tensor& input_norm, const at::Tensor& post_norm,
-                        const std::function<at::Tensor(const at::Tensor&)>& mlp, Qkv* qkv_out) {
+// The residual stream between layers: x plus the last layer's MLP output
+// `delta`, not yet added (undefined before the first layer). The next
+// norm adds it in its own kernel (AddRmsNorm), so no layer ends with an add.
+struct Residual {
+  at::Tensor x, delta;
+};
+
+// The residual stream summed and normalised by `weight`.
+ResidualNorm NormResidual(const Residual& r, const at::Tensor& weight, double eps) {
+  if (r.delta.defined()) return AddRmsNorm(r.x, r.delta, weight, eps);
+  return {r.x, RmsNorm(r.x, weight, eps)};
+}
+
+// Runs decoder layer `w` on the residual stream ([N, H] each): attention
+// through `attend`, which maps the layer's Qkv to its output [N, Hq, D].
+Residual DecoderLayer(const ModelConfig& c, const Residual& in,
+                      const RotaryAngles& angles, const std::function<at::Tensor(const Qkv&)>& attend,
+                      const AttentionWeights& attn_w, const at::Tensor& input_norm, const at::Tensor& post_norm,
+                      const std::function<at::Tensor(const at::Tensor&)>& mlp, Qkv* qkv_out) {
   const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
-  Qkv qkv = ProjectQkv(RmsNorm(x, input_norm, c.rms_norm_eps), attn_w, shape, angles);
-  const ResidualNorm h = AddRmsNorm(x, OutputProjection(attend(qkv), attn_w), post_norm, c.rms_norm_eps);
+  const ResidualNorm x = NormResidual(in, input_norm, c.rms_norm_eps);
+  Qkv qkv = ProjectQkv(x.normed, attn_w, shape, angles);
+  const ResidualNorm h = AddRmsNorm(x.sum, OutputProjection(attend(qkv), attn_w), post_norm, c.rms_norm_eps);
   if (qkv_out) *qkv_out = std::move(qkv);
-  return h.sum + mlp(h.normed);
+  return {h.sum, mlp(h.normed)};
 }
 
 // A layer's MLP: dense SwiGLU, or the MoE block, whose router statistics are
@@ -163,7 +177,7 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
   TORCH_CHECK(options.temperature > 0 && options.chunk_rows > 0, kFn, ": temperature and chunk_rows must be > 0");
   const ModelConfig& c = config_;
   ForestOutput out;
-  at::Tensor x = Embed(batch.tokens, kFn);
+  Residual x{Embed(batch.tokens, kFn), {}};
   const RotaryAngles angles = RotaryCosSin(inv_freq_, batch.positions, dtype_);
   auto attend = [&](const Qkv& qkv) { return ForestAttention(qkv, batch.forest); };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -177,7 +191,7 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
       out.values.push_back(qkv.v);
     }
   }
-  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  const at::Tensor hidden = NormResidual(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps).normed;
   if (options.return_hidden) out.hidden = hidden;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   if (batch.num_pairs() == 0) {
@@ -224,7 +238,7 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
 DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& positions, const KvCache& cache) const {
   constexpr const char* kFn = "Transformer::Decode";
   const ModelConfig& c = config_;
-  at::Tensor x = Embed(tokens, kFn);
+  Residual x{Embed(tokens, kFn), {}};
   const int64_t b = tokens.size(0);
   TORCH_CHECK(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong &&
                   positions.device() == device_,
@@ -261,7 +275,7 @@ DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& pos
     out.new_keys.push_back(qkv.k);
     out.new_values.push_back(qkv.v);
   }
-  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  const at::Tensor hidden = NormResidual(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps).normed;
   out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
   return out;
 }
@@ -270,7 +284,7 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
                                       bool all_logits) const {
   constexpr const char* kFn = "Transformer::DecodePaged";
   const ModelConfig& c = config_;
-  at::Tensor x = Embed(tokens, kFn);
+  Residual x{Embed(tokens, kFn), {}};
   TORCH_CHECK(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong &&
                   positions.device() == device_,
               kFn, ": positions must be int64 [T] on ", device_);
@@ -295,8 +309,11 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
     x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, nullptr);
   }
   // Each sequence's last new token: row cumsum(q_lens) - 1.
-  if (!all_logits) x = x.index_select(0, at::cumsum(kv.q_lens.to(at::kLong), 0) - 1);
-  const at::Tensor hidden = RmsNorm(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps);
+  if (!all_logits) {
+    const at::Tensor last = at::cumsum(kv.q_lens.to(at::kLong), 0) - 1;
+    x = {x.x.index_select(0, last), x.delta.defined() ? x.delta.index_select(0, last) : at::Tensor()};
+  }
+  const at::Tensor hidden = NormResidual(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps).normed;
   out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
   return out;
 }
