@@ -296,6 +296,7 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
               kFn, ": kv.q_lens must be [B] and kv.slot_mapping [T] for ", tokens.size(0), " tokens");
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   const RotaryAngles angles = RotaryCosSin(inv_freq_, positions, dtype_);
+  const at::Tensor q_starts = ops::QueryStarts(kv.q_lens);  // once for every layer
   DecodeOutput out;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = Layer(l);
@@ -303,14 +304,14 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
     const at::Tensor& vb = kv.value_blocks[static_cast<size_t>(l)];
     auto attend = [&](const Qkv& qkv) {
       ops::PagedKvWrite(qkv.k, qkv.v, kb, vb, kv.slot_mapping);
-      return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, kv.q_lens, scale);
+      return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
     };
     auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, nullptr);
   }
-  // Each sequence's last new token: row cumsum(q_lens) - 1.
+  // Each sequence's last new token: row q_starts[b + 1] - 1.
   if (!all_logits) {
-    const at::Tensor last = at::cumsum(kv.q_lens.to(at::kLong), 0) - 1;
+    const at::Tensor last = q_starts.narrow(0, 1, q_starts.size(0) - 1).to(at::kLong) - 1;
     x = {x.x.index_select(0, last), x.delta.defined() ? x.delta.index_select(0, last) : at::Tensor()};
   }
   const at::Tensor hidden = NormResidual(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps).normed;

@@ -60,7 +60,7 @@ at::Tensor Metadata(const at::Tensor& t, const char* name, int64_t dim, const at
 
 at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, const at::Tensor& value_blocks,
                           const at::Tensor& block_table_in, const at::Tensor& context_lens_in,
-                          const at::Tensor& q_lens_in, double scale) {
+                          const at::Tensor& q_starts_in, double scale) {
   const at::ScalarType dtype = KernelDtype(q_in, kAttn);
   const at::Device device = q_in.device();
   CheckTensor(q_in, kAttn, "q", 3, dtype, device.type());
@@ -69,10 +69,11 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
               "block_size, Hkv, ", key_blocks.size(3), "]");
   const at::Tensor block_table = Metadata(block_table_in, "block_table", 2, device);
   const at::Tensor context_lens = Metadata(context_lens_in, "context_lens", 1, device);
-  const at::Tensor q_lens = Metadata(q_lens_in, "q_lens", 1, device);
+  const at::Tensor q_starts = Metadata(q_starts_in, "q_starts", 1, device);
   const int64_t batch = context_lens.size(0);
-  TORCH_CHECK(block_table.size(0) == batch && q_lens.size(0) == batch, kAttn, ": block_table ", block_table.sizes(),
-              ", context_lens ", context_lens.sizes(), " and q_lens ", q_lens.sizes(), " must have B rows");
+  TORCH_CHECK(block_table.size(0) == batch && q_starts.size(0) == batch + 1, kAttn, ": block_table ",
+              block_table.sizes(), " and context_lens ", context_lens.sizes(), " must have B rows and q_starts ",
+              q_starts.sizes(), " B + 1");
   PagedAttentionShape s;
   s.num_seqs = CheckedInt32(batch, kAttn, "B");
   s.num_tokens = CheckedInt32(q_in.size(0), kAttn, "T");
@@ -85,8 +86,6 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
   s.scale = static_cast<float>(scale);
   ThrowIfError(CheckPagedAttentionShape(s), kAttn);
   const at::Tensor q = q_in.contiguous();
-  // q_starts [B + 1] = (0, cumsum(q_lens)), on the device (no host sync).
-  const at::Tensor q_starts = at::cat({at::zeros({1}, q_lens.options()), at::cumsum(q_lens, 0, at::kInt)});
   at::Tensor out = NewOutput(q.sizes(), q.options());
   if (device.is_cpu()) {
     ThrowIfError(PagedAttentionCpu(s, SingleSplitPlan(s), q.data_ptr<float>(), key_blocks.data_ptr<float>(),
@@ -109,6 +108,12 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
                kAttn);
 #endif
   return out;
+}
+
+at::Tensor QueryStarts(const at::Tensor& q_lens) {
+  TORCH_CHECK(q_lens.defined() && q_lens.dim() == 1 && q_lens.scalar_type() == at::kInt,
+              "QueryStarts: q_lens must be int32 [B]");
+  return at::cat({at::zeros({1}, q_lens.options()), at::cumsum(q_lens, 0, at::kInt)});  // on the device: no host sync
 }
 
 void PagedKvWrite(const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& key_blocks,

@@ -4,11 +4,13 @@
 // paged_kv.h's layout). Forward only: no autograd (inference).
 //
 // PagedAttention(q [T, Hq, D], key_blocks, value_blocks [N, block_size, Hkv,
-// D], block_table [B, M] int32, context_lens [B] int32, q_lens [B] int32,
-// scale) -> out [T, Hq, D] in q's dtype: new token j of sequence b (rows
-// packed sequence by sequence) attends to the first context_lens[b] -
-// q_lens[b] + j + 1 keys of its block table.
-//   CPU: fp32 tensors, metadata on the CPU; lengths, q_lens and every block
+// D], block_table [B, M] int32, context_lens [B] int32, q_starts [B + 1]
+// int32, scale) -> out [T, Hq, D] in q's dtype: sequence b's new tokens are
+// rows q_starts[b] .. q_starts[b + 1] - 1 (q_lens[b] of them), and its new
+// token j attends to the first context_lens[b] - q_lens[b] + j + 1 keys of
+// its block table. QueryStarts(q_lens [B] int32) -> (0, cumsum(q_lens)), on
+// q_lens' device: computed once per step, not once per layer.
+//   CPU: fp32 tensors, metadata on the CPU; lengths, q_starts and every block
 //   id a sequence reads are checked (c10::Error naming the sequence).
 //   CUDA: bf16, head dim 64 or 128, metadata int32 on the same device; the
 //   split plan from the device's SM count and the table width; bad device
@@ -28,8 +30,10 @@
 namespace tandem::ops {
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& key_blocks, const at::Tensor& value_blocks,
-                          const at::Tensor& block_table, const at::Tensor& context_lens, const at::Tensor& q_lens,
+                          const at::Tensor& block_table, const at::Tensor& context_lens, const at::Tensor& q_starts,
                           double scale);
+
+at::Tensor QueryStarts(const at::Tensor& q_lens);
 
 void PagedKvWrite(const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_blocks,
                   const at::Tensor& value_blocks, const at::Tensor& slot_mapping);

@@ -127,11 +127,11 @@ TEST_P(PagedAttentionOpTest, WriteThenAttendMatchesReference) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
     at::Tensor kb = p.key_blocks.to(dev, dt), vb = p.value_blocks.to(dev, dt);
     const auto i32 = at::TensorOptions().dtype(at::kInt);
-    const at::Tensor ctx = at::tensor(c.step.context_lens, i32).to(dev), ql = at::tensor(c.step.q_lens, i32).to(dev);
+    const at::Tensor ctx = at::tensor(c.step.context_lens, i32).to(dev), qs = QueryStarts(at::tensor(c.step.q_lens, i32).to(dev));
     PagedKvWrite(p.k.to(dev, dt), p.v.to(dev, dt), kb, vb, p.slots.to(dev));
     EXPECT_EQ(Close(kb.reshape({-1, c.hkv, c.d}).index_select(0, p.slots.to(dev)), p.k, {0, 0}), "") << "written keys";
     EXPECT_EQ(Close(vb.reshape({-1, c.hkv, c.d}).index_select(0, p.slots.to(dev)), p.v, {0, 0}), "") << "written values";
-    const at::Tensor out = PagedAttention(p.q.to(dev, dt), kb, vb, p.block_table.to(dev), ctx, ql, scale);
+    const at::Tensor out = PagedAttention(p.q.to(dev, dt), kb, vb, p.block_table.to(dev), ctx, qs, scale);
     EXPECT_EQ(out.scalar_type(), dt);
     const at::Tensor ref = Reference(p, c.step, scale);
     EXPECT_EQ(Close(out, ref, OutputTol(dev, ref)), "");
@@ -148,8 +148,8 @@ TEST(PagedAttentionOpCpuTest, BadArgumentsThrow) {
   const Problem p = MakeProblem(rng, st, 4, 2, 16, 8, cpu);
   const at::Tensor kb = p.key_blocks.to(at::kFloat), vb = p.value_blocks.to(at::kFloat), q = p.q.to(at::kFloat);
   const auto i32 = at::TensorOptions().dtype(at::kInt);
-  const at::Tensor ctx = at::tensor(st.context_lens, i32), ql = at::tensor(st.q_lens, i32);
-  EXPECT_NO_THROW(PagedAttention(q, kb, vb, p.block_table, ctx, ql, 0.25));
+  const at::Tensor ctx = at::tensor(st.context_lens, i32), qs = QueryStarts(at::tensor(st.q_lens, i32));
+  EXPECT_NO_THROW(PagedAttention(q, kb, vb, p.block_table, ctx, qs, 0.25));
   auto message = [](const std::function<void()>& f) -> std::string {
     try {
       f();
@@ -158,22 +158,22 @@ TEST(PagedAttentionOpCpuTest, BadArgumentsThrow) {
     }
     return "no error";
   };
-  EXPECT_NE(message([&] { PagedAttention(p.q, kb, vb, p.block_table, ctx, ql, 0.25); }).find("q must be Float"),
+  EXPECT_NE(message([&] { PagedAttention(p.q, kb, vb, p.block_table, ctx, qs, 0.25); }).find("q must be Float"),
             std::string::npos);  // fp64 q
   at::Tensor bad_table = p.block_table.clone();
   bad_table[1][0] = static_cast<int32_t>(kb.size(0));
-  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, bad_table, ctx, ql, 0.25); }).find("sequence 1: block_table[0]"),
+  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, bad_table, ctx, qs, 0.25); }).find("sequence 1: block_table[0]"),
             std::string::npos);
-  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, ctx, ql.to(at::kLong), 0.25); }).find("q_lens"),
+  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, ctx, qs.to(at::kLong), 0.25); }).find("q_starts"),
             std::string::npos);
-  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, at::tensor(std::vector<int32_t>{20, 1}, i32), ql,
+  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, at::tensor(std::vector<int32_t>{20, 1}, i32), qs,
                                          0.25); })
                 .find("context_len 1"),
             std::string::npos);
-  EXPECT_NE(message([&] { PagedAttention(q, kb.transpose(0, 1), vb.transpose(0, 1), p.block_table, ctx, ql, 0.25); })
+  EXPECT_NE(message([&] { PagedAttention(q, kb.transpose(0, 1), vb.transpose(0, 1), p.block_table, ctx, qs, 0.25); })
                 .find("contiguous"),
             std::string::npos);
-  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, ctx, ql, 0.0); }).find("scale"),
+  EXPECT_NE(message([&] { PagedAttention(q, kb, vb, p.block_table, ctx, qs, 0.0); }).find("scale"),
             std::string::npos);
   const at::Tensor k = p.k.to(at::kFloat), v = p.v.to(at::kFloat);
   at::Tensor bad_slots = p.slots.clone();
