@@ -113,27 +113,68 @@ __global__ void RmsNormBwdKernel(int64_t rows, int cols, float eps, const bf16* 
   FlushWarpSums(sdw, warps, cols, partial);
 }
 
+// One (token, head) row of q/k norm + rotary, by one warp: x and y the
+// row's D elements, w the norm weight, cosv/sinv the token's tables.
+__device__ __forceinline__ void NormRotaryRow(int lane, int dim, float eps, const bf16* __restrict__ x,
+                                              const bf16* __restrict__ w, const bf16* __restrict__ cosv,
+                                              const bf16* __restrict__ sinv, bf16* __restrict__ y) {
+  const int half = dim / 2;
+  float ss = 0.f;
+  for (int i = 2 * lane; i < half; i += 64) {
+    const float2 a = Ld(x + i), b = Ld(x + i + half);
+    ss += a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y;
+  }
+  const float rstd = rsqrtf(WarpSum(ss) / dim + eps);
+  for (int i = 2 * lane; i < half; i += 64) {
+    const float2 a = Ld(x + i), b = Ld(x + i + half), wa = Ld(w + i), wb = Ld(w + i + half);
+    const float2 c1 = Ld(cosv + i), c2 = Ld(cosv + i + half);
+    const float2 s1 = Ld(sinv + i), s2 = Ld(sinv + i + half);
+    const float n1x = Rb(wa.x * Rb(a.x * rstd)), n1y = Rb(wa.y * Rb(a.y * rstd));
+    const float n2x = Rb(wb.x * Rb(b.x * rstd)), n2y = Rb(wb.y * Rb(b.y * rstd));
+    St(y + i, Rb(n1x * c1.x) - Rb(n2x * s1.x), Rb(n1y * c1.y) - Rb(n2y * s1.y));
+    St(y + i + half, Rb(n2x * c2.x) + Rb(n1x * s2.x), Rb(n2y * c2.y) + Rb(n1y * s2.y));
+  }
+}
+
 __global__ void QkRotaryFwdKernel(int64_t rows, int heads, int dim, float eps, const bf16* __restrict__ x,
                                   const bf16* __restrict__ w, const bf16* __restrict__ cosv,
                                   const bf16* __restrict__ sinv, bf16* __restrict__ y) {
-  const int lane = threadIdx.x & 31, half = dim / 2;
+  const int lane = threadIdx.x & 31;
   const int64_t nw = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += nw) {
     const int64_t o = r * dim, t = (r / heads) * dim;
-    float ss = 0.f;
-    for (int i = 2 * lane; i < half; i += 64) {
-      const float2 a = Ld(x + o + i), b = Ld(x + o + i + half);
-      ss += a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y;
+    NormRotaryRow(lane, dim, eps, x + o, w, cosv + t, sinv + t, y + o);
+  }
+}
+
+// Decode's q/k/v glue (fused_cuda.h QkvRotaryKvWriteCuda): one warp per
+// (token, head) row of the fused projection's output, q heads, then k
+// heads, then v heads.
+__global__ void QkvRotaryKvWriteKernel(int64_t tokens, int q_heads, int kv_heads, int dim, int64_t row_stride,
+                                       int64_t num_slots, float eps, const bf16* __restrict__ qkv,
+                                       const bf16* __restrict__ q_weight, const bf16* __restrict__ k_weight,
+                                       const bf16* __restrict__ cosv, const bf16* __restrict__ sinv,
+                                       const int64_t* __restrict__ slots, bf16* __restrict__ q_out,
+                                       bf16* __restrict__ key_slots, bf16* __restrict__ value_slots) {
+  const int lane = threadIdx.x & 31, per_token = q_heads + 2 * kv_heads;
+  const int64_t rows = tokens * per_token, nw = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += nw) {
+    const int64_t t = r / per_token;
+    const int h = static_cast<int>(r % per_token);
+    const bf16* x = qkv + t * row_stride + static_cast<int64_t>(h) * dim;
+    if (h < q_heads) {
+      NormRotaryRow(lane, dim, eps, x, q_weight, cosv + t * dim, sinv + t * dim,
+                    q_out + (t * q_heads + h) * dim);
+      continue;
     }
-    const float rstd = rsqrtf(WarpSum(ss) / dim + eps);
-    for (int i = 2 * lane; i < half; i += 64) {
-      const float2 a = Ld(x + o + i), b = Ld(x + o + i + half), wa = Ld(w + i), wb = Ld(w + i + half);
-      const float2 c1 = Ld(cosv + t + i), c2 = Ld(cosv + t + i + half);
-      const float2 s1 = Ld(sinv + t + i), s2 = Ld(sinv + t + i + half);
-      const float n1x = Rb(wa.x * Rb(a.x * rstd)), n1y = Rb(wa.y * Rb(a.y * rstd));
-      const float n2x = Rb(wb.x * Rb(b.x * rstd)), n2y = Rb(wb.y * Rb(b.y * rstd));
-      St(y + o + i, Rb(n1x * c1.x) - Rb(n2x * s1.x), Rb(n1y * c1.y) - Rb(n2y * s1.y));
-      St(y + o + i + half, Rb(n2x * c2.x) + Rb(n1x * s2.x), Rb(n2y * c2.y) + Rb(n1y * s2.y));
+    const int64_t slot = slots[t];
+    if (slot < 0 || slot >= num_slots) continue;  // a padded row (PagedKvWriteCuda skips it too)
+    if (h < q_heads + kv_heads) {
+      NormRotaryRow(lane, dim, eps, x, k_weight, cosv + t * dim, sinv + t * dim,
+                    key_slots + (slot * kv_heads + (h - q_heads)) * dim);
+    } else {
+      bf16* y = value_slots + (slot * kv_heads + (h - q_heads - kv_heads)) * dim;
+      for (int i = 2 * lane; i < dim; i += 64) *reinterpret_cast<bf162*>(y + i) = *reinterpret_cast<const bf162*>(x + i);
     }
   }
 }
@@ -206,6 +247,17 @@ __global__ void SwigluFwdKernel(int64_t n, const bf16* __restrict__ gate, const 
   }
 }
 
+// gate_up [rows, 2 * inter] (gate columns, then up) -> y [rows, inter].
+__global__ void SwigluPackedFwdKernel(int64_t rows, int64_t inter, const bf16* __restrict__ gate_up,
+                                      bf16* __restrict__ y) {
+  const int64_t half = inter / 2, pairs = rows * half, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += stride) {
+    const int64_t r = p / half, c = 2 * (p % half);
+    const float2 g = Ld(gate_up + r * 2 * inter + c), u = Ld(gate_up + r * 2 * inter + inter + c);
+    St(y + r * inter + c, Rb(g.x * Sigmoid(g.x)) * u.x, Rb(g.y * Sigmoid(g.y)) * u.y);
+  }
+}
+
 __device__ __forceinline__ void SwigluGrad(float g, float u, float dy, float& dg, float& du) {
   const float sig = Sigmoid(g);
   du = dy * Rb(g * sig);
@@ -271,6 +323,17 @@ cudaError_t LaunchQkNormRotaryForward(int64_t tokens, int heads, int dim, float 
   return cudaGetLastError();
 }
 
+cudaError_t LaunchQkvRotaryKvWrite(int64_t tokens, int q_heads, int kv_heads, int dim, int64_t row_stride,
+                                   int64_t num_slots, float eps, const bf16* qkv, const bf16* q_weight,
+                                   const bf16* k_weight, const bf16* cos, const bf16* sin, const int64_t* slots,
+                                   bf16* q_out, bf16* key_slots, bf16* value_slots, cudaStream_t s) {
+  const int64_t rows = tokens * (q_heads + 2 * kv_heads);
+  QkvRotaryKvWriteKernel<<<FwdBlocks(rows), kFwdWarps * 32, 0, s>>>(tokens, q_heads, kv_heads, dim, row_stride,
+                                                                     num_slots, eps, qkv, q_weight, k_weight, cos,
+                                                                     sin, slots, q_out, key_slots, value_slots);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchQkNormRotaryBackward(int64_t tokens, int heads, int dim, float eps, const bf16* x,
                                        const bf16* weight, const bf16* cos, const bf16* sin, const bf16* grad_y,
                                        bf16* grad_x, float* partial, float* grad_weight, cudaStream_t s) {
@@ -285,6 +348,12 @@ cudaError_t LaunchQkNormRotaryBackward(int64_t tokens, int heads, int dim, float
 cudaError_t LaunchSwigluForward(int64_t n, const bf16* gate, const bf16* up, bf16* y, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((n / 2 + 255) / 256, 1, 132 * 16));
   SwigluFwdKernel<<<blocks, 256, 0, s>>>(n, gate, up, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwigluPackedForward(int64_t rows, int64_t inter, const bf16* gate_up, bf16* y, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((rows * inter / 2 + 255) / 256, 1, 132 * 16));
+  SwigluPackedFwdKernel<<<blocks, 256, 0, s>>>(rows, inter, gate_up, y);
   return cudaGetLastError();
 }
 

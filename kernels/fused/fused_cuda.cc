@@ -113,6 +113,42 @@ Status QkNormRotaryBackwardCuda(const QkRotaryShape& s, const __nv_bfloat16* x, 
                     "qk norm rotary backward launch");
 }
 
+Status QkvRotaryKvWriteCuda(const QkvRotaryShape& s, const __nv_bfloat16* qkv, const __nv_bfloat16* q_weight,
+                            const __nv_bfloat16* k_weight, const __nv_bfloat16* cos, const __nv_bfloat16* sin,
+                            const int64_t* slot_mapping, __nv_bfloat16* q_out, __nv_bfloat16* key_slots,
+                            __nv_bfloat16* value_slots, cudaStream_t stream) {
+  constexpr const char* kFn = "qkv rotary kv write (cuda)";
+  QkRotaryShape heads;
+  heads.tokens = s.tokens;
+  heads.heads = s.q_heads;
+  heads.head_dim = s.head_dim;
+  heads.eps = s.eps;
+  TANDEM_RETURN_IF_ERROR(CheckQkRotaryShape(heads), kFn);
+  if (s.kv_heads <= 0 || s.num_slots < 0 || s.row_stride % 2 != 0 ||
+      s.row_stride < static_cast<int64_t>(s.q_heads + 2 * s.kv_heads) * s.head_dim)
+    return InvalidArgument(std::string(kFn) + ": kv_heads > 0, num_slots >= 0 and an even row_stride of at least (" +
+                           "q_heads + 2 kv_heads) * head_dim expected, got kv_heads " + std::to_string(s.kv_heads) +
+                           ", row_stride " + std::to_string(s.row_stride));
+  if (s.tokens == 0) return Status::Ok();
+  TANDEM_RETURN_IF_ERROR(CheckPointers(kFn, {qkv, q_weight, k_weight, cos, sin, q_out, key_slots, value_slots}));
+  if (slot_mapping == nullptr) return InvalidArgument(std::string(kFn) + ": null slot_mapping");
+  return CudaStatus(detail::LaunchQkvRotaryKvWrite(s.tokens, s.q_heads, s.kv_heads, s.head_dim, s.row_stride,
+                                                   s.num_slots, s.eps, qkv, q_weight, k_weight, cos, sin,
+                                                   slot_mapping, q_out, key_slots, value_slots, stream),
+                    "qkv rotary kv write launch");
+}
+
+Status SwigluPackedForwardCuda(int64_t rows, int64_t inter, const __nv_bfloat16* gate_up, __nv_bfloat16* y,
+                               cudaStream_t stream) {
+  constexpr const char* kFn = "swiglu packed (cuda)";
+  if (rows < 0 || inter <= 0 || inter % 2 != 0)
+    return InvalidArgument(std::string(kFn) + ": rows >= 0 and an even inter > 0 expected, got " +
+                           std::to_string(rows) + " and " + std::to_string(inter));
+  if (rows == 0) return Status::Ok();
+  TANDEM_RETURN_IF_ERROR(CheckPointers(kFn, {gate_up, y}));
+  return CudaStatus(detail::LaunchSwigluPackedForward(rows, inter, gate_up, y, stream), "swiglu packed launch");
+}
+
 Status SwigluForwardCuda(int64_t n, const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* y,
                          cudaStream_t stream) {
   constexpr const char* kFn = "swiglu (cuda)";

@@ -15,6 +15,9 @@ device's measured copy bandwidth. Prints a markdown table with the ratios.
 Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
   TANDEM_ENGINE_MODEL=3b   a 3.1B dense config instead (Qwen2.5-3B's shapes)
   TANDEM_ENGINE_EAGER=0    skip tandem's eager runs (the graphs only)
+  TANDEM_ENGINE_BASE=PATH  another tandem-generate (an earlier commit's) timed
+                           with graphs in the same run: a column of its own
+                           and the ratio of TANDEM_GENERATE's rate to it
 """
 import json
 import os
@@ -90,9 +93,10 @@ def main():
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
     bw = copy_bandwidth()
     print(f"model {weight_bytes / 1e9:.2f} GB bf16; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
+    base = os.environ.get("TANDEM_ENGINE_BASE")
     print("| batch | transformers tok/s | tandem eager tok/s | tandem graphs tok/s | graphs / transformers | "
-          "graphs / eager | bandwidth limit tok/s | graphs / limit |")
-    print("|---|---|---|---|---|---|---|---|")
+          "graphs / eager | bandwidth limit tok/s | graphs / limit |" + (" base graphs tok/s | graphs / base |" if base else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""))
     gen = torch.Generator().manual_seed(1)
     for b in batches:
         prompts = torch.randint(0, cfg.vocab_size, (b, PROMPT), generator=gen)
@@ -108,8 +112,12 @@ def main():
         td = rate["auto"]
         step_bytes = weight_bytes + b * (PROMPT + NEW / 2) * kv_per_token
         limit = b / (step_bytes / bw)
+        extra = ""
+        if base:
+            old = b * (NEW - 1) / (tandem_time(base, model_dir, lst, work, NEW) - tandem_time(base, model_dir, lst, work, 1))
+            extra = f" {old:.0f} | {td / old:.2f} |"
         print(f"| {b} | {hf:.0f} | {rate['none']:.0f} | {td:.0f} | {td / hf:.2f} | {td / rate['none']:.2f} | "
-              f"{limit:.0f} | {td / limit:.2f} |", flush=True)
+              f"{limit:.0f} | {td / limit:.2f} |" + extra, flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "workers/ops/decode_glue.h"
 #include "workers/ops/lm_head_loss_op.h"
 #include "workers/ops/paged_attention_op.h"
 
@@ -24,6 +25,11 @@ struct Transformer::LayerWeights {
   bool moe = false;
   at::Tensor gate, up, down;                // dense
   at::Tensor router, w_gate_up, w_down;     // MoE
+  // q/k/v and gate/up as one matrix each ([(Hq + 2 Hkv) D, H], [2I, H]),
+  // views of the same bytes with no autograd history, for the no-grad
+  // decode step (one GEMM instead of three and two); undefined when the
+  // slots are not back to back in the parameter buffer.
+  at::Tensor qkv, gate_up;
 };
 
 namespace {
@@ -41,17 +47,28 @@ ResidualNorm NormResidual(const Residual& r, const at::Tensor& weight, double ep
   return {r.x, RmsNorm(r.x, weight, eps)};
 }
 
-// Runs decoder layer `w` on the residual stream ([N, H] each): attention
-// through `attend`, which maps the layer's Qkv to its output [N, Hq, D].
-Residual DecoderLayer(const ModelConfig& c, const Residual& in,
-                      const RotaryAngles& angles, const std::function<at::Tensor(const Qkv&)>& attend,
+// A layer's attention: its normed input [N, H] -> [N, Hq, D].
+using Attention = std::function<at::Tensor(const at::Tensor&)>;
+
+// The attention training uses: q/k/v projected by ProjectQkv, then
+// `attend`; the layer's Qkv kept in *qkv_out when given.
+Attention Projected(const ModelConfig& c, const AttentionWeights& w, const RotaryAngles& angles,
+                    std::function<at::Tensor(const Qkv&)> attend, Qkv* qkv_out = nullptr) {
+  return [&c, &w, &angles, attend = std::move(attend), qkv_out](const at::Tensor& h) {
+    const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+    Qkv qkv = ProjectQkv(h, w, shape, angles);
+    at::Tensor out = attend(qkv);
+    if (qkv_out) *qkv_out = std::move(qkv);
+    return out;
+  };
+}
+
+// Runs a decoder layer on the residual stream ([N, H] each).
+Residual DecoderLayer(const ModelConfig& c, const Residual& in, const Attention& attention,
                       const AttentionWeights& attn_w, const at::Tensor& input_norm, const at::Tensor& post_norm,
-                      const std::function<at::Tensor(const at::Tensor&)>& mlp, Qkv* qkv_out) {
-  const AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+                      const std::function<at::Tensor(const at::Tensor&)>& mlp) {
   const ResidualNorm x = NormResidual(in, input_norm, c.rms_norm_eps);
-  Qkv qkv = ProjectQkv(x.normed, attn_w, shape, angles);
-  const ResidualNorm h = AddRmsNorm(x.sum, OutputProjection(attend(qkv), attn_w), post_norm, c.rms_norm_eps);
-  if (qkv_out) *qkv_out = std::move(qkv);
+  const ResidualNorm h = AddRmsNorm(x.sum, OutputProjection(attention(x.normed), attn_w), post_norm, c.rms_norm_eps);
   return {h.sum, mlp(h.normed)};
 }
 
@@ -64,6 +81,25 @@ at::Tensor LayerMlp(const ModelConfig& c, const W& w, const at::Tensor& h, std::
   MoeMlpOutput m = MoeMlp(h, w.router, w.w_gate_up, w.w_down, c.num_experts_per_tok, c.norm_topk_prob);
   router.push_back(std::move(m.stats));
   return m.out;
+}
+
+// `parts` ([r_i, C] each) as one [sum r_i, C] matrix when they lie back to
+// back in one storage (the parameter buffer lays slots out in HF's order,
+// q, k, v and gate, up adjacent, at 256-byte offsets that leave no gap when
+// each slot's bytes are a multiple of 256); else undefined. No autograd
+// history: for no-grad use only.
+at::Tensor Adjacent(std::initializer_list<at::Tensor> parts) {
+  const at::Tensor& first = *parts.begin();
+  int64_t rows = 0;
+  const char* next = static_cast<const char*>(first.data_ptr());
+  for (const at::Tensor& p : parts) {
+    if (p.dim() != 2 || !p.is_contiguous() || p.size(1) != first.size(1) || !p.storage().is_alias_of(first.storage()) ||
+        static_cast<const char*>(p.data_ptr()) != next)
+      return {};
+    rows += p.size(0);
+    next += p.nbytes();
+  }
+  return first.detach().as_strided({rows, first.size(1)}, {first.size(1), 1});
 }
 
 }  // namespace
@@ -120,7 +156,9 @@ StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& co
       w->gate = p.Leaf(pre + "mlp.gate_proj.weight");
       w->up = p.Leaf(pre + "mlp.up_proj.weight");
       w->down = p.Leaf(pre + "mlp.down_proj.weight");
+      w->gate_up = Adjacent({w->gate, w->up});
     }
+    w->qkv = Adjacent({w->attn.q_proj, w->attn.k_proj, w->attn.v_proj});
     m->layers_.push_back(std::move(w));
   }
   return m;
@@ -184,8 +222,8 @@ ForestOutput Transformer::Forward(const ForestBatch& batch, const ForwardOptions
     const LayerWeights& w = Layer(l);
     auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     Qkv qkv;
-    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp,
-                     options.return_kv ? &qkv : nullptr);
+    x = DecoderLayer(c, x, Projected(c, w.attn, angles, attend, options.return_kv ? &qkv : nullptr), w.attn,
+                     w.input_norm, w.post_norm, mlp);
     if (options.return_kv) {
       out.keys.push_back(qkv.k);
       out.values.push_back(qkv.v);
@@ -271,7 +309,7 @@ DecodeOutput Transformer::Decode(const at::Tensor& tokens, const at::Tensor& pos
     };
     auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
     Qkv qkv;
-    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, &qkv);
+    x = DecoderLayer(c, x, Projected(c, w.attn, angles, attend, &qkv), w.attn, w.input_norm, w.post_norm, mlp);
     out.new_keys.push_back(qkv.k);
     out.new_values.push_back(qkv.v);
   }
@@ -302,12 +340,26 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
     const LayerWeights& w = Layer(l);
     const at::Tensor& kb = kv.key_blocks[static_cast<size_t>(l)];
     const at::Tensor& vb = kv.value_blocks[static_cast<size_t>(l)];
+    // No grad (the engine): the fused projections and the decode glue, a
+    // kernel or four fewer a layer (ops/decode_glue.h); with grad, the ops
+    // training uses.
+    const bool fused = !c10::GradMode::is_enabled();
     auto attend = [&](const Qkv& qkv) {
       ops::PagedKvWrite(qkv.k, qkv.v, kb, vb, kv.slot_mapping);
       return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
     };
-    auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
-    x = DecoderLayer(c, x, angles, attend, w.attn, w.input_norm, w.post_norm, mlp, nullptr);
+    auto attention = [&](const at::Tensor& h) {
+      if (!fused || !w.qkv.defined()) return Projected(c, w.attn, angles, attend)(h);
+      const at::Tensor q = ops::QkvRotaryKvWrite(at::linear(h, w.qkv), w.attn.q_norm, w.attn.k_norm, angles.cos,
+                                                 angles.sin, kb, vb, kv.slot_mapping, c.num_attention_heads,
+                                                 c.rms_norm_eps);
+      return ops::PagedAttention(q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
+    };
+    auto mlp = [&](const at::Tensor& h) {
+      if (fused && w.gate_up.defined()) return at::linear(ops::SwigluPacked(at::linear(h, w.gate_up)), w.down);
+      return LayerMlp(c, w, h, out.router);
+    };
+    x = DecoderLayer(c, x, attention, w.attn, w.input_norm, w.post_norm, mlp);
   }
   // Each sequence's last new token: row q_starts[b + 1] - 1.
   if (!all_logits) {

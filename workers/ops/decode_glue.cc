@@ -1,0 +1,118 @@
+// The decode step's forward-only fused glue (decode_glue.h): argument
+// checks, then one CUDA kernel of kernels/fused, or the ops it replaces.
+#include "workers/ops/decode_glue.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "kernels/fused/fused.h"
+#include "workers/ops/fused_ops.h"
+#include "workers/ops/glue_common.h"
+#include "workers/ops/paged_attention_op.h"
+
+#ifdef TANDEM_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/fused/fused_cuda.h"
+#endif
+
+namespace tandem::ops {
+
+namespace {
+
+#ifdef TANDEM_TORCH_CUDA
+__nv_bfloat16* Bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
+bool Aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
+#endif
+
+void CheckForwardOnly(const at::Tensor& t, const char* fn, const char* name) {
+  TORCH_CHECK(!t.requires_grad(), fn, ": ", name, " requires grad; this op is forward only (inference)");
+}
+
+}  // namespace
+
+at::Tensor QkvRotaryKvWrite(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight,
+                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& key_blocks,
+                            const at::Tensor& value_blocks, const at::Tensor& slot_mapping, int64_t q_heads,
+                            double eps) {
+  constexpr const char* kFn = "QkvRotaryKvWrite";
+  const at::ScalarType dtype = KernelDtype(qkv, kFn);
+  CheckTensor(qkv, kFn, "qkv", 2, dtype, qkv.device().type());
+  CheckTensor(key_blocks, kFn, "key_blocks", 4, dtype, qkv.device().type());
+  for (const auto& [t, name] : {std::pair{&qkv, "qkv"}, std::pair{&q_weight, "q_weight"},
+                                std::pair{&k_weight, "k_weight"}, std::pair{&cos, "cos"}, std::pair{&sin, "sin"}})
+    CheckForwardOnly(*t, kFn, name);
+  const int64_t t = qkv.size(0), kv_heads = key_blocks.size(2), d = key_blocks.size(3);
+  TORCH_CHECK(q_heads > 0 && qkv.size(1) == (q_heads + 2 * kv_heads) * d, kFn, ": qkv must be [T, (", q_heads,
+              " + 2 * ", kv_heads, ") * ", d, "] for the pools' ", kv_heads, " heads of ", d, ", got ", qkv.sizes());
+  const at::Tensor q = qkv.narrow(1, 0, q_heads * d).view({t, q_heads, d});
+  const at::Tensor k = qkv.narrow(1, q_heads * d, kv_heads * d).view({t, kv_heads, d});
+  const at::Tensor v = qkv.narrow(1, (q_heads + kv_heads) * d, kv_heads * d).view({t, kv_heads, d});
+#ifdef TANDEM_TORCH_CUDA
+  // The kernel's shapes (QkNormRotary's, and rows of bf16 pairs); the
+  // weights, tables and pools checked as the ops check them.
+  const bool kernel = qkv.is_cuda() && qkv.stride(1) == 1 && qkv.stride(0) % 2 == 0 && Aligned4(qkv) &&
+                      d % 4 == 0 && d <= kernels::kFusedCudaMaxCols && key_blocks.is_contiguous() &&
+                      value_blocks.is_contiguous() && value_blocks.sizes() == key_blocks.sizes() &&
+                      value_blocks.scalar_type() == dtype && value_blocks.device() == qkv.device() &&
+                      key_blocks.device() == qkv.device();
+  if (kernel) {
+    for (const auto& [w, name] : {std::pair{&q_weight, "q_weight"}, std::pair{&k_weight, "k_weight"}})
+      TORCH_CHECK(w->defined() && w->dim() == 1 && w->size(0) == d && w->scalar_type() == dtype &&
+                      w->device() == qkv.device(),
+                  kFn, ": ", name, " must be [", d, "] of ", dtype, " on ", qkv.device());
+    for (const auto& [tab, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}})
+      TORCH_CHECK(tab->defined() && tab->dim() == 2 && tab->size(0) == t && tab->size(1) == d &&
+                      tab->scalar_type() == dtype && tab->device() == qkv.device(),
+                  kFn, ": ", name, " must be [", t, ", ", d, "] of ", dtype, " on ", qkv.device());
+    CheckTensor(slot_mapping, kFn, "slot_mapping", 1, at::kLong, qkv.device().type());
+    TORCH_CHECK(slot_mapping.size(0) == t && slot_mapping.device() == qkv.device(), kFn, ": slot_mapping must be [",
+                t, "] on ", qkv.device());
+    const at::Tensor qw = q_weight.contiguous(), kw = k_weight.contiguous(), c = cos.contiguous(),
+                     s = sin.contiguous(), slots = slot_mapping.contiguous();
+    at::Tensor out = NewOutput({t, q_heads, d}, qkv.options());
+    kernels::QkvRotaryShape shape;
+    shape.tokens = t;
+    shape.q_heads = static_cast<int32_t>(q_heads);
+    shape.kv_heads = static_cast<int32_t>(kv_heads);
+    shape.head_dim = static_cast<int32_t>(d);
+    shape.row_stride = qkv.stride(0);
+    shape.num_slots = key_blocks.size(0) * key_blocks.size(1);
+    shape.eps = static_cast<float>(eps);
+    c10::cuda::CUDAGuard guard(qkv.device());
+    ThrowIfError(kernels::QkvRotaryKvWriteCuda(shape, Bf(qkv), Bf(qw), Bf(kw), Bf(c), Bf(s),
+                                               slots.data_ptr<int64_t>(), Bf(out), Bf(key_blocks), Bf(value_blocks),
+                                               c10::cuda::getCurrentCUDAStream().stream()),
+                 kFn);
+    return out;
+  }
+#endif
+  PagedKvWrite(QkNormRotary(k, k_weight, cos, sin, eps), v, key_blocks, value_blocks, slot_mapping);
+  return QkNormRotary(q, q_weight, cos, sin, eps);
+}
+
+at::Tensor SwigluPacked(const at::Tensor& gate_up) {
+  constexpr const char* kFn = "SwigluPacked";
+  const at::ScalarType dtype = KernelDtype(gate_up, kFn);
+  CheckTensor(gate_up, kFn, "gate_up", 2, dtype, gate_up.device().type());
+  CheckForwardOnly(gate_up, kFn, "gate_up");
+  TORCH_CHECK(gate_up.size(1) % 2 == 0 && gate_up.size(1) > 0, kFn, ": gate_up must be [T, 2I], got ",
+              gate_up.sizes());
+  const int64_t inter = gate_up.size(1) / 2;
+#ifdef TANDEM_TORCH_CUDA
+  if (gate_up.is_cuda() && inter % 2 == 0 && gate_up.is_contiguous() && Aligned4(gate_up)) {
+    at::Tensor y = NewOutput({gate_up.size(0), inter}, gate_up.options());
+    c10::cuda::CUDAGuard guard(gate_up.device());
+    ThrowIfError(kernels::SwigluPackedForwardCuda(gate_up.size(0), inter, Bf(gate_up), Bf(y),
+                                                  c10::cuda::getCurrentCUDAStream().stream()),
+                 kFn);
+    return y;
+  }
+#endif
+  return Swiglu(gate_up.narrow(1, 0, inter), gate_up.narrow(1, inter, inter));
+}
+
+}  // namespace tandem::ops
