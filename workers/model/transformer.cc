@@ -362,7 +362,9 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
     x = DecoderLayer(c, x, attention, w.attn, w.input_norm, w.post_norm, mlp);
   }
   // Each sequence's last new token: row q_starts[b + 1] - 1.
-  if (!all_logits) {
+  // T == B: every sequence fed one token (q_lens >= 1 each, summing to T),
+  // so every row is its sequence's last: no gather (a decode step).
+  if (!all_logits && tokens.size(0) != kv.batch()) {
     const at::Tensor last = q_starts.narrow(0, 1, q_starts.size(0) - 1).to(at::kLong) - 1;
     x = {x.x.index_select(0, last), x.delta.defined() ? x.delta.index_select(0, last) : at::Tensor()};
   }
