@@ -33,24 +33,6 @@ import model_profile  # noqa: E402  (the trace summary)
 NEW = 64
 
 
-def busy_us(trace_path):
-    with open(trace_path) as f:
-        ev = json.load(f)["traceEvents"]
-    iv = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
-                if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
-    busy, count = 0.0, len(iv)
-    if iv:
-        s0, e0 = iv[0]
-        for s, e in iv[1:]:
-            if s > e0:
-                busy += e0 - s0
-                s0, e0 = s, e
-            else:
-                e0 = max(e0, e)
-        busy += e0 - s0
-    return busy, count
-
-
 def main():
     tool, work = sys.argv[1], sys.argv[2]
     batches = [int(b) for b in sys.argv[3:]] or [1, 64]
@@ -82,10 +64,12 @@ def main():
             print(f"[profile] batch {b} {label}: {run['steps']} steps, {1e3 * run['seconds'] / run['steps']:.3f} ms "
                   f"a step (wall); engine thread: plan {ms['plan']:.3f}, launch {ms['launch']:.3f}, wait "
                   f"{ms['wait']:.3f}, commit {ms['commit']:.3f} ms", flush=True)
-        busy, kernels = busy_us(trace)
-        steps = runs[-1]["steps"]
+        with open(trace) as f:
+            kernels = model_profile.device_events(json.load(f)["traceEvents"])
+        busy, steps = model_profile.busy_us(kernels), runs[-1]["steps"]
         print(f"[profile] batch {b}: GPU busy {busy / 1e3 / steps:.3f} ms a step of "
-              f"{1e3 * runs[-1]['seconds'] / steps:.3f}; {kernels / steps:.0f} kernels and copies a step", flush=True)
+              f"{1e3 * runs[-1]['seconds'] / steps:.3f}; {len(kernels) / steps:.0f} kernels and copies a step",
+              flush=True)
         model_profile.summarise(trace, f"batch {b}", sys.stdout)
         if os.environ.get("TANDEM_PROFILE_TRACES", "1") != "0":
             with open(trace, "rb") as src, gzip.open(os.path.join(out_dir, f"engine-trace-{b}.json.gz"), "wb") as dst:

@@ -49,10 +49,30 @@ def kernel_class(name):
     return "other"
 
 
+def device_events(ev):
+    """The kernels, copies and memsets of a Chrome trace's events."""
+    return [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+
+
+def busy_us(kernels):
+    """Microseconds in which at least one of `kernels` ran (the union of their intervals)."""
+    iv = sorted((k["ts"], k["ts"] + k["dur"]) for k in kernels)
+    if not iv:
+        return 0.0
+    busy, cur_s, cur_e = 0.0, iv[0][0], iv[0][1]
+    for s, e in iv[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return busy + cur_e - cur_s
+
+
 def summarise(trace_path, label, out):
     with open(trace_path) as f:
         ev = json.load(f)["traceEvents"]
-    kernels = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = device_events(ev)
     runtime = {e["args"].get("correlation"): e for e in ev
                if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "args" in e}
     ops = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
@@ -75,15 +95,7 @@ def summarise(trace_path, label, out):
         return
     t0 = min(k["ts"] for k in kernels)
     t1 = max(k["ts"] + k["dur"] for k in kernels)
-    iv = sorted((k["ts"], k["ts"] + k["dur"]) for k in kernels)
-    busy, cur_s, cur_e = 0.0, iv[0][0], iv[0][1]
-    for s, e in iv[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
+    busy = busy_us(kernels)
     total = sum(k["dur"] for k in kernels)
     print(f"[profile] {label}: {len(kernels)} kernels, GPU span {(t1 - t0) / 1e3:.1f} ms, busy {busy / 1e3:.1f} ms, "
           f"kernel sum {total / 1e3:.1f} ms", file=out)
