@@ -139,6 +139,13 @@ int64_t Generator::decode_graph_tag_bytes() const { return graphs_ ? graphs_->ta
 StatusOr<RequestId> Generator::Submit(GenerateRequest request, SampleCallback on_update) {
   if (!request.params.stop.empty() && options_.codec == nullptr)
     return InvalidArgument("sampling_params.stop: stop strings need a tokenizer, and this model directory has none");
+  // The API checks this too; the engine also serves tools and roles that
+  // submit directly, and an id past the embedding is a device fault on CUDA.
+  const int64_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < request.input_ids.size(); ++i)
+    if (request.input_ids[i] < 0 || request.input_ids[i] >= vocab)
+      return InvalidArgument("input_ids[" + std::to_string(i) + "]: token id " + std::to_string(request.input_ids[i]) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   std::lock_guard<std::mutex> l(mu_);
   if (stop_) return Unavailable("the engine is shutting down");
   const size_t n = static_cast<size_t>(std::max<int64_t>(request.params.n, 1));

@@ -215,6 +215,13 @@ TEST(GeneratorTest, OptionsThatDoNotFitAreRefused) {
   r.params.stop = {"x"};
   Collector c;
   EXPECT_EQ(g->Submit(r, c.Callback()).status().code(), StatusCode::kInvalidArgument);  // no tokenizer
+  for (const int32_t bad : {-1, static_cast<int32_t>(m->config().vocab_size)}) {
+    const Status st = g->Submit(Greedy({1, 2, bad}, 4), c.Callback()).status();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.ToString().find("input_ids[2]: token id " + std::to_string(bad) + " is outside the vocabulary"),
+              std::string::npos)
+        << st.ToString();
+  }
 }
 
 }  // namespace
