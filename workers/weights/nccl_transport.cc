@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <charconv>
+#include <sstream>
 #include <utility>
 
 #include "workers/collective/group.h"
@@ -23,6 +25,10 @@ using Clock = std::chrono::steady_clock;
 // The store's keys (every one under tandem/weights/).
 std::string ManifestKey(int64_t version) { return "tandem/weights/v" + std::to_string(version) + "/manifest"; }
 constexpr char kSentKey[] = "tandem/weights/sent";
+// The publisher's connect_timeout and timeout in ms ("C T"): a reader waits
+// no longer than the publisher would (it abandons a group that does not
+// form, or a broadcast that fails, after those), plus slack.
+constexpr char kTimeoutsKey[] = "tandem/weights/timeouts";
 c10::intrusive_ptr<c10d::Store> EpochStore(const c10::intrusive_ptr<c10d::Store>& store, int64_t epoch) {
   return c10::make_intrusive<c10d::PrefixStore>("tandem/weights/e" + std::to_string(epoch), store);
 }
@@ -151,6 +157,7 @@ class NcclSource final : public WeightSource {
                             collective::JoinStore(uri_.host, uri_.port, std::chrono::seconds(2), options_.timeout),
                             what + " (the publisher is gone)");
     TANDEM_ASSIGN_OR_RETURN(const WeightManifest manifest, ReadManifest(*store, uri_.version, what));
+    BoundByPublisher(*store);
     TANDEM_RETURN_IF_ERROR(CheckReaderMatches(manifest, params), what);
 
     const std::string publisher = uri_.host + ":" + std::to_string(uri_.port);
@@ -188,6 +195,26 @@ class NcclSource final : public WeightSource {
     if (m->version != version)
       return DataLoss(what + ": its manifest is of version " + std::to_string(m->version));
     return m;
+  }
+
+  // Caps this reader's waits at twice the publisher's (a group forms within
+  // its connect_timeout of the first arrival, and the previous broadcast may
+  // still take its timeout) plus 5 s, so that a reader never outwaits a
+  // publisher that gave up: the publisher's teardown does not reach a reader
+  // still connecting, and the default 300 s would hold its load as long.
+  void BoundByPublisher(c10d::Store& store) {
+    try {
+      if (!store.check({kTimeoutsKey})) return;
+      std::istringstream in(AsText(store.get(kTimeoutsKey)));
+      int64_t connect_ms = 0, timeout_ms = 0;
+      if (!(in >> connect_ms >> timeout_ms) || connect_ms <= 0 || timeout_ms <= 0) return;
+      const auto cap = [](std::chrono::milliseconds own, int64_t publisher_ms) {
+        return std::min(own, std::chrono::milliseconds(2 * std::min<int64_t>(publisher_ms, int64_t{1} << 40) + 5000));
+      };
+      options_.connect_timeout = cap(options_.connect_timeout, connect_ms);
+      options_.timeout = cap(options_.timeout, timeout_ms);
+    } catch (const std::exception&) {  // an older publisher, or the store went away: the read below reports it
+    }
   }
 
   Status Join(Membership& m, c10::intrusive_ptr<c10d::Store> store, at::Device device) {
@@ -270,6 +297,12 @@ StatusOr<std::unique_ptr<NcclPublisher>> NcclPublisher::Create(NcclOptions optio
   std::unique_ptr<NcclPublisher> p(new NcclPublisher(std::move(options)));
   TANDEM_ASSIGN_OR_RETURN(p->store_, collective::ServeStore(p->options_.port, p->options_.timeout),
                           "nccl publisher");
+  try {
+    p->store_->set(kTimeoutsKey, AsBytes(std::to_string(p->options_.connect_timeout.count()) + " " +
+                                         std::to_string(p->options_.timeout.count())));
+  } catch (const std::exception& e) {
+    return Unavailable("nccl publisher: its store: " + collective::ExceptionMessage(e));
+  }
   p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
   return p;
 }

@@ -131,6 +131,8 @@ class NcclPublisher final : public WeightPublisher {
   std::thread thread_;
 };
 
+// Each capped at twice the publisher's own plus 5 s (it puts them in its
+// store): a reader never waits longer than a publisher that gave up.
 struct NcclReaderOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(300)};  // the group's forming
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};          // each receive
