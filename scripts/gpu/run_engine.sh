@@ -2,20 +2,31 @@
 # The rollout engine's GPU checks (issue #14), one device call: builds the
 # model stack standalone (workers/standalone: kernels, ops, runtime, model,
 # inference; Release, sm_90a, the machine's LibTorch) up to tandem-generate,
-# then engine_check.py (greedy vs transformers on CPU fp32 and CUDA bf16, the
-# memory handoff) and engine_bench.py (decode tokens/s vs transformers and the
-# bandwidth limit), engine_profile.py (a decode step's time by part and by
-# kernel, under Kineto). Logs under $OUT: build.log, check.log,
-# engine_check.json, bench.md, profile.log and the traces. Needs .gpu-deps/
-# carried (scripts/gpu/stage_deps.sh, run here first).
-# Usage: scripts/gpu/run_engine.sh [check] [bench] [profile]   (default: check bench)
+# then, as asked:
+#   tests    the GPU tests of the decode path (decode_glue_test,
+#            model_paged_decode_test, fused_gpu_test, paged_attention_op_test)
+#   check    engine_check.py (greedy vs transformers on CPU fp32 and CUDA
+#            bf16, the memory handoff)
+#   bench    engine_bench.py (decode tokens/s vs transformers and the
+#            bandwidth limit); with .gpu-deps/base.tar carried (`git archive
+#            -o .gpu-deps/base.tar REV`), that commit's tandem-generate is
+#            built too and benched beside this one in the same run
+#   profile  engine_profile.py (a decode step's time by part and by kernel,
+#            under Kineto)
+# Logs under $OUT: build.log (base_build.log), each test's log and
+# tests.txt, check.log, engine_check.json, bench.md, profile.log and the
+# traces. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
+# Usage: scripts/gpu/run_engine.sh [tests] [check] [bench] [profile]   (default: check bench)
 #   TANDEM_ENGINE_BATCHES  batch sizes for the bench (default: 1 16 64 256)
+#   TANDEM_ENGINE_EAGER=0  the bench skips tandem's eager runs
 #   TANDEM_PROFILE_BATCHES batch sizes for the profile (default: 1 64)
+#   TANDEM_ENGINE_MODEL=3b a 3.1B dense config for the bench and the profile
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-/tmp/tandem-gpu-out}
 BUILD=${TANDEM_GPU_BUILD_DIR:-/tmp/tandem-engine-build}
+BASE=${TANDEM_GPU_BASE_DIR:-/tmp/tandem-engine-base}
 WORK=${TANDEM_GPU_WORK_DIR:-/tmp/tandem-engine-work}
 mkdir -p "$OUT" "$WORK"
 steps=${*:-check bench}
@@ -27,32 +38,58 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 GEN=Ninja; command -v ninja >/dev/null || GEN="Unix Makefiles"
 start=$(date +%s)
-cmake -S workers/standalone -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
-  -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" >"$OUT/build.log" 2>&1 &&
-  cmake --build "$BUILD" -j16 --target tandem-generate >>"$OUT/build.log" 2>&1
+build() {  # SOURCE BUILD LOG TARGET...
+  local src=$1 dir=$2 log=$3
+  shift 3
+  cmake -S "$src/workers/standalone" -B "$dir" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DTANDEM_WITH_TORCH=ON -DTANDEM_JSON_INCLUDE_DIR="$ROOT/.gpu-deps/include" \
+    -DTANDEM_GTEST_SOURCE_DIR="$ROOT/.gpu-deps/googletest" >"$log" 2>&1 &&
+    cmake --build "$dir" -j16 --target "$@" >>"$log" 2>&1
+}
+bin() { find "$1" -name "$2" -type f -perm -u+x | head -1; }
+left() { echo $(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) )); }
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+tests="decode_glue_test model_paged_decode_test fused_gpu_test paged_attention_op_test"
+build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tests)
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
-tool=$(find "$BUILD" -name tandem-generate -type f -perm -u+x | head -1)
+tool=$(bin "$BUILD" tandem-generate)
+base_tool=
+if has bench && [[ -f .gpu-deps/base.tar ]]; then
+  mkdir -p "$BASE/src" && tar xf .gpu-deps/base.tar -C "$BASE/src" &&
+    build "$BASE/src" "$BASE/build" "$OUT/base_build.log" tandem-generate && base_tool=$(bin "$BASE/build" tandem-generate)
+  echo "[gpu] base build: ${base_tool:-failed} ($(( $(date +%s) - start )) s)"
+fi
 
-if [[ " $steps " == *" check "* ]]; then
+if has tests; then
+  for t in $tests; do
+    timeout 180 "$(bin "$BUILD" $t)" >"$OUT/$t.log" 2>&1
+    rc=$?
+    echo "[gpu] $t rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|^\[  FAILED" "$OUT/$t.log" | head -8
+    echo "$t rc=$rc" >>"$OUT/tests.txt"
+    [[ $rc -ne 0 ]] && status=1
+  done
+fi
+if has check; then
   timeout 420 python3 scripts/gpu/engine_check.py "$tool" "$WORK" 2>&1 | tee "$OUT/check.log" | tail -30
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
   cp "$WORK/engine_check.json" "$OUT/" 2>/dev/null
 fi
-left=$(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) ))
-if [[ " $steps " == *" bench "* ]] && (( left < 90 )); then
-  echo "[gpu] bench skipped: ${left} s left in this call"
-elif [[ " $steps " == *" bench "* ]]; then
-  timeout $left python3 scripts/gpu/engine_bench.py "$tool" "$WORK" ${TANDEM_ENGINE_BATCHES:-} 2>&1 | tee "$OUT/bench.md"
+if has bench && (( $(left) < 90 )); then
+  echo "[gpu] bench skipped: $(left) s left in this call"
+elif has bench; then
+  TANDEM_ENGINE_BASE=$base_tool timeout "$(left)" python3 scripts/gpu/engine_bench.py "$tool" "$WORK" \
+    ${TANDEM_ENGINE_BATCHES:-} 2>&1 | tee "$OUT/bench.md"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
-left=$(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) ))
-if [[ " $steps " == *" profile "* ]] && (( left < 60 )); then
-  echo "[gpu] profile skipped: ${left} s left in this call"
-elif [[ " $steps " == *" profile "* ]]; then
-  OUT=$OUT timeout $left python3 scripts/gpu/engine_profile.py "$tool" "$WORK" ${TANDEM_PROFILE_BATCHES:-} 2>&1 | tee "$OUT/profile.log" | grep -E "^\[profile\] batch [0-9]+ (un)?profiled|GPU busy"
+if has profile && (( $(left) < 60 )); then
+  echo "[gpu] profile skipped: $(left) s left in this call"
+elif has profile; then
+  OUT=$OUT timeout "$(left)" python3 scripts/gpu/engine_profile.py "$tool" "$WORK" ${TANDEM_PROFILE_BATCHES:-} \
+    2>&1 | tee "$OUT/profile.log" | grep -E "^\[profile\] batch [0-9]+ (un)?profiled|GPU busy"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 exit $status

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <sstream>
 #include <utility>
 
 #include "workers/collective/group.h"
@@ -25,10 +24,11 @@ using Clock = std::chrono::steady_clock;
 // The store's keys (every one under tandem/weights/).
 std::string ManifestKey(int64_t version) { return "tandem/weights/v" + std::to_string(version) + "/manifest"; }
 constexpr char kSentKey[] = "tandem/weights/sent";
-// The publisher's connect_timeout and timeout in ms ("C T"): a reader waits
-// no longer than the publisher would (it abandons a group that does not
-// form, or a broadcast that fails, after those), plus slack.
-constexpr char kTimeoutsKey[] = "tandem/weights/timeouts";
+// The publisher's connect_timeout and timeout in ms: a reader waits no
+// longer than the publisher would (it abandons a group that does not form,
+// or a broadcast that fails, after those), plus slack.
+constexpr char kConnectTimeoutKey[] = "tandem/weights/connect_timeout_ms";
+constexpr char kTimeoutKey[] = "tandem/weights/timeout_ms";
 c10::intrusive_ptr<c10d::Store> EpochStore(const c10::intrusive_ptr<c10d::Store>& store, int64_t epoch) {
   return c10::make_intrusive<c10d::PrefixStore>("tandem/weights/e" + std::to_string(epoch), store);
 }
@@ -203,17 +203,15 @@ class NcclSource final : public WeightSource {
   // publisher that gave up: the publisher's teardown does not reach a reader
   // still connecting, and the default 300 s would hold its load as long.
   void BoundByPublisher(c10d::Store& store) {
+    const auto cap = [&store](std::chrono::milliseconds& own, const char* key) {
+      if (!store.check({key})) return;  // an older publisher
+      const std::optional<int64_t> ms = ParseInt(AsText(store.get(key)));
+      if (ms && *ms > 0) own = std::min(own, std::chrono::milliseconds(2 * std::min<int64_t>(*ms, int64_t{1} << 40) + 5000));
+    };
     try {
-      if (!store.check({kTimeoutsKey})) return;
-      std::istringstream in(AsText(store.get(kTimeoutsKey)));
-      int64_t connect_ms = 0, timeout_ms = 0;
-      if (!(in >> connect_ms >> timeout_ms) || connect_ms <= 0 || timeout_ms <= 0) return;
-      const auto cap = [](std::chrono::milliseconds own, int64_t publisher_ms) {
-        return std::min(own, std::chrono::milliseconds(2 * std::min<int64_t>(publisher_ms, int64_t{1} << 40) + 5000));
-      };
-      options_.connect_timeout = cap(options_.connect_timeout, connect_ms);
-      options_.timeout = cap(options_.timeout, timeout_ms);
-    } catch (const std::exception&) {  // an older publisher, or the store went away: the read below reports it
+      cap(options_.connect_timeout, kConnectTimeoutKey);
+      cap(options_.timeout, kTimeoutKey);
+    } catch (const std::exception&) {  // the store went away: the loads below report it
     }
   }
 
@@ -298,8 +296,8 @@ StatusOr<std::unique_ptr<NcclPublisher>> NcclPublisher::Create(NcclOptions optio
   TANDEM_ASSIGN_OR_RETURN(p->store_, collective::ServeStore(p->options_.port, p->options_.timeout),
                           "nccl publisher");
   try {
-    p->store_->set(kTimeoutsKey, AsBytes(std::to_string(p->options_.connect_timeout.count()) + " " +
-                                         std::to_string(p->options_.timeout.count())));
+    p->store_->set(kConnectTimeoutKey, AsBytes(std::to_string(p->options_.connect_timeout.count())));
+    p->store_->set(kTimeoutKey, AsBytes(std::to_string(p->options_.timeout.count())));
   } catch (const std::exception& e) {
     return Unavailable("nccl publisher: its store: " + collective::ExceptionMessage(e));
   }
