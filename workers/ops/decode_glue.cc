@@ -24,8 +24,6 @@ namespace tandem::ops {
 namespace {
 
 #ifdef TANDEM_TORCH_CUDA
-__nv_bfloat16* Bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
-bool Aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 4 == 0; }
 #endif
 
 void CheckForwardOnly(const at::Tensor& t, const char* fn, const char* name) {
@@ -54,7 +52,7 @@ at::Tensor QkvRotaryKvWrite(const at::Tensor& qkv, const at::Tensor& q_weight, c
 #ifdef TANDEM_TORCH_CUDA
   // The kernel's shapes (QkNormRotary's, and rows of bf16 pairs); the
   // weights, tables and pools checked as the ops check them.
-  const bool kernel = qkv.is_cuda() && qkv.stride(1) == 1 && qkv.stride(0) % 2 == 0 && Aligned4(qkv) &&
+  const bool kernel = qkv.is_cuda() && qkv.stride(1) == 1 && qkv.stride(0) % 2 == 0 && AlignedTo(qkv, 4) &&
                       d % 4 == 0 && d <= kernels::kFusedCudaMaxCols && key_blocks.is_contiguous() &&
                       value_blocks.is_contiguous() && value_blocks.sizes() == key_blocks.sizes() &&
                       value_blocks.scalar_type() == dtype && value_blocks.device() == qkv.device() &&
@@ -83,9 +81,9 @@ at::Tensor QkvRotaryKvWrite(const at::Tensor& qkv, const at::Tensor& q_weight, c
     shape.num_slots = key_blocks.size(0) * key_blocks.size(1);
     shape.eps = static_cast<float>(eps);
     c10::cuda::CUDAGuard guard(qkv.device());
-    ThrowIfError(kernels::QkvRotaryKvWriteCuda(shape, Bf(qkv), Bf(qw), Bf(kw), Bf(c), Bf(s),
-                                               slots.data_ptr<int64_t>(), Bf(out), Bf(key_blocks), Bf(value_blocks),
-                                               c10::cuda::getCurrentCUDAStream().stream()),
+    ThrowIfError(kernels::QkvRotaryKvWriteCuda(shape, Bf16(qkv), Bf16(qw), Bf16(kw), Bf16(c), Bf16(s),
+                                               slots.data_ptr<int64_t>(), Bf16(out), Bf16(key_blocks),
+                                               Bf16(value_blocks), CurrentStream()),
                  kFn);
     return out;
   }
@@ -103,11 +101,11 @@ at::Tensor SwigluPacked(const at::Tensor& gate_up) {
               gate_up.sizes());
   const int64_t inter = gate_up.size(1) / 2;
 #ifdef TANDEM_TORCH_CUDA
-  if (gate_up.is_cuda() && inter % 2 == 0 && gate_up.is_contiguous() && Aligned4(gate_up)) {
+  if (gate_up.is_cuda() && inter % 2 == 0 && gate_up.is_contiguous() && AlignedTo(gate_up, 4)) {
     at::Tensor y = NewOutput({gate_up.size(0), inter}, gate_up.options());
     c10::cuda::CUDAGuard guard(gate_up.device());
-    ThrowIfError(kernels::SwigluPackedForwardCuda(gate_up.size(0), inter, Bf(gate_up), Bf(y),
-                                                  c10::cuda::getCurrentCUDAStream().stream()),
+    ThrowIfError(kernels::SwigluPackedForwardCuda(gate_up.size(0), inter, Bf16(gate_up), Bf16(y),
+                                                  CurrentStream()),
                  kFn);
     return y;
   }

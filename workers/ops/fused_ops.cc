@@ -29,9 +29,6 @@ using torch::autograd::variable_list;
 namespace {
 
 #ifdef TANDEM_TORCH_CUDA
-__nv_bfloat16* Bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
-const __nv_bfloat16* BfOrNull(const at::Tensor& t) { return t.defined() ? Bf(t) : nullptr; }
-cudaStream_t Stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 at::Tensor Workspace(size_t bytes, const at::Tensor& like) {
   return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
@@ -94,7 +91,8 @@ std::pair<at::Tensor, at::Tensor> NormForward(const RmsNormShape& s, const at::T
   } else {
 #ifdef TANDEM_TORCH_CUDA
     c10::cuda::CUDAGuard guard(x.device());
-    ThrowIfError(RmsNormForwardCuda(s, Bf(x), BfOrNull(delta), Bf(w), residual ? Bf(sum) : nullptr, Bf(y), Stream()),
+    ThrowIfError(RmsNormForwardCuda(s, Bf16(x), Bf16(delta), Bf16(w), residual ? Bf16(sum) : nullptr, Bf16(y),
+                                    CurrentStream()),
                  kNormFn);
 #endif
   }
@@ -119,8 +117,8 @@ std::pair<at::Tensor, at::Tensor> NormBackward(const at::Tensor& h, const at::Te
     c10::cuda::CUDAGuard guard(h.device());
     const size_t bytes = RmsNormBackwardWorkspaceBytes(s);
     at::Tensor ws = Workspace(bytes, h);
-    ThrowIfError(RmsNormBackwardCuda(s, Bf(h), Bf(w), Bf(gy), BfOrNull(gh), Bf(gin), gw.data_ptr<float>(),
-                                     ws.data_ptr(), bytes, Stream()),
+    ThrowIfError(RmsNormBackwardCuda(s, Bf16(h), Bf16(w), Bf16(gy), Bf16(gh), Bf16(gin), gw.data_ptr<float>(),
+                                     ws.data_ptr(), bytes, CurrentStream()),
                  kNormFn);
 #endif
   }
@@ -204,7 +202,8 @@ class QkNormRotaryFunction : public torch::autograd::Function<QkNormRotaryFuncti
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(x.device());
-      ThrowIfError(QkNormRotaryForwardCuda(s, Bf(x), Bf(w), Bf(cos), Bf(sin), Bf(y), Stream()), kRotaryFn);
+      ThrowIfError(QkNormRotaryForwardCuda(s, Bf16(x), Bf16(w), Bf16(cos), Bf16(sin), Bf16(y), CurrentStream()),
+                   kRotaryFn);
 #endif
     }
     ctx->save_for_backward({x, w, cos, sin});
@@ -229,8 +228,8 @@ class QkNormRotaryFunction : public torch::autograd::Function<QkNormRotaryFuncti
       c10::cuda::CUDAGuard guard(x.device());
       const size_t bytes = QkNormRotaryBackwardWorkspaceBytes(s);
       at::Tensor ws = Workspace(bytes, x);
-      ThrowIfError(QkNormRotaryBackwardCuda(s, Bf(x), Bf(w), Bf(cos), Bf(sin), Bf(gy), Bf(gx), gw.data_ptr<float>(),
-                                            ws.data_ptr(), bytes, Stream()),
+      ThrowIfError(QkNormRotaryBackwardCuda(s, Bf16(x), Bf16(w), Bf16(cos), Bf16(sin), Bf16(gy), Bf16(gx),
+                                            gw.data_ptr<float>(), ws.data_ptr(), bytes, CurrentStream()),
                    kRotaryFn);
 #endif
     }
@@ -254,7 +253,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(gate.device());
-      ThrowIfError(SwigluForwardCuda(gate.numel(), Bf(gate), Bf(up), Bf(y), Stream()), kSwigluFn);
+      ThrowIfError(SwigluForwardCuda(gate.numel(), Bf16(gate), Bf16(up), Bf16(y), CurrentStream()), kSwigluFn);
 #endif
     }
     ctx->save_for_backward({gate, up});
@@ -273,7 +272,9 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(gate.device());
-      ThrowIfError(SwigluBackwardCuda(gate.numel(), Bf(gate), Bf(up), Bf(gy), Bf(gg), Bf(gu), Stream()), kSwigluFn);
+      ThrowIfError(
+          SwigluBackwardCuda(gate.numel(), Bf16(gate), Bf16(up), Bf16(gy), Bf16(gg), Bf16(gu), CurrentStream()),
+          kSwigluFn);
 #endif
     }
     return {gg, gu};

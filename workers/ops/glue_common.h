@@ -8,9 +8,16 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
+
+#ifdef TANDEM_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
 
 namespace tandem::ops {
 
@@ -61,6 +68,22 @@ bool PoisonOutputsForTesting();
 
 // at::empty, poisoned when the test hook is on.
 at::Tensor NewOutput(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+// Whether t's data starts on a multiple of `bytes` (the kernels' vector
+// accesses).
+inline bool AlignedTo(const at::Tensor& t, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
+}
+
+#ifdef TANDEM_TORCH_CUDA
+// A bf16 tensor's data as the kernels' pointer type (check the dtype first);
+// null for an undefined tensor (the kernels' optional arguments).
+inline __nv_bfloat16* Bf16(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<__nv_bfloat16*>(t.data_ptr()) : nullptr;
+}
+// The stream the kernels launch on: LibTorch's current one.
+inline cudaStream_t CurrentStream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+#endif
 
 inline int32_t CheckedInt32(int64_t v, const char* fn, const char* what) {
   TORCH_CHECK(v >= 0 && v <= INT32_MAX, fn, ": ", what, " = ", v, " out of int32 range");

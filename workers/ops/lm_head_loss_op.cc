@@ -30,10 +30,6 @@ namespace {
 
 constexpr const char* kFn = "LmHeadLoss";
 
-#ifdef TANDEM_TORCH_CUDA
-const __nv_bfloat16* Bf16(const at::Tensor& t) { return reinterpret_cast<const __nv_bfloat16*>(t.data_ptr()); }
-#endif
-
 at::Tensor PairIndex(const at::Tensor& t, const at::Tensor& like, const char* name) {
   TORCH_CHECK(t.defined(), kFn, ": ", name, " is undefined");
   TORCH_CHECK(t.dim() == 1, kFn, ": ", name, " must have 1 dimension, got ", t.sizes());
@@ -91,7 +87,7 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
                                          rows.data_ptr<int32_t>(), labels.data_ptr<int32_t>(),
                                          logprob.data_ptr<float>(), entropy.data_ptr<float>(), lse.data_ptr<float>(),
                                          ws.data_ptr(), ws_bytes, chunk_rows,
-                                         c10::cuda::getCurrentCUDAStream().stream()),
+                                         CurrentStream()),
                    kFn);
 #endif
     }
@@ -130,7 +126,7 @@ class LmHeadLossFunction : public torch::autograd::Function<LmHeadLossFunction> 
                                           rows.data_ptr<int32_t>(), labels.data_ptr<int32_t>(), lse.data_ptr<float>(),
                                           entropy.data_ptr<float>(), glp_ptr, gent_ptr, ghidden.data_ptr<float>(),
                                           gweight.data_ptr<float>(), ws.data_ptr(), ws_bytes, chunk_rows,
-                                          c10::cuda::getCurrentCUDAStream().stream()),
+                                          CurrentStream()),
                    kFn);
 #endif
     }

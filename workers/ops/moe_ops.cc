@@ -37,11 +37,6 @@ using torch::autograd::variable_list;
 
 namespace {
 
-#ifdef TANDEM_TORCH_CUDA
-bf16* Bf16(const at::Tensor& t) { return reinterpret_cast<bf16*>(t.data_ptr()); }
-cudaStream_t Stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
-#endif
-
 template <typename T>
 std::vector<T> ToVector(const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
@@ -124,7 +119,7 @@ class RouterFunction : public torch::autograd::Function<RouterFunction> {
       counts = at::empty({E}, f32.dtype(at::kInt));
       ThrowIfError(MoeRouterCuda(s, logits.data_ptr<float>(), scores.data_ptr<float>(), idx.data_ptr<int32_t>(),
                                  weight.data_ptr<float>(), counts.data_ptr<int32_t>(), score_sum.data_ptr<float>(),
-                                 Stream()),
+                                 CurrentStream()),
                    kRoute);
 #endif
     }
@@ -159,7 +154,7 @@ class RouterFunction : public torch::autograd::Function<RouterFunction> {
       c10::cuda::CUDAGuard guard(scores.device());
       ThrowIfError(MoeRouterBackwardCuda(s, scores.data_ptr<float>(), idx.data_ptr<int32_t>(), weight.data_ptr<float>(),
                                          gw.data_ptr<float>(), gss.defined() ? gss.data_ptr<float>() : nullptr,
-                                         glogits.data_ptr<float>(), Stream()),
+                                         glogits.data_ptr<float>(), CurrentStream()),
                    kRoute);
 #endif
     }
@@ -206,7 +201,7 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(x.device());
-      ThrowIfError(MoePermuteRowsCuda(s, Bf16(x), p.perm_src.data_ptr<int32_t>(), Bf16(xp), Stream()), kPermute);
+      ThrowIfError(MoePermuteRowsCuda(s, Bf16(x), p.perm_src.data_ptr<int32_t>(), Bf16(xp), CurrentStream()), kPermute);
 #endif
     }
     SavePlan(ctx, p);
@@ -227,7 +222,7 @@ class PermuteFunction : public torch::autograd::Function<PermuteFunction> {
     } else {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(dxp.device());
-      ThrowIfError(MoePermuteRowsBackwardCuda(s, Bf16(dxp), p.perm_pos.data_ptr<int32_t>(), Bf16(dx), Stream()),
+      ThrowIfError(MoePermuteRowsBackwardCuda(s, Bf16(dxp), p.perm_pos.data_ptr<int32_t>(), Bf16(dx), CurrentStream()),
                    kPermute);
 #endif
     }
@@ -278,7 +273,7 @@ class ExpertsFunction : public torch::autograd::Function<ExpertsFunction> {
       at::Tensor gu = at::empty({rows, 2 * I}, xp.options());
       at::Tensor act = at::empty({rows, I}, xp.options());
       ThrowIfError(MoeExpertsForwardCuda(at::cuda::getCurrentCUDABlasHandle(), s, p.host_offsets, Bf16(xp), Bf16(wgu),
-                                         Bf16(wd), Bf16(gu), Bf16(act), Bf16(yp), Stream()),
+                                         Bf16(wd), Bf16(gu), Bf16(act), Bf16(yp), CurrentStream()),
                    kFfn);
       ctx->save_for_backward({xp, wgu, wd, gu, act});
 #endif
@@ -314,7 +309,7 @@ class ExpertsFunction : public torch::autograd::Function<ExpertsFunction> {
       ThrowIfError(MoeExpertsBackwardCuda(at::cuda::getCurrentCUDABlasHandle(), s, p.host_offsets, Bf16(xp),
                                           Bf16(wgu), Bf16(wd), Bf16(gu), Bf16(act), Bf16(dyp), Bf16(dxp),
                                           dwgu.data_ptr<float>(), dwd.data_ptr<float>(), Bf16(dgu), Bf16(dact),
-                                          Stream()),
+                                          CurrentStream()),
                    kFfn);
 #endif
     }
@@ -389,7 +384,7 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(yp.device());
       ThrowIfError(MoeUnpermuteCuda(s, Bf16(yp), w.data_ptr<float>(), p.perm_pos.data_ptr<int32_t>(), Bf16(out),
-                                    Stream()),
+                                    CurrentStream()),
                    kUnpermute);
 #endif
     }
@@ -414,7 +409,8 @@ class UnpermuteFunction : public torch::autograd::Function<UnpermuteFunction> {
 #ifdef TANDEM_TORCH_CUDA
       c10::cuda::CUDAGuard guard(yp.device());
       ThrowIfError(MoeUnpermuteBackwardCuda(s, Bf16(dout), Bf16(yp), w.data_ptr<float>(),
-                                            p.perm_pos.data_ptr<int32_t>(), Bf16(dyp), dw.data_ptr<float>(), Stream()),
+                                            p.perm_pos.data_ptr<int32_t>(), Bf16(dyp), dw.data_ptr<float>(),
+                                            CurrentStream()),
                    kUnpermute);
 #endif
     }
@@ -457,9 +453,10 @@ MoePermutation MoePermutePlan(const at::Tensor& topk_idx_in, int64_t num_experts
     at::Tensor ws = at::empty({static_cast<int64_t>(ws_bytes)}, i32.dtype(at::kByte));
     ThrowIfError(MoePermutePlanCuda(s, idx.data_ptr<int32_t>(), p.offsets.data_ptr<int32_t>(),
                                     p.perm_pos.data_ptr<int32_t>(), p.perm_src.data_ptr<int32_t>(), ws.data_ptr(),
-                                    ws_bytes, Stream()),
+                                    ws_bytes, CurrentStream()),
                  kFn);
-    if (host_offsets) p.host_offsets = ValueOrThrow(MoeOffsetsToHost(s, p.offsets.data_ptr<int32_t>(), Stream()), kFn);
+    if (host_offsets)
+      p.host_offsets = ValueOrThrow(MoeOffsetsToHost(s, p.offsets.data_ptr<int32_t>(), CurrentStream()), kFn);
 #endif
   }
   return p;

@@ -33,11 +33,6 @@ namespace {
 constexpr const char* kAttn = "PagedAttention";
 constexpr const char* kWrite = "PagedKvWrite";
 
-#ifdef TANDEM_TORCH_CUDA
-const __nv_bfloat16* Bf16(const at::Tensor& t) { return reinterpret_cast<const __nv_bfloat16*>(t.data_ptr()); }
-__nv_bfloat16* MutableBf16(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
-#endif
-
 // The two pools: one shape [N, block_size, Hkv, D], `dtype`, contiguous, on `device`.
 void CheckPools(const at::Tensor& key_blocks, const at::Tensor& value_blocks, at::ScalarType dtype,
                 const at::Device& device, const char* fn) {
@@ -103,8 +98,8 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
       at::empty({static_cast<int64_t>(std::max<size_t>(ws_bytes, 1))}, q.options().dtype(at::kByte));
   ThrowIfError(PagedAttentionCuda(s, plan, Bf16(q), Bf16(key_blocks), Bf16(value_blocks),
                                   block_table.data_ptr<int32_t>(), context_lens.data_ptr<int32_t>(),
-                                  q_starts.data_ptr<int32_t>(), MutableBf16(out), ws.data_ptr(), ws_bytes,
-                                  c10::cuda::getCurrentCUDAStream().stream()),
+                                  q_starts.data_ptr<int32_t>(), Bf16(out), ws.data_ptr(), ws_bytes,
+                                  CurrentStream()),
                kAttn);
 #endif
   return out;
@@ -146,8 +141,8 @@ void PagedKvWrite(const at::Tensor& k_in, const at::Tensor& v_in, const at::Tens
   }
 #ifdef TANDEM_TORCH_CUDA
   c10::cuda::CUDAGuard guard(device);
-  ThrowIfError(PagedKvWriteCuda(s, Bf16(k), Bf16(v), slots.data_ptr<int64_t>(), MutableBf16(key_blocks),
-                                MutableBf16(value_blocks), c10::cuda::getCurrentCUDAStream().stream()),
+  ThrowIfError(PagedKvWriteCuda(s, Bf16(k), Bf16(v), slots.data_ptr<int64_t>(), Bf16(key_blocks),
+                                Bf16(value_blocks), CurrentStream()),
                kWrite);
 #endif
 }

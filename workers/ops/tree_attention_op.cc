@@ -156,7 +156,7 @@ class TreeAttentionFunction : public torch::autograd::Function<TreeAttentionFunc
       c10::cuda::CUDAGuard guard(q.device());
       const auto* plan = static_cast<const TreeAttentionDevicePlan*>(forest->DevicePlan(q));
       ThrowIfError(TreeAttentionForwardCuda(*plan, shape, Bf16(q), Bf16(k), Bf16(v), Bf16(out),
-                                            lse.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream()),
+                                            lse.data_ptr<float>(), CurrentStream()),
                    kFn);
 #endif
     }
@@ -191,17 +191,12 @@ class TreeAttentionFunction : public torch::autograd::Function<TreeAttentionFunc
       at::Tensor delta = at::empty({shape.num_q_heads, shape.num_tokens}, q.options().dtype(at::kFloat));
       ThrowIfError(TreeAttentionBackwardCuda(*plan, shape, Bf16(q), Bf16(k), Bf16(v), Bf16(out), Bf16(dout),
                                              lse.data_ptr<float>(), delta.data_ptr<float>(), Bf16(dq), Bf16(dk),
-                                             Bf16(dv), c10::cuda::getCurrentCUDAStream().stream()),
+                                             Bf16(dv), CurrentStream()),
                    kFn);
 #endif
     }
     return {dq, dk, dv, at::Tensor(), at::Tensor()};
   }
-
- private:
-#ifdef TANDEM_TORCH_CUDA
-  static __nv_bfloat16* Bf16(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
-#endif
 };
 
 }  // namespace
