@@ -17,9 +17,6 @@ namespace tandem::model {
 
 namespace {
 
-// Rows the fused kernels take: an even width, at most kFusedCudaMaxCols.
-bool FusedWidth(int64_t cols) { return cols % 2 == 0 && cols <= kernels::kFusedCudaMaxCols; }
-
 // HF's formula in ATen ops, for the shapes the fused kernels do not take.
 at::Tensor RmsNormAten(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor xf = x.to(at::kFloat);
@@ -29,13 +26,16 @@ at::Tensor RmsNormAten(const at::Tensor& x, const at::Tensor& weight, double eps
 
 }  // namespace
 
+// An even width, at most kFusedCudaMaxCols.
+bool FusedNormWidth(int64_t cols) { return cols % 2 == 0 && cols <= kernels::kFusedCudaMaxCols; }
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!FusedWidth(x.size(-1))) return RmsNormAten(x, weight, eps);
+  if (!FusedNormWidth(x.size(-1))) return RmsNormAten(x, weight, eps);
   return ops::RmsNorm(x, weight, eps);
 }
 
 ResidualNorm AddRmsNorm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight, double eps) {
-  if (!FusedWidth(x.size(-1))) {
+  if (!FusedNormWidth(x.size(-1))) {
     at::Tensor sum = x + delta;
     at::Tensor normed = RmsNormAten(sum, weight, eps);
     return {std::move(sum), std::move(normed)};
@@ -68,7 +68,7 @@ Qkv ProjectQkv(const at::Tensor& h, const AttentionWeights& w, const AttentionSh
   at::Tensor q = at::linear(h, w.q_proj).view({n, s.heads, s.head_dim});
   at::Tensor k = at::linear(h, w.k_proj).view({n, s.kv_heads, s.head_dim});
   at::Tensor v = at::linear(h, w.v_proj).view({n, s.kv_heads, s.head_dim});
-  if (s.head_dim % 4 == 0 && FusedWidth(s.head_dim)) {
+  if (s.head_dim % 4 == 0 && FusedNormWidth(s.head_dim)) {
     q = ops::QkNormRotary(q, w.q_norm, angles.cos, angles.sin, s.eps);
     k = ops::QkNormRotary(k, w.k_norm, angles.cos, angles.sin, s.eps);
   } else {

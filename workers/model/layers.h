@@ -19,6 +19,9 @@ namespace tandem::model {
 // cast back to x's dtype, times weight. The fused op (ops::RmsNorm, one
 // kernel each way) when the last dim is even, else ATen ops.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// Whether the fused norm ops (ops::RmsNorm, ops::AddRmsNorm) take rows of
+// this width (the functions here fall back to ATen where they do not).
+bool FusedNormWidth(int64_t cols);
 // sum = x + delta (the residual add) and RmsNorm(sum), fused likewise.
 struct ResidualNorm {
   at::Tensor sum;

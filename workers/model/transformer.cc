@@ -336,30 +336,36 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
   const RotaryAngles angles = RotaryCosSin(inv_freq_, positions, dtype_);
   const at::Tensor q_starts = ops::QueryStarts(kv.q_lens);  // once for every layer
   DecodeOutput out;
+  // No grad (the engine): each norm fused into the projection after it,
+  // SwiGLU into gate/up, q/k norm, rotary and the cache write into one
+  // kernel (ops/decode_glue.h): at small batches a layer is six kernels
+  // and attention. With grad, the ops training uses.
+  const bool fused = !c10::GradMode::is_enabled() && FusedNormWidth(c.hidden_size);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = Layer(l);
     const at::Tensor& kb = kv.key_blocks[static_cast<size_t>(l)];
     const at::Tensor& vb = kv.value_blocks[static_cast<size_t>(l)];
-    // No grad (the engine): the fused projections and the decode glue, a
-    // kernel or four fewer a layer (ops/decode_glue.h); with grad, the ops
-    // training uses.
-    const bool fused = !c10::GradMode::is_enabled();
+    if (fused && w.qkv.defined()) {
+      const ops::NormLinearOutput a = ops::NormLinear(x.x, x.delta, w.input_norm, c.rms_norm_eps, w.qkv, false);
+      const at::Tensor q = ops::QkvRotaryKvWrite(a.y, w.attn.q_norm, w.attn.k_norm, angles.cos, angles.sin, kb, vb,
+                                                 kv.slot_mapping, c.num_attention_heads, c.rms_norm_eps);
+      const at::Tensor attn = ops::PagedAttention(q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
+      const at::Tensor o = ops::DecodeLinear(attn.reshape({attn.size(0), -1}), w.attn.o_proj);
+      if (w.gate_up.defined()) {
+        const ops::NormLinearOutput m = ops::NormLinear(a.sum, o, w.post_norm, c.rms_norm_eps, w.gate_up, true);
+        x = {m.sum, ops::DecodeLinear(m.y, w.down)};
+      } else {
+        const ResidualNorm h = AddRmsNorm(a.sum, o, w.post_norm, c.rms_norm_eps);
+        x = {h.sum, LayerMlp(c, w, h.normed, out.router)};
+      }
+      continue;
+    }
     auto attend = [&](const Qkv& qkv) {
       ops::PagedKvWrite(qkv.k, qkv.v, kb, vb, kv.slot_mapping);
       return ops::PagedAttention(qkv.q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
     };
-    auto attention = [&](const at::Tensor& h) {
-      if (!fused || !w.qkv.defined()) return Projected(c, w.attn, angles, attend)(h);
-      const at::Tensor q = ops::QkvRotaryKvWrite(at::linear(h, w.qkv), w.attn.q_norm, w.attn.k_norm, angles.cos,
-                                                 angles.sin, kb, vb, kv.slot_mapping, c.num_attention_heads,
-                                                 c.rms_norm_eps);
-      return ops::PagedAttention(q, kb, vb, kv.block_table, kv.context_lens, q_starts, scale);
-    };
-    auto mlp = [&](const at::Tensor& h) {
-      if (fused && w.gate_up.defined()) return at::linear(ops::SwigluPacked(at::linear(h, w.gate_up)), w.down);
-      return LayerMlp(c, w, h, out.router);
-    };
-    x = DecoderLayer(c, x, attention, w.attn, w.input_norm, w.post_norm, mlp);
+    auto mlp = [&](const at::Tensor& h) { return LayerMlp(c, w, h, out.router); };
+    x = DecoderLayer(c, x, Projected(c, w.attn, angles, attend), w.attn, w.input_norm, w.post_norm, mlp);
   }
   // Each sequence's last new token: row q_starts[b + 1] - 1.
   // T == B: every sequence fed one token (q_lens >= 1 each, summing to T),
@@ -368,7 +374,12 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
     const at::Tensor last = q_starts.narrow(0, 1, q_starts.size(0) - 1).to(at::kLong) - 1;
     x = {x.x.index_select(0, last), x.delta.defined() ? x.delta.index_select(0, last) : at::Tensor()};
   }
-  const at::Tensor hidden = NormResidual(x, params_.Leaf("model.norm.weight"), c.rms_norm_eps).normed;
+  const at::Tensor& final_norm = params_.Leaf("model.norm.weight");
+  if (fused) {
+    out.logits = ops::NormLinear(x.x, x.delta, final_norm, c.rms_norm_eps, HeadWeight(), false).y.to(at::kFloat);
+    return out;
+  }
+  const at::Tensor hidden = NormResidual(x, final_norm, c.rms_norm_eps).normed;
   out.logits = at::linear(hidden, HeadWeight()).to(at::kFloat);
   return out;
 }

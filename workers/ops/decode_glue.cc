@@ -4,7 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 #include "kernels/fused/fused.h"
@@ -16,6 +19,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "kernels/decode_gemv/decode_gemv_cuda.h"
 #include "kernels/fused/fused_cuda.h"
 #endif
 
@@ -29,6 +33,40 @@ namespace {
 void CheckForwardOnly(const at::Tensor& t, const char* fn, const char* name) {
   TORCH_CHECK(!t.requires_grad(), fn, ": ", name, " requires grad; this op is forward only (inference)");
 }
+
+// x [T, K] and weight [O, K] of x's kernel dtype on its device, no grad.
+void CheckProjection(const at::Tensor& x, const at::Tensor& weight, const char* fn) {
+  const at::ScalarType dtype = KernelDtype(x, fn);
+  CheckTensor(x, fn, "x", 2, dtype, x.device().type());
+  CheckTensor(weight, fn, "weight", 2, dtype, x.device().type());
+  TORCH_CHECK(weight.device() == x.device(), fn, ": weight must be on ", x.device(), ", got ", weight.device());
+  TORCH_CHECK(weight.size(1) == x.size(1), fn, ": weight must be [O, ", x.size(1), "] for x ", x.sizes(), ", got ",
+              weight.sizes());
+  CheckForwardOnly(x, fn, "x");
+  CheckForwardOnly(weight, fn, "weight");
+}
+
+#ifdef TANDEM_TORCH_CUDA
+// Whether the decode GEMV takes shape `s` over these tensors (the rest of
+// the arguments checked by the caller): CUDA, contiguous, 16-byte aligned.
+bool GemvTakes(const kernels::DecodeGemvShape& s, std::initializer_list<const at::Tensor*> tensors) {
+  if (!kernels::CheckDecodeGemvShape(s).ok()) return false;
+  for (const at::Tensor* t : tensors)
+    if (t->defined() && (!t->is_cuda() || !t->is_contiguous() || !AlignedTo(*t, 16))) return false;
+  return true;
+}
+
+kernels::DecodeGemvShape GemvShape(const at::Tensor& x, const at::Tensor& weight, bool norm, bool swiglu, double eps) {
+  kernels::DecodeGemvShape s;
+  s.rows = static_cast<int32_t>(std::min<int64_t>(x.size(0), INT32_MAX));
+  s.in = static_cast<int32_t>(std::min<int64_t>(x.size(1), INT32_MAX));
+  s.out = weight.size(0);
+  s.norm = norm;
+  s.swiglu = swiglu;
+  s.eps = static_cast<float>(eps);
+  return s;
+}
+#endif
 
 }  // namespace
 
@@ -111,6 +149,57 @@ at::Tensor SwigluPacked(const at::Tensor& gate_up) {
   }
 #endif
   return Swiglu(gate_up.narrow(1, 0, inter), gate_up.narrow(1, inter, inter));
+}
+
+NormLinearOutput NormLinear(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& norm_weight, double eps,
+                            const at::Tensor& weight, bool swiglu) {
+  constexpr const char* kFn = "NormLinear";
+  CheckProjection(x, weight, kFn);
+  CheckTensor(norm_weight, kFn, "norm_weight", 1, x.scalar_type(), x.device().type());
+  TORCH_CHECK(norm_weight.size(0) == x.size(1) && norm_weight.device() == x.device(), kFn,
+              ": norm_weight must be [", x.size(1), "] on ", x.device());
+  CheckForwardOnly(norm_weight, kFn, "norm_weight");
+  if (delta.defined()) {
+    CheckTensor(delta, kFn, "delta", 2, x.scalar_type(), x.device().type());
+    TORCH_CHECK(delta.sizes() == x.sizes() && delta.device() == x.device(), kFn, ": delta must be ", x.sizes(),
+                " on ", x.device(), ", got ", delta.sizes());
+    CheckForwardOnly(delta, kFn, "delta");
+  }
+  TORCH_CHECK(!swiglu || weight.size(0) % 2 == 0, kFn, ": weight must have an even number of rows (gate, then up) "
+              "with swiglu, got ", weight.sizes());
+#ifdef TANDEM_TORCH_CUDA
+  const kernels::DecodeGemvShape s = GemvShape(x, weight, /*norm=*/true, swiglu, eps);
+  if (GemvTakes(s, {&x, &delta, &weight}) && norm_weight.is_contiguous() && AlignedTo(norm_weight, 4)) {
+    at::Tensor y = NewOutput({x.size(0), kernels::DecodeGemvOutCols(s)}, x.options());
+    at::Tensor sum = delta.defined() ? NewOutput(x.sizes(), x.options()) : x;
+    c10::cuda::CUDAGuard guard(x.device());
+    ThrowIfError(kernels::DecodeGemvCuda(s, Bf16(x), Bf16(delta), Bf16(norm_weight), Bf16(weight),
+                                         delta.defined() ? Bf16(sum) : nullptr, Bf16(y), CurrentStream()),
+                 kFn);
+    return {sum, y};
+  }
+#endif
+  AddRmsNormOutput n = delta.defined() ? AddRmsNorm(x, delta, norm_weight, eps)
+                                       : AddRmsNormOutput{x, RmsNorm(x, norm_weight, eps)};
+  const at::Tensor y = at::linear(n.normed, weight);
+  return {std::move(n.sum), swiglu ? SwigluPacked(y) : y};
+}
+
+at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& weight) {
+  constexpr const char* kFn = "DecodeLinear";
+  CheckProjection(x, weight, kFn);
+#ifdef TANDEM_TORCH_CUDA
+  const kernels::DecodeGemvShape s = GemvShape(x, weight, /*norm=*/false, /*swiglu=*/false, 0.0);
+  if (GemvTakes(s, {&x, &weight})) {
+    at::Tensor y = NewOutput({x.size(0), weight.size(0)}, x.options());
+    c10::cuda::CUDAGuard guard(x.device());
+    ThrowIfError(kernels::DecodeGemvCuda(s, Bf16(x), nullptr, nullptr, Bf16(weight), nullptr, Bf16(y),
+                                         CurrentStream()),
+                 kFn);
+    return y;
+  }
+#endif
+  return at::linear(x, weight);
 }
 
 }  // namespace tandem::ops

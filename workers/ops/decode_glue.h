@@ -16,6 +16,19 @@
 //     ops it replaces; CPU (and shapes the kernel does not take): those ops.
 //   SwigluPacked(gate_up [T, 2I]) -> Swiglu(gate_up[:, :I], gate_up[:, I:])
 //     [T, I]; CUDA bf16 with I even: one kernel, bit for bit Swiglu.
+//   NormLinear(x [T, H], delta [T, H] or undefined, norm_weight [H], eps,
+//       weight [O, H], swiglu) -> {sum = x + delta (x itself without delta),
+//       y = linear(RmsNorm(sum), weight) [T, O], or SwigluPacked of it
+//       [T, O / 2] with swiglu}: the norm before a projection and the
+//     activation after it. H even and at most kFusedCudaMaxCols (the fused
+//     norm's widths).
+//   DecodeLinear(x [T, K], weight [O, K]) -> linear(x, weight).
+//     These two, on CUDA bf16 for T <= kDecodeGemvMaxRows and the shapes
+//     kernels/decode_gemv takes: one decode GEMV kernel each, reading the
+//     weight once at close to the memory bandwidth (fp32 sums in another
+//     order than cuBLAS's: an output may differ by a bf16 rounding); else
+//     the ops they replace (AddRmsNorm or RmsNorm, at::linear,
+//     SwigluPacked).
 // Bad dtypes, devices or shapes throw c10::Error naming the argument.
 #pragma once
 
@@ -31,5 +44,14 @@ at::Tensor QkvRotaryKvWrite(const at::Tensor& qkv, const at::Tensor& q_weight, c
                             double eps);
 
 at::Tensor SwigluPacked(const at::Tensor& gate_up);
+
+struct NormLinearOutput {
+  at::Tensor sum;  // x + delta, or x
+  at::Tensor y;
+};
+NormLinearOutput NormLinear(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& norm_weight, double eps,
+                            const at::Tensor& weight, bool swiglu);
+
+at::Tensor DecodeLinear(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace tandem::ops

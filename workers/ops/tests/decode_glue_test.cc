@@ -3,7 +3,10 @@
 // equal QkNormRotary + PagedKvWrite and Swiglu bit for bit (same roundings,
 // same math); on the CPU it is those ops. Strided qkv rows (a slice of a
 // wider output), padded rows (negative slots) left unwritten, poisoned
-// outputs, argument errors.
+// outputs, argument errors. NormLinear and DecodeLinear against the norm,
+// at::linear and SwiGLU they replace: equal on the CPU and past the decode
+// GEMV's rows; at its 1-8 rows on CUDA the sum equal and the outputs within
+// the roundings of fp32 sums in another order.
 #include "workers/ops/decode_glue.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +15,8 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "workers/ops/fused_ops.h"
 #include "workers/ops/paged_attention_op.h"
@@ -85,6 +90,52 @@ TEST_P(DecodeGlueTest, SwigluPackedEqualsSwiglu) {
   }
 }
 
+// The largest error of `got` against `ref` relative to ref's largest
+// magnitude, and their relative L2 distance.
+std::pair<double, double> Errors(const at::Tensor& got, const at::Tensor& ref) {
+  const at::Tensor g = got.to(at::kDouble).cpu(), r = ref.to(at::kDouble).cpu();
+  const double scale = r.abs().max().item<double>() + 1e-12;
+  const double l2 = (g - r).norm().item<double>() / (r.norm().item<double>() + 1e-12);
+  return {(g - r).abs().max().item<double>() / scale, l2};
+}
+
+TEST_P(DecodeGlueTest, NormLinearAndDecodeLinearMatchTheOpsTheyReplace) {
+  const at::Device dev = GetParam();
+  const at::ScalarType dt = testing::DataType(dev);
+  testing::PoisonOutputs poison;
+  std::mt19937_64 rng(9);
+  for (const int64_t rows : {1, 3, 8, 9})
+    for (const int64_t in : {64, 1024})
+      for (const int64_t out : {6, 1030})
+        for (const bool with_delta : {false, true})
+          for (const bool swiglu : {false, true}) {
+            SCOPED_TRACE("rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " + std::to_string(out) +
+                         " delta " + std::to_string(with_delta) + " swiglu " + std::to_string(swiglu));
+            const at::Tensor x = testing::Random(rng, {rows, in}, -3, 3).to(dev, dt);
+            const at::Tensor delta = with_delta ? testing::Random(rng, {rows, in}).to(dev, dt) : at::Tensor();
+            const at::Tensor nw = testing::Random(rng, {in}, 0.5, 1.5).to(dev, dt);
+            const at::Tensor w = testing::Random(rng, {out, in}, -0.1, 0.1).to(dev, dt);
+            const NormLinearOutput got = NormLinear(x, delta, nw, 1e-6, w, swiglu);
+            const AddRmsNormOutput n =
+                with_delta ? AddRmsNorm(x, delta, nw, 1e-6) : AddRmsNormOutput{x, RmsNorm(x, nw, 1e-6)};
+            at::Tensor ref = at::linear(n.normed, w);
+            if (swiglu) ref = SwigluPacked(ref);
+            const at::Tensor linear = DecodeLinear(x, w), linear_ref = at::linear(x, w);
+            EXPECT_TRUE(at::equal(got.sum, n.sum)) << "sum";
+            ASSERT_EQ(got.y.sizes(), ref.sizes());
+            if (!dev.is_cuda() || rows > 8) {
+              EXPECT_TRUE(at::equal(got.y, ref)) << "y";
+              EXPECT_TRUE(at::equal(linear, linear_ref)) << "linear";
+              continue;
+            }
+            for (const auto& [g, r, what] : {std::tuple{got.y, ref, "y"}, std::tuple{linear, linear_ref, "linear"}}) {
+              const auto [max_err, l2] = Errors(g, r);
+              EXPECT_LT(max_err, 3e-2) << what;
+              EXPECT_LT(l2, 1e-2) << what;
+            }
+          }
+}
+
 TEST_P(DecodeGlueTest, RejectsBadArgumentsWithErrors) {
   const at::Device dev = GetParam();
   const at::ScalarType dt = testing::DataType(dev);
@@ -103,6 +154,21 @@ TEST_P(DecodeGlueTest, RejectsBadArgumentsWithErrors) {
   EXPECT_NE(Thrown([&] { SwigluPacked(at::zeros({2, 7}, on)); }).find("gate_up must be [T, 2I]"), std::string::npos);
   EXPECT_NE(Thrown([&] { SwigluPacked(at::zeros({2, 8}, on.dtype(at::kDouble))); }).find("gate_up must be"),
             std::string::npos);
+
+  const at::Tensor x = at::ones({2, 16}, on), nw = at::ones({16}, on), proj = at::ones({6, 16}, on);
+  EXPECT_EQ(Thrown([&] { NormLinear(x, x, nw, 1e-6, proj, true); }), "no error");
+  EXPECT_NE(Thrown([&] { NormLinear(x, x, nw, 1e-6, at::ones({6, 8}, on), false); }).find("weight must be [O, 16]"),
+            std::string::npos);
+  EXPECT_NE(Thrown([&] { NormLinear(x, x, at::ones({8}, on), 1e-6, proj, false); }).find("norm_weight must be [16]"),
+            std::string::npos);
+  EXPECT_NE(Thrown([&] { NormLinear(x, at::ones({1, 16}, on), nw, 1e-6, proj, false); }).find("delta must be"),
+            std::string::npos);
+  EXPECT_NE(Thrown([&] { NormLinear(x, x, nw, 1e-6, at::ones({5, 16}, on), true); }).find("even number of rows"),
+            std::string::npos);
+  EXPECT_NE(Thrown([&] { NormLinear(x, x, nw, 1e-6, proj.clone().requires_grad_(true), false); }).find("forward only"),
+            std::string::npos);
+  EXPECT_NE(Thrown([&] { DecodeLinear(x, at::ones({6, 8}, on)); }).find("weight must be [O, 16]"), std::string::npos);
+  EXPECT_NE(Thrown([&] { DecodeLinear(x.to(at::kDouble), proj); }).find("x must be"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, DecodeGlueTest, ::testing::ValuesIn(testing::TestDevices()), testing::DeviceName);

@@ -1,0 +1,198 @@
+// The decode GEMV's kernel (decode_gemv.h): a warp per output column (a
+// row of W, or a SwiGLU pair of rows), its lanes streaming the row with
+// 16-byte loads, kLoads of them in flight per lane, the rows of x read
+// beside them (L1-resident: every warp of a block reads the same few KB),
+// fp32 sums reduced across the warp. Blocks loop over the columns, at most
+// kBlocksPerSm a multiprocessor. With a norm each block first writes the
+// normalised input rows to shared memory (the residual add, then RMSNorm
+// as fused.cu's row kernel computes it; block 0 also writes the sum), so
+// the norm costs no launch of its own.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/decode_gemv/decode_gemv.h"
+#include "kernels/decode_gemv/decode_gemv_launch.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using bf162 = __nv_bfloat162;
+
+constexpr int kWarps = 8;
+constexpr int kBlocksPerSm = 2;
+// 16-byte weight loads in flight per lane (over the rows a warp reads).
+constexpr int kLoads = 8;
+
+__device__ __forceinline__ float Rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float Sigmoid(float g) { return 1.f / (1.f + __expf(-g)); }
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// acc += <w, x> over 8 bf16 pairs.
+__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
+  const bf162* wp = reinterpret_cast<const bf162*>(&w);
+  const bf162* xp = reinterpret_cast<const bf162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+// RMSNorm of the rows of x (+ residual) into xs [rows, in] (shared); block
+// 0 writes the sum. Each thread owns the same pairs in both passes.
+template <int M>
+__device__ void NormRows(int rows, int in, float eps, const bf16* __restrict__ x, const bf16* __restrict__ res,
+                         const bf16* __restrict__ nw, bf16* sum_out, bf16* xs) {
+  __shared__ float part[kWarps][M];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  float ss[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    ss[m] = 0.f;
+    if (m >= rows) continue;
+    for (int c = 2 * threadIdx.x; c < in; c += 2 * blockDim.x) {
+      const int64_t o = static_cast<int64_t>(m) * in + c;
+      bf162 hv = *reinterpret_cast<const bf162*>(x + o);
+      if (res != nullptr) {
+        const float2 a = __bfloat1622float2(hv), b = __bfloat1622float2(*reinterpret_cast<const bf162*>(res + o));
+        hv = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+        if (blockIdx.x == 0) *reinterpret_cast<bf162*>(sum_out + o) = hv;
+      }
+      *reinterpret_cast<bf162*>(xs + o) = hv;
+      const float2 hf = __bfloat1622float2(hv);
+      ss[m] += hf.x * hf.x + hf.y * hf.y;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float s = WarpSum(ss[m]);
+    if (lane == 0) part[warp][m] = s;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m >= rows) continue;
+    float total = 0.f;
+    for (int w = 0; w < kWarps; ++w) total += part[w][m];
+    const float rstd = rsqrtf(total / in + eps);
+    for (int c = 2 * threadIdx.x; c < in; c += 2 * blockDim.x) {
+      const int64_t o = static_cast<int64_t>(m) * in + c;
+      const float2 h = __bfloat1622float2(*reinterpret_cast<const bf162*>(xs + o));
+      const float2 g = __bfloat1622float2(*reinterpret_cast<const bf162*>(nw + c));
+      *reinterpret_cast<bf162*>(xs + o) = __floats2bfloat162_rn(g.x * Rb(h.x * rstd), g.y * Rb(h.y * rstd));
+    }
+  }
+  __syncthreads();
+}
+
+// M: rows rounded up to the instance; R: W rows a warp reads per column
+// (2 with SwiGLU: gate row j and up row cols + j).
+template <int M, bool kNorm, bool kSwiglu>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+    DecodeGemvKernel(int rows, int in, int64_t cols, float eps, const bf16* __restrict__ x,
+                     const bf16* __restrict__ res, const bf16* __restrict__ nw, const bf16* __restrict__ w,
+                     bf16* sum_out, bf16* __restrict__ y) {
+  constexpr int R = kSwiglu ? 2 : 1;
+  constexpr int U = kLoads / R;  // 16-byte vectors in flight per row and lane
+  extern __shared__ __align__(16) unsigned char smem[];
+  const bf16* a = x;
+  if constexpr (kNorm) {
+    NormRows<M>(rows, in, eps, x, res, nw, sum_out, reinterpret_cast<bf16*>(smem));
+    a = reinterpret_cast<const bf16*>(smem);
+  }
+  const int lane = threadIdx.x & 31;
+  const int vecs = in / 8;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t col = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; col < cols; col += stride) {
+    const uint4* wr[R];
+    wr[0] = reinterpret_cast<const uint4*>(w + col * in);
+    if constexpr (kSwiglu) wr[1] = reinterpret_cast<const uint4*>(w + (cols + col) * in);
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+    for (int v0 = lane; v0 < vecs; v0 += 32 * U) {
+      uint4 wv[R][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = v0 + 32 * u < vecs ? __ldg(wr[r] + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int v = v0 + 32 * u;
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          if (v < vecs && m < rows) {
+            const uint4 xv = *reinterpret_cast<const uint4*>(a + static_cast<int64_t>(m) * in + 8 * v);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][m] = Dot8(wv[r][u], xv, acc[r][m]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = WarpSum(acc[r][m]);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      if (lane != m || m >= rows) continue;
+      float out = acc[0][m];
+      if constexpr (kSwiglu) {
+        const float g = Rb(acc[0][m]);
+        out = Rb(g * Sigmoid(g)) * Rb(acc[R - 1][m]);
+      }
+      y[m * cols + col] = __float2bfloat16_rn(out);
+    }
+  }
+}
+
+template <int M, bool kNorm, bool kSwiglu>
+cudaError_t Launch(int rows, int in, int64_t cols, float eps, const bf16* x, const bf16* res, const bf16* nw,
+                   const bf16* w, bf16* sum_out, bf16* y, cudaStream_t stream) {
+  int device = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const int64_t wanted = (cols + kWarps - 1) / kWarps;
+  const int blocks = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(sms) * kBlocksPerSm));
+  const size_t smem = kNorm ? sizeof(bf16) * static_cast<size_t>(rows) * static_cast<size_t>(in) : 0;
+  DecodeGemvKernel<M, kNorm, kSwiglu><<<blocks, kWarps * 32, smem, stream>>>(rows, in, cols, eps, x, res, nw, w,
+                                                                           sum_out, y);
+  return cudaGetLastError();
+}
+
+using LaunchFn = cudaError_t (*)(int, int, int64_t, float, const bf16*, const bf16*, const bf16*, const bf16*, bf16*,
+                                 bf16*, cudaStream_t);
+
+template <int M>
+LaunchFn Pick(bool norm, bool swiglu) {
+  if (norm) return swiglu ? &Launch<M, true, true> : &Launch<M, true, false>;
+  return swiglu ? &Launch<M, false, true> : &Launch<M, false, false>;
+}
+
+}  // namespace
+
+cudaError_t LaunchDecodeGemv(int rows, int in, int64_t out, bool norm, bool swiglu, float eps, const bf16* x,
+                             const bf16* residual, const bf16* norm_weight, const bf16* weight, bf16* sum_out,
+                             bf16* y, cudaStream_t stream) {
+  static_assert(kDecodeGemvMaxRows == 8, "an instance for each power of two up to the most rows");
+  const LaunchFn fn = rows <= 1   ? Pick<1>(norm, swiglu)
+                      : rows <= 2 ? Pick<2>(norm, swiglu)
+                      : rows <= 4 ? Pick<4>(norm, swiglu)
+                                  : Pick<8>(norm, swiglu);
+  return fn(rows, in, swiglu ? out / 2 : out, eps, x, residual, norm_weight, weight, sum_out, y, stream);
+}
+
+}  // namespace tandem::kernels::detail
