@@ -4,7 +4,10 @@
 # inference; Release, sm_90a, the machine's LibTorch) up to tandem-generate,
 # then, as asked:
 #   tests    the GPU tests of the decode path (decode_glue_test,
-#            model_paged_decode_test, fused_gpu_test, paged_attention_op_test)
+#            decode_gemv_gpu_test, model_paged_decode_test, fused_gpu_test,
+#            paged_attention_op_test)
+#   gemv     decode_gemv_bench (the decode GEMV against norm + cuBLAS +
+#            SwiGLU and the bandwidth limit, per projection and batch)
 #   check    engine_check.py (greedy vs transformers on CPU fp32 and CUDA
 #            bf16, the memory handoff)
 #   bench    engine_bench.py (decode tokens/s vs transformers and the
@@ -14,9 +17,9 @@
 #   profile  engine_profile.py (a decode step's time by part and by kernel,
 #            under Kineto)
 # Logs under $OUT: build.log (base_build.log), each test's log and
-# tests.txt, check.log, engine_check.json, bench.md, profile.log and the
+# tests.txt, gemv_bench.md, check.log, engine_check.json, bench.md, profile.log and the
 # traces. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
-# Usage: scripts/gpu/run_engine.sh [tests] [check] [bench] [profile]   (default: check bench)
+# Usage: scripts/gpu/run_engine.sh [tests] [gemv] [check] [bench] [profile]   (default: check bench)
 #   TANDEM_ENGINE_BATCHES  batch sizes for the bench (default: 1 16 64 256)
 #   TANDEM_ENGINE_EAGER=0  the bench skips tandem's eager runs
 #   TANDEM_PROFILE_BATCHES batch sizes for the profile (default: 1 64)
@@ -50,8 +53,8 @@ bin() { find "$1" -name "$2" -type f -perm -u+x | head -1; }
 left() { echo $(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) )); }
 has() { [[ " $steps " == *" $1 "* ]]; }
 
-tests="decode_glue_test model_paged_decode_test fused_gpu_test paged_attention_op_test"
-build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tests)
+tests="decode_glue_test decode_gemv_gpu_test model_paged_decode_test fused_gpu_test paged_attention_op_test"
+build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tests) $(has gemv && echo decode_gemv_bench)
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
@@ -72,6 +75,10 @@ if has tests; then
     echo "$t rc=$rc" >>"$OUT/tests.txt"
     [[ $rc -ne 0 ]] && status=1
   done
+fi
+if has gemv; then
+  timeout 120 "$(bin "$BUILD" decode_gemv_bench)" 2>&1 | tee "$OUT/gemv_bench.md"
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has check; then
   timeout 420 python3 scripts/gpu/engine_check.py "$tool" "$WORK" 2>&1 | tee "$OUT/check.log" | tail -30

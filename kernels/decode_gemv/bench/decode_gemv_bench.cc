@@ -146,19 +146,21 @@ int main() {
               prop.name, prop.multiProcessorCount, copy_bw / 1e9);
   std::printf("| projection (in -> out) | rows | MB of W | norm + cuBLAS + SwiGLU µs | decode gemv µs | ratio | "
               "unfused of limit | gemv of limit |\n|---|---|---|---|---|---|---|---|\n");
-  // The engine bench's 0.35B model (hidden 1024, 16/8 heads of 64, FFN
-  // 3072), Qwen2.5-3B's shapes (hidden 2048, 16/2 heads of 128, FFN 11008),
-  // and Qwen3's LM head.
+  // The engine bench's models (scripts/gpu/engine_bench.py): 0.35B (hidden
+  // 1024, 16/8 heads of 64, FFN 2816, vocabulary 32768) and 3.1B
+  // (Qwen2.5-3B's shapes: hidden 2048, 16/2 heads of 128, FFN 11008;
+  // Qwen3's vocabulary, 151936).
   const Projection projections[] = {
       {"0.35B qkv 1024 -> 2048 (norm)", 1024, 2048, true, false},
       {"0.35B o 1024 -> 1024", 1024, 1024, false, false},
-      {"0.35B gate/up 1024 -> 2x3072 (norm, SwiGLU)", 1024, 6144, true, true},
-      {"0.35B down 3072 -> 1024", 3072, 1024, false, false},
+      {"0.35B gate/up 1024 -> 2x2816 (norm, SwiGLU)", 1024, 5632, true, true},
+      {"0.35B down 2816 -> 1024", 2816, 1024, false, false},
+      {"0.35B LM head 1024 -> 32768 (norm)", 1024, 32768, true, false},
       {"3B qkv 2048 -> 2560 (norm)", 2048, 2560, true, false},
       {"3B o 2048 -> 2048", 2048, 2048, false, false},
       {"3B gate/up 2048 -> 2x11008 (norm, SwiGLU)", 2048, 22016, true, true},
       {"3B down 11008 -> 2048", 11008, 2048, false, false},
-      {"LM head 1024 -> 151936 (norm)", 1024, 151936, true, false},
+      {"3B LM head 2048 -> 151936 (norm)", 2048, 151936, true, false},
   };
   for (const Projection& p : projections)
     for (int32_t rows : {1, 2, 4, 8})
