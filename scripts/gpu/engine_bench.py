@@ -9,7 +9,8 @@ B, B prompts of PROMPT tokens get NEW greedy tokens:
     decoding eagerly (--cuda-graphs none) and through CUDA graphs (auto);
 each timed for NEW tokens and for 1 token (the prefill), so that decode
 tokens/s = B * (NEW - 1) / (t(NEW) - t(1)). The bandwidth limit: the bytes a
-decode step reads (weights + the batch's KV at the mean context) over the
+decode step reads (the weights but an untied input embedding table, + the
+batch's KV at the mean context) over the
 device's measured copy bandwidth. Prints a markdown table with the ratios.
 
 Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
@@ -90,9 +91,13 @@ def main():
     model_dir = os.path.join(work, "bench_model")
     model.save_pretrained(model_dir)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    # A decode step reads every weight but the input embedding table (one
+    # row a token), unless the table is the LM head too.
+    embed = model.get_input_embeddings().weight
+    read_bytes = weight_bytes - (0 if cfg.tie_word_embeddings else embed.numel() * embed.element_size())
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
     bw = copy_bandwidth()
-    print(f"model {weight_bytes / 1e9:.2f} GB bf16; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
+    print(f"model {weight_bytes / 1e9:.2f} GB bf16, {read_bytes / 1e9:.2f} GB read a step; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
     base = os.environ.get("TANDEM_ENGINE_BASE")
     print("| batch | transformers tok/s | tandem eager tok/s | tandem graphs tok/s | graphs / transformers | "
           "graphs / eager | bandwidth limit tok/s | graphs / limit |" + (" base graphs tok/s | graphs / base |" if base else ""))
@@ -110,7 +115,7 @@ def main():
             rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) -
                                             tandem_time(tool, model_dir, lst, work, 1, graphs))
         td = rate["auto"]
-        step_bytes = weight_bytes + b * (PROMPT + NEW / 2) * kv_per_token
+        step_bytes = read_bytes + b * (PROMPT + NEW / 2) * kv_per_token
         limit = b / (step_bytes / bw)
         extra = ""
         if base:
