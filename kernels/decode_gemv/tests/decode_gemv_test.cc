@@ -35,7 +35,7 @@ TEST(DecodeGemv, ShapeCheck) {
       {Shape(1, 12, 1), "multiple of 8"},
       {Shape(1, 8, 0), "out must be positive"},
       {Shape(1, 8, 3, false, true), "even with swiglu"},
-      {Shape(8, 4096, 8, true), "exceeds the 24576 elements"},
+      {Shape(8, 4096, 8, true), "exceeds the 23552 elements"},
   };
   for (const auto& b : bad) {
     const Status st = CheckDecodeGemvShape(b.shape);
