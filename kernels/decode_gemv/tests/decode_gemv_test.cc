@@ -23,7 +23,7 @@ DecodeGemvShape Shape(int32_t rows, int32_t in, int64_t out, bool norm = false, 
 
 TEST(DecodeGemv, ShapeCheck) {
   EXPECT_TRUE(CheckDecodeGemvShape(Shape(1, 8, 1)).ok());
-  EXPECT_TRUE(CheckDecodeGemvShape(Shape(8, 3072, 151936, true)).ok());
+  EXPECT_TRUE(CheckDecodeGemvShape(Shape(8, 2048, 151936, true)).ok());
   EXPECT_TRUE(CheckDecodeGemvShape(Shape(4, 2048, 22016, true, true)).ok());
   const struct {
     DecodeGemvShape shape;
