@@ -15,6 +15,9 @@ device's measured copy bandwidth. Prints a markdown table with the ratios.
 
 Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
   TANDEM_ENGINE_MODEL=3b   a 3.1B dense config instead (Qwen2.5-3B's shapes)
+  TANDEM_ENGINE_MODEL=moe  a 0.7B MoE (0.2B active: 12 layers, 32 experts,
+                           top-4; model_bench.py's), whose limit counts the
+                           experts a batch is expected to touch
   TANDEM_ENGINE_EAGER=0    skip tandem's eager runs (the graphs only)
   TANDEM_ENGINE_BASE=PATH  another tandem-generate (an earlier commit's) timed
                            with graphs in the same run: a column of its own
@@ -27,13 +30,18 @@ import sys
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
 PROMPT, NEW = 512, 128
 
 
 def config():
     common = dict(max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)
+    if os.environ.get("TANDEM_ENGINE_MODEL") == "moe":
+        return Qwen3MoeConfig(vocab_size=151936, hidden_size=1024, num_hidden_layers=12, num_attention_heads=16,
+                              num_key_value_heads=8, head_dim=128, intermediate_size=3072, moe_intermediate_size=384,
+                              num_experts=32, num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=1,
+                              mlp_only_layers=[], output_router_logits=False, **common)
     if os.environ.get("TANDEM_ENGINE_MODEL") == "3b":  # Qwen2.5-3B's shapes, Qwen3's vocabulary: 3.1 B parameters
         return Qwen3Config(vocab_size=151936, hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
                            num_key_value_heads=2, head_dim=128, intermediate_size=11008, **common)
@@ -95,6 +103,14 @@ def main():
     # row a token), unless the table is the LM head too.
     embed = model.get_input_embeddings().weight
     read_bytes = weight_bytes - (0 if cfg.tie_word_embeddings else embed.numel() * embed.element_size())
+    experts = getattr(cfg, "num_experts", 0) or 0
+    expert_bytes = 3 * cfg.hidden_size * (cfg.moe_intermediate_size if experts else 0) * 2
+
+    def weights_read(b):  # an MoE layer reads the experts b tokens route to: E (1 - (1 - k/E)^b) expected
+        if not experts:
+            return read_bytes
+        touched = experts * (1 - (1 - cfg.num_experts_per_tok / experts) ** b)
+        return read_bytes - cfg.num_hidden_layers * (experts - touched) * expert_bytes
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
     bw = copy_bandwidth()
     print(f"model {weight_bytes / 1e9:.2f} GB bf16, {read_bytes / 1e9:.2f} GB read a step; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
@@ -115,7 +131,7 @@ def main():
             rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) -
                                             tandem_time(tool, model_dir, lst, work, 1, graphs))
         td = rate["auto"]
-        step_bytes = read_bytes + b * (PROMPT + NEW / 2) * kv_per_token
+        step_bytes = weights_read(b) + b * (PROMPT + NEW / 2) * kv_per_token
         limit = b / (step_bytes / bw)
         extra = ""
         if base:
