@@ -24,6 +24,9 @@
 #   TANDEM_ENGINE_EAGER=0  the bench skips tandem's eager runs
 #   TANDEM_PROFILE_BATCHES batch sizes for the profile (default: 1 64)
 #   TANDEM_ENGINE_MODEL=3b a 3.1B dense config for the bench and the profile
+#                          (moe: a 0.7B MoE; engine_bench.py)
+#   TANDEM_ENGINE_MODELS   several models benched one after the other
+#                          ("dense 3b moe")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -88,9 +91,12 @@ fi
 if has bench && (( $(left) < 90 )); then
   echo "[gpu] bench skipped: $(left) s left in this call"
 elif has bench; then
-  TANDEM_ENGINE_BASE=$base_tool timeout "$(left)" python3 scripts/gpu/engine_bench.py "$tool" "$WORK" \
-    ${TANDEM_ENGINE_BATCHES:-} 2>&1 | tee "$OUT/bench.md"
-  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+  for model in ${TANDEM_ENGINE_MODELS:-${TANDEM_ENGINE_MODEL:-dense}}; do
+    echo "[gpu] bench $model"
+    TANDEM_ENGINE_MODEL=$model TANDEM_ENGINE_BASE=$base_tool timeout "$(left)" python3 scripts/gpu/engine_bench.py \
+      "$tool" "$WORK" ${TANDEM_ENGINE_BATCHES:-} 2>&1 | tee -a "$OUT/bench.md"
+    [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+  done
 fi
 if has profile && (( $(left) < 60 )); then
   echo "[gpu] profile skipped: $(left) s left in this call"
