@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
+
+#include "kernels/testing/compare.h"
 
 // Fails the current test on any CUDA error (every call is checked).
 #define TANDEM_CUDA_OK(expr)                                                            \
@@ -71,5 +74,26 @@ inline double RelativeL2(const std::vector<float>& out, const std::vector<float>
   }
   return std::sqrt(num / std::max(den, 1e-30));
 }
+
+// Uniform in [lo, hi), rounded to bf16 (the kernels' inputs exactly).
+inline std::vector<float> RandomBf16(std::mt19937_64& rng, size_t n, float lo = -1, float hi = 1) {
+  std::vector<float> v = RandomVector(rng, n, lo, hi);
+  RoundToBf16(v);
+  return v;
+}
+
+// A bf16 device buffer made from floats (or n poisoned elements), read
+// back as floats; failures fail the current test.
+struct Bf16Buffer {
+  DeviceBuffer<__nv_bfloat16> buf;
+  explicit Bf16Buffer(const std::vector<float>& h) : buf(h.size()) { EXPECT_EQ(buf.Upload(ToBf16(h)), cudaSuccess); }
+  explicit Bf16Buffer(size_t n) : buf(n) { EXPECT_EQ(buf.Poison(), cudaSuccess); }
+  __nv_bfloat16* get() const { return buf.get(); }
+  std::vector<float> Get() const {
+    std::vector<__nv_bfloat16> h;
+    EXPECT_EQ(buf.Download(h), cudaSuccess);
+    return ToFloat(h);
+  }
+};
 
 }  // namespace tandem::kernels::testing

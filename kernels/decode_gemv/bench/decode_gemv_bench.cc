@@ -19,20 +19,13 @@
 
 #include "kernels/decode_gemv/decode_gemv_cuda.h"
 #include "kernels/fused/fused_cuda.h"
+#include "kernels/testing/cuda_bench.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 using tandem::kernels::DecodeGemvShape;
-
-#define CHECK_CUDA(expr)                                                                          \
-  do {                                                                                            \
-    cudaError_t _e = (expr);                                                                      \
-    if (_e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      return 1;                                                                                   \
-    }                                                                                             \
-  } while (0)
+using tandem::kernels::testing::CopyBandwidth;
 
 struct Projection {
   const char* name;
@@ -45,36 +38,20 @@ struct Projection {
 int TimeIt(const std::function<bool(int)>& launch, int iters, double* seconds) {
   for (int i = 0; i < 3; ++i)
     if (!launch(i)) return 1;
-  CHECK_CUDA(cudaDeviceSynchronize());
+  TANDEM_BENCH_CUDA(cudaDeviceSynchronize());
   cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  CHECK_CUDA(cudaEventRecord(e0));
+  TANDEM_BENCH_CUDA(cudaEventCreate(&e0));
+  TANDEM_BENCH_CUDA(cudaEventCreate(&e1));
+  TANDEM_BENCH_CUDA(cudaEventRecord(e0));
   for (int i = 0; i < iters; ++i)
     if (!launch(i)) return 1;
-  CHECK_CUDA(cudaEventRecord(e1));
-  CHECK_CUDA(cudaEventSynchronize(e1));
+  TANDEM_BENCH_CUDA(cudaEventRecord(e1));
+  TANDEM_BENCH_CUDA(cudaEventSynchronize(e1));
   float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  TANDEM_BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
   *seconds = ms * 1e-3 / iters;
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return 0;
-}
-
-int CopyBandwidth(double* bw) {
-  const size_t bytes = size_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&b, bytes));
-  double t = 0;
-  if (TimeIt([&](int i) { return cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice) ==
-                                 cudaSuccess; },
-             10, &t) != 0)
-    return 1;
-  *bw = 2.0 * static_cast<double>(bytes) / t;
-  cudaFree(a);
-  cudaFree(b);
   return 0;
 }
 
@@ -89,17 +66,17 @@ int RunCase(const Projection& p, int32_t rows, double copy_bw, cublasHandle_t bl
   const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / w_bytes + 1, 1, 64));
   std::vector<bf16*> w(static_cast<size_t>(copies));
   for (bf16*& c : w) {
-    CHECK_CUDA(cudaMalloc(&c, w_bytes));
-    CHECK_CUDA(cudaMemset(c, 0x3c, w_bytes));  // bf16 0x3c3c ~ 0.0115
+    TANDEM_BENCH_CUDA(cudaMalloc(&c, w_bytes));
+    TANDEM_BENCH_CUDA(cudaMemset(c, 0x3c, w_bytes));  // bf16 0x3c3c ~ 0.0115
   }
   const size_t nx = static_cast<size_t>(rows) * p.in, nz = static_cast<size_t>(rows) * p.out;
   bf16 *x = nullptr, *res = nullptr, *nw = nullptr, *sum = nullptr, *normed = nullptr, *z = nullptr, *y = nullptr;
-  for (bf16** b : {&x, &res, &sum, &normed}) CHECK_CUDA(cudaMalloc(b, nx * sizeof(bf16)));
-  CHECK_CUDA(cudaMalloc(&nw, p.in * sizeof(bf16)));
-  CHECK_CUDA(cudaMalloc(&z, nz * sizeof(bf16)));
-  CHECK_CUDA(cudaMalloc(&y, nz * sizeof(bf16)));
-  for (bf16* b : {x, res, normed}) CHECK_CUDA(cudaMemset(b, 0x3c, nx * sizeof(bf16)));
-  CHECK_CUDA(cudaMemset(nw, 0x3f, p.in * sizeof(bf16)));
+  for (bf16** b : {&x, &res, &sum, &normed}) TANDEM_BENCH_CUDA(cudaMalloc(b, nx * sizeof(bf16)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&nw, p.in * sizeof(bf16)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&z, nz * sizeof(bf16)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&y, nz * sizeof(bf16)));
+  for (bf16* b : {x, res, normed}) TANDEM_BENCH_CUDA(cudaMemset(b, 0x3c, nx * sizeof(bf16)));
+  TANDEM_BENCH_CUDA(cudaMemset(nw, 0x3f, p.in * sizeof(bf16)));
   const int iters = std::max(50, 2 * copies);
 
   double fused = 0, unfused = 0;
@@ -123,7 +100,7 @@ int RunCase(const Projection& p, int32_t rows, double copy_bw, cublasHandle_t bl
     return !p.swiglu || tandem::kernels::SwigluPackedForwardCuda(rows, p.out / 2, z, y, nullptr).ok();
   };
   if (TimeIt(kernel, iters, &fused) != 0 || TimeIt(baseline, iters, &unfused) != 0) return 1;
-  CHECK_CUDA(cudaGetLastError());
+  TANDEM_BENCH_CUDA(cudaGetLastError());
   const double limit = static_cast<double>(w_bytes) / copy_bw;
   std::printf("| %s | %d | %.1f | %.1f | %.1f | **%.2f** | %.0f%% | %.0f%% |\n", p.name, rows, w_bytes / 1e6,
               unfused * 1e6, fused * 1e6, unfused / fused, 100.0 * limit / unfused, 100.0 * limit / fused);
@@ -137,7 +114,7 @@ int RunCase(const Projection& p, int32_t rows, double copy_bw, cublasHandle_t bl
 
 int main() {
   cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  TANDEM_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   double copy_bw = 0;
   if (CopyBandwidth(&copy_bw) != 0) return 1;
   cublasHandle_t blas = nullptr;

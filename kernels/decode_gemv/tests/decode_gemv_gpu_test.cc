@@ -19,24 +19,8 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using testing::DeviceBuffer;
-
-std::vector<float> RandomBf16(std::mt19937_64& rng, size_t n, float lo = -1, float hi = 1) {
-  auto v = testing::RandomVector(rng, n, lo, hi);
-  testing::RoundToBf16(v);
-  return v;
-}
-
-struct Dev {
-  DeviceBuffer<bf16> buf;
-  explicit Dev(const std::vector<float>& h) : buf(h.size()) { EXPECT_EQ(buf.Upload(testing::ToBf16(h)), cudaSuccess); }
-  explicit Dev(size_t n) : buf(n) { EXPECT_EQ(buf.Poison(), cudaSuccess); }
-  bf16* get() const { return buf.get(); }
-  std::vector<float> Get() const {
-    std::vector<bf16> h;
-    EXPECT_EQ(buf.Download(h), cudaSuccess);
-    return testing::ToFloat(h);
-  }
-};
+using testing::RandomBf16;
+using Dev = testing::Bf16Buffer;
 
 TEST(DecodeGemvGpu, MatchesOracle) {
   const uint64_t seed = testing::FreshSeed();

@@ -18,13 +18,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using testing::DeviceBuffer;
+using testing::RandomBf16;
+using Dev = testing::Bf16Buffer;
 constexpr GlueRounding kB = GlueRounding::kBf16;
-
-std::vector<float> RandomBf16(std::mt19937_64& rng, size_t n, float lo = -1, float hi = 1) {
-  auto v = testing::RandomVector(rng, n, lo, hi);
-  testing::RoundToBf16(v);
-  return v;
-}
 
 // A one-ulp flip of an intermediate (the normed row in rotary, then scaled
 // by cos or sin) shows in an output that cancels as an absolute error of
@@ -37,18 +33,6 @@ void ExpectGrad(const std::vector<float>& out, const std::vector<float>& ref, co
   EXPECT_EQ(testing::CheckClose(out, ref, {1e-2 * testing::Rms(ref) + 1e-6, 1.6e-2}), "") << what;
   EXPECT_LT(testing::RelativeL2(out, ref), 5e-3) << what;
 }
-
-struct Dev {
-  DeviceBuffer<bf16> buf;
-  explicit Dev(const std::vector<float>& h) : buf(h.size()) { EXPECT_EQ(buf.Upload(testing::ToBf16(h)), cudaSuccess); }
-  explicit Dev(size_t n) : buf(n) { EXPECT_EQ(buf.Poison(), cudaSuccess); }
-  bf16* get() const { return buf.get(); }
-  std::vector<float> Get() const {
-    std::vector<bf16> h;
-    EXPECT_EQ(buf.Download(h), cudaSuccess);
-    return testing::ToFloat(h);
-  }
-};
 
 std::vector<float> GetF(const DeviceBuffer<float>& b) {
   std::vector<float> h;

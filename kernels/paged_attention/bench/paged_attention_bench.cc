@@ -20,51 +20,19 @@
 #include <vector>
 
 #include "kernels/paged_attention/paged_attention_cuda.h"
+#include "kernels/testing/cuda_bench.h"
 
 namespace {
 
 using tandem::kernels::PagedAttentionCuda;
 using tandem::kernels::PagedAttentionPlan;
 using tandem::kernels::PagedAttentionShape;
-
-#define CHECK_CUDA(expr)                                                                     \
-  do {                                                                                       \
-    cudaError_t _e = (expr);                                                                 \
-    if (_e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(_e)); \
-      return 1;                                                                              \
-    }                                                                                        \
-  } while (0)
+using tandem::kernels::testing::CopyBandwidth;
 
 struct Heads {
   const char* name;
   int32_t hq, hkv, d;
 };
-
-// Device copy bandwidth in bytes/s (read + write).
-int CopyBandwidth(double* bw) {
-  const size_t bytes = size_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&b, bytes));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-  const int reps = 10;
-  CHECK_CUDA(cudaEventRecord(e0));
-  for (int i = 0; i < reps; ++i) CHECK_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
-  CHECK_CUDA(cudaEventRecord(e1));
-  CHECK_CUDA(cudaEventSynchronize(e1));
-  float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-  *bw = 2.0 * static_cast<double>(bytes) * reps / (ms * 1e-3);
-  cudaFree(a);
-  cudaFree(b);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 0;
-}
 
 // One case; prints its table row.
 int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, double copy_bw, std::mt19937_64& rng) {
@@ -91,24 +59,24 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
 
   std::vector<void*> kb(static_cast<size_t>(copies)), vb(static_cast<size_t>(copies));
   for (int c = 0; c < copies; ++c) {
-    CHECK_CUDA(cudaMalloc(&kb[static_cast<size_t>(c)], pool_bytes));
-    CHECK_CUDA(cudaMalloc(&vb[static_cast<size_t>(c)], pool_bytes));
-    CHECK_CUDA(cudaMemset(kb[static_cast<size_t>(c)], 0x3c, pool_bytes));  // bf16 0x3c3c ~ 0.0115
-    CHECK_CUDA(cudaMemset(vb[static_cast<size_t>(c)], 0x3c, pool_bytes));
+    TANDEM_BENCH_CUDA(cudaMalloc(&kb[static_cast<size_t>(c)], pool_bytes));
+    TANDEM_BENCH_CUDA(cudaMalloc(&vb[static_cast<size_t>(c)], pool_bytes));
+    TANDEM_BENCH_CUDA(cudaMemset(kb[static_cast<size_t>(c)], 0x3c, pool_bytes));  // bf16 0x3c3c ~ 0.0115
+    TANDEM_BENCH_CUDA(cudaMemset(vb[static_cast<size_t>(c)], 0x3c, pool_bytes));
   }
   const size_t qo_bytes = static_cast<size_t>(s.num_tokens) * h.hq * h.d * sizeof(__nv_bfloat16);
   void *q = nullptr, *out = nullptr, *table = nullptr, *lens = nullptr, *qs = nullptr, *ws = nullptr;
   const size_t ws_bytes = tandem::kernels::PagedAttentionWorkspaceBytes(s, plan);
-  CHECK_CUDA(cudaMalloc(&q, qo_bytes));
-  CHECK_CUDA(cudaMalloc(&out, qo_bytes));
-  CHECK_CUDA(cudaMemset(q, 0x3c, qo_bytes));
-  CHECK_CUDA(cudaMalloc(&table, ids.size() * sizeof(int32_t)));
-  CHECK_CUDA(cudaMalloc(&lens, ctx_lens.size() * sizeof(int32_t)));
-  CHECK_CUDA(cudaMalloc(&qs, starts.size() * sizeof(int32_t)));
-  CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 1)));
-  CHECK_CUDA(cudaMemcpy(table, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(lens, ctx_lens.data(), ctx_lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(qs, starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  TANDEM_BENCH_CUDA(cudaMalloc(&q, qo_bytes));
+  TANDEM_BENCH_CUDA(cudaMalloc(&out, qo_bytes));
+  TANDEM_BENCH_CUDA(cudaMemset(q, 0x3c, qo_bytes));
+  TANDEM_BENCH_CUDA(cudaMalloc(&table, ids.size() * sizeof(int32_t)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&lens, ctx_lens.size() * sizeof(int32_t)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&qs, starts.size() * sizeof(int32_t)));
+  TANDEM_BENCH_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 1)));
+  TANDEM_BENCH_CUDA(cudaMemcpy(table, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  TANDEM_BENCH_CUDA(cudaMemcpy(lens, ctx_lens.data(), ctx_lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  TANDEM_BENCH_CUDA(cudaMemcpy(qs, starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
   auto step = [&](int i) {
     const size_t c = static_cast<size_t>(i % copies);
@@ -124,18 +92,18 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
       return 1;
     }
   }
-  CHECK_CUDA(cudaDeviceSynchronize());
+  TANDEM_BENCH_CUDA(cudaDeviceSynchronize());
   const int iters = std::max(20, copies);
   cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  CHECK_CUDA(cudaEventRecord(e0));
+  TANDEM_BENCH_CUDA(cudaEventCreate(&e0));
+  TANDEM_BENCH_CUDA(cudaEventCreate(&e1));
+  TANDEM_BENCH_CUDA(cudaEventRecord(e0));
   for (int i = 0; i < iters; ++i) (void)step(i);
-  CHECK_CUDA(cudaEventRecord(e1));
-  CHECK_CUDA(cudaEventSynchronize(e1));
-  CHECK_CUDA(cudaGetLastError());
+  TANDEM_BENCH_CUDA(cudaEventRecord(e1));
+  TANDEM_BENCH_CUDA(cudaEventSynchronize(e1));
+  TANDEM_BENCH_CUDA(cudaGetLastError());
   float ms = 0;
-  CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+  TANDEM_BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
   const double t = ms * 1e-3 / iters;
   const double kv = 2.0 * batch * static_cast<double>(ctx) * h.hkv * h.d * sizeof(__nv_bfloat16);
   const double bytes = kv + 2.0 * static_cast<double>(qo_bytes) + static_cast<double>(ids.size()) * 4;
@@ -158,7 +126,7 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  TANDEM_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   double copy_bw = 0;
   if (CopyBandwidth(&copy_bw) != 0) return 1;
   std::printf("device: %s, %d SMs; device copy bandwidth %.0f GB/s (read + write, 1 GiB cudaMemcpyAsync)\n\n",
