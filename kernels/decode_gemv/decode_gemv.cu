@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/device_math.cuh"
 #include "kernels/decode_gemv/decode_gemv.h"
 #include "kernels/decode_gemv/decode_gemv_launch.h"
 
@@ -27,13 +28,6 @@ constexpr int kBlocksPerSm = 2;
 // 16-byte weight loads in flight per lane (over the rows a warp reads).
 constexpr int kLoads = 8;
 
-__device__ __forceinline__ float Rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-__device__ __forceinline__ float Sigmoid(float g) { return 1.f / (1.f + __expf(-g)); }
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // acc += <w, x> over 8 bf16 pairs.
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {

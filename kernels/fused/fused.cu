@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/device_math.cuh"
 #include "kernels/fused/fused_launch.h"
 
 namespace tandem::kernels::detail {
@@ -27,15 +28,9 @@ constexpr int kSmemBudget = 48 * 1024;
 // RMSNorm forward over at most this many rows runs a block per row.
 constexpr int64_t kRowKernelMaxRows = 1024;
 
-__device__ __forceinline__ float Rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ float2 Ld(const bf16* p) { return __bfloat1622float2(*reinterpret_cast<const bf162*>(p)); }
 __device__ __forceinline__ void St(bf16* p, float a, float b) {
   *reinterpret_cast<bf162*>(p) = __floats2bfloat162_rn(a, b);
-}
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 int BwdWarps(int cols) { return std::clamp(kSmemBudget / (cols * 4), 1, 8); }
@@ -275,7 +270,6 @@ __global__ void SumPartialsKernel(int blocks, int cols, const float* __restrict_
   out[c] = s;
 }
 
-__device__ __forceinline__ float Sigmoid(float g) { return 1.f / (1.f + __expf(-g)); }
 
 __global__ void SwigluFwdKernel(int64_t n, const bf16* __restrict__ gate, const bf16* __restrict__ up,
                                 bf16* __restrict__ y) {

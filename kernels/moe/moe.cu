@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "kernels/common/device_math.cuh"
 #include "kernels/moe/moe_launch.h"
 
 namespace tandem::kernels::detail {
@@ -13,11 +14,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kChunk = 4096;  // permutation items per chunk
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Warp argmax over smem values (higher value, then lower index wins).
 __device__ __forceinline__ int WarpArgmax(const float* v, int E, int lane) {

@@ -13,6 +13,7 @@
 // consecutive keys fall in distinct banks. With one split the block writes
 // bf16 out; with several it writes fp32 partials and their lse (log2), and
 // the combine kernel (one warp per output row) merges them.
+#include "kernels/common/device_math.cuh"
 #include "kernels/paged_attention/paged_attention_launch.h"
 #include "kernels/paged_attention/paged_attention_rules.h"
 #include "kernels/tree_attention/mma_sm80.cuh"  // cp.async helpers
@@ -34,16 +35,6 @@ struct Cfg {
 
 __device__ __forceinline__ float Nan() { return __int_as_float(0x7fffffff); }
 
-__device__ __forceinline__ float WarpMax(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ __forceinline__ void Bf16x8(const uint4& raw, float (&f)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
