@@ -22,6 +22,9 @@ Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
   TANDEM_ENGINE_BASE=PATH  another tandem-generate (an earlier commit's) timed
                            with graphs in the same run: a column of its own
                            and the ratio of TANDEM_GENERATE's rate to it
+  TANDEM_ENGINE_BASE_ENV=K=V  the base is TANDEM_GENERATE itself with K=V in its
+                           environment (a kernel choice turned off, e.g.
+                           TANDEM_DECODE_GEMV=off)
 """
 import json
 import os
@@ -74,7 +77,7 @@ def hf_time(model, ids, new):
     return time.perf_counter() - t
 
 
-def tandem_time(tool, model_dir, prompts, work, new, graphs="auto"):
+def tandem_time(tool, model_dir, prompts, work, new, graphs="auto", env=None):
     pfile = os.path.join(work, f"bench_{len(prompts)}.json")
     out = os.path.join(work, f"bench_{len(prompts)}_{new}_out.json")
     with open(pfile, "w") as f:
@@ -82,7 +85,7 @@ def tandem_time(tool, model_dir, prompts, work, new, graphs="auto"):
     r = subprocess.run([tool, "--model", model_dir, "--prompts", pfile, "--out", out, "--device", "cuda",
                         "--max-new-tokens", str(new), "--kv-cache-mib", "16384", "--repeat", "2",
                         "--max-running", "512", "--max-step-tokens", "16384", "--cuda-graphs", graphs],
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=900, env=env)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     with open(out) as f:
@@ -114,7 +117,11 @@ def main():
     kv_per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2
     bw = copy_bandwidth()
     print(f"model {weight_bytes / 1e9:.2f} GB bf16, {read_bytes / 1e9:.2f} GB read a step; copy bandwidth {bw / 1e12:.2f} TB/s; prompt {PROMPT}, new {NEW}")
-    base = os.environ.get("TANDEM_ENGINE_BASE")
+    base, base_env = os.environ.get("TANDEM_ENGINE_BASE"), None
+    if os.environ.get("TANDEM_ENGINE_BASE_ENV"):
+        key, _, value = os.environ["TANDEM_ENGINE_BASE_ENV"].partition("=")
+        base, base_env = tool, dict(os.environ, **{key: value})
+        print(f"base: this tandem-generate with {key}={value}")
     print("| batch | transformers tok/s | tandem eager tok/s | tandem graphs tok/s | graphs / transformers | "
           "graphs / eager | bandwidth limit tok/s | graphs / limit |" + (" base graphs tok/s | graphs / base |" if base else ""))
     print("|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""))
@@ -135,7 +142,8 @@ def main():
         limit = b / (step_bytes / bw)
         extra = ""
         if base:
-            old = b * (NEW - 1) / (tandem_time(base, model_dir, lst, work, NEW) - tandem_time(base, model_dir, lst, work, 1))
+            old = b * (NEW - 1) / (tandem_time(base, model_dir, lst, work, NEW, env=base_env) -
+                                   tandem_time(base, model_dir, lst, work, 1, env=base_env))
             extra = f" {old:.0f} | {td / old:.2f} |"
         print(f"| {b} | {hf:.0f} | {rate['none']:.0f} | {td:.0f} | {td / hf:.2f} | {td / rate['none']:.2f} | "
               f"{limit:.0f} | {td / limit:.2f} |" + extra, flush=True)

@@ -48,7 +48,7 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
-// --tree-attention and --moe-experts, before or after the subcommand, set
+// --tree-attention, --moe-experts and --decode-gemv, before or after the subcommand, set
 // the variables the ops read (workers/ops/kernel_choices.h); another name
 // is refused with the choices.
 TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
@@ -61,6 +61,10 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   CliRun bad = RunBinary(tmp_, "tandem-worker", {"actor", "--tree-attention", "flash"});
   EXPECT_NE(bad.rc, 0);
   EXPECT_THAT(bad.err, HasSubstr("--tree-attention: flash not in {tiles,varlen-flash,"));
+  CliRun gemv = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "off", "--list-workers"});
+  EXPECT_EQ(gemv.rc, 0) << gemv.err;
+  EXPECT_THAT(gemv.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=off"));
+  EXPECT_NE(RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "maybe", "--list-workers"}).rc, 0);
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker

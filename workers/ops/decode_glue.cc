@@ -11,8 +11,10 @@
 #include <utility>
 
 #include "kernels/fused/fused.h"
+#include "workers/ops/env_choice.h"
 #include "workers/ops/fused_ops.h"
 #include "workers/ops/glue_common.h"
+#include "workers/ops/kernel_choices.h"
 #include "workers/ops/paged_attention_op.h"
 
 #ifdef TANDEM_TORCH_CUDA
@@ -48,9 +50,11 @@ void CheckProjection(const at::Tensor& x, const at::Tensor& weight, const char* 
 
 #ifdef TANDEM_TORCH_CUDA
 // Whether the decode GEMV takes shape `s` over these tensors (the rest of
-// the arguments checked by the caller): CUDA, contiguous, 16-byte aligned.
+// the arguments checked by the caller): CUDA, contiguous, 16-byte aligned,
+// and the kernel not turned off (TANDEM_DECODE_GEMV=off).
 bool GemvTakes(const kernels::DecodeGemvShape& s, std::initializer_list<const at::Tensor*> tensors) {
-  if (!kernels::CheckDecodeGemvShape(s).ok()) return false;
+  static const bool on = EnvChoice(kDecodeGemvVar, kDecodeGemvChoices) == 0;  // read once a process
+  if (!on || !kernels::CheckDecodeGemvShape(s).ok()) return false;
   for (const at::Tensor* t : tensors)
     if (t->defined() && (!t->is_cuda() || !t->is_contiguous() || !AlignedTo(*t, 16))) return false;
   return true;

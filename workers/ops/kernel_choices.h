@@ -1,7 +1,8 @@
-// The CUDA implementations a worker process may pick for two glue ops, by
+// The CUDA implementations a worker process may pick for three glue ops, by
 // name (docs/kernels-torch.md "Picking an implementation"): the values of
-// TANDEM_TREE_ATTENTION and TANDEM_MOE_EXPERTS, which tandem-worker's
-// --tree-attention and --moe-experts set for the process (a task's
+// TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS and TANDEM_DECODE_GEMV, which
+// tandem-worker's --tree-attention, --moe-experts and --decode-gemv set for
+// the process (a task's
 // environment is tandem's, so a job spec picks them through the worker's
 // args). The first name of each is the default. LibTorch-free: the worker's
 // main parses the flags against these lists.
@@ -21,5 +22,10 @@ inline constexpr const char* kMoeExpertsVar = "TANDEM_MOE_EXPERTS";
 // kGroupedMm, kKernels (moe_ops.h): grouped-mm first since the decode steps
 // of a MoE model run in CUDA graphs with it (docs/benchmarks.md).
 inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"grouped-mm", "kernels"};
+
+inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
+// Whether ops::NormLinear / DecodeLinear run the decode GEMV kernel at 1-8
+// rows (on), or the norm, cuBLAS and SwiGLU they replace (off).
+inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
 
 }  // namespace tandem::ops
