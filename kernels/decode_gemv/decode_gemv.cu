@@ -1,6 +1,7 @@
 // The decode GEMV's kernel (decode_gemv.h): a warp per output column (a
-// row of W, or a SwiGLU pair of rows), its lanes streaming the row with
-// 16-byte loads, kLoads of them in flight per lane, the rows of x read
+// row of W; two adjacent ones for short rows; a SwiGLU pair of rows), its
+// lanes streaming the rows with 16-byte loads, kLoads of them in flight per
+// lane, the rows of x read
 // beside them (L1-resident: every warp of a block reads the same few KB),
 // fp32 sums reduced across the warp. Blocks loop over the columns, at most
 // kBlocksPerSm a multiprocessor. With a norm each block first writes the
@@ -28,6 +29,12 @@ constexpr int kBlocksPerSm = 2;
 // 16-byte weight loads in flight per lane (over the rows a warp reads).
 constexpr int kLoads = 8;
 
+// What a warp computes per task: one output column (a row of W), two
+// adjacent ones (inputs of at most kPairMaxIn, whose rows are too short to
+// keep kLoads in flight alone), or a SwiGLU pair (gate row j, up row
+// cols + j).
+enum class Task { kColumn, kTwoColumns, kSwiglu };
+constexpr int kPairMaxIn = 32 * 8 * (kLoads / 2);
 
 // acc += <w, x> over 8 bf16 pairs.
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
@@ -89,14 +96,14 @@ __device__ void NormRows(int rows, int in, float eps, const bf16* __restrict__ x
   __syncthreads();
 }
 
-// M: rows rounded up to the instance; R: W rows a warp reads per column
-// (2 with SwiGLU: gate row j and up row cols + j).
-template <int M, bool kNorm, bool kSwiglu>
+// M: rows rounded up to the instance; R: W rows a warp reads per task.
+// cols: y's columns (W's rows, or half of them with SwiGLU).
+template <int M, bool kNorm, Task kTask>
 __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     DecodeGemvKernel(int rows, int in, int64_t cols, float eps, const bf16* __restrict__ x,
                      const bf16* __restrict__ res, const bf16* __restrict__ nw, const bf16* __restrict__ w,
                      bf16* sum_out, bf16* __restrict__ y) {
-  constexpr int R = kSwiglu ? 2 : 1;
+  constexpr int R = kTask == Task::kColumn ? 1 : 2;
   constexpr int U = kLoads / R;  // 16-byte vectors in flight per row and lane
   extern __shared__ __align__(16) unsigned char smem[];
   const bf16* a = x;
@@ -107,10 +114,15 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   const int lane = threadIdx.x & 31;
   const int vecs = in / 8;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t col = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; col < cols; col += stride) {
+  const int64_t tasks = kTask == Task::kTwoColumns ? (cols + 1) / 2 : cols;
+  for (int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; task < tasks; task += stride) {
+    // The task's first output column, and W's rows it reads.
+    const int64_t col = kTask == Task::kTwoColumns ? 2 * task : task;
+    const bool second = kTask == Task::kTwoColumns && col + 1 < cols;  // a second column to write
     const uint4* wr[R];
     wr[0] = reinterpret_cast<const uint4*>(w + col * in);
-    if constexpr (kSwiglu) wr[1] = reinterpret_cast<const uint4*>(w + (cols + col) * in);
+    if constexpr (kTask == Task::kSwiglu) wr[1] = reinterpret_cast<const uint4*>(w + (cols + col) * in);
+    if constexpr (kTask == Task::kTwoColumns) wr[1] = second ? wr[0] + in / 8 : wr[0];
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -143,26 +155,29 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
     for (int m = 0; m < M; ++m) {
       if (lane != m || m >= rows) continue;
       float out = acc[0][m];
-      if constexpr (kSwiglu) {
+      if constexpr (kTask == Task::kSwiglu) {
         const float g = Rb(acc[0][m]);
         out = Rb(g * Sigmoid(g)) * Rb(acc[R - 1][m]);
       }
       y[m * cols + col] = __float2bfloat16_rn(out);
+      if constexpr (kTask == Task::kTwoColumns)
+        if (second) y[m * cols + col + 1] = __float2bfloat16_rn(acc[R - 1][m]);
     }
   }
 }
 
-template <int M, bool kNorm, bool kSwiglu>
+template <int M, bool kNorm, Task kTask>
 cudaError_t Launch(int rows, int in, int64_t cols, float eps, const bf16* x, const bf16* res, const bf16* nw,
                    const bf16* w, bf16* sum_out, bf16* y, cudaStream_t stream) {
   int device = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
-  const int64_t wanted = (cols + kWarps - 1) / kWarps;
+  const int64_t tasks = kTask == Task::kTwoColumns ? (cols + 1) / 2 : cols;
+  const int64_t wanted = (tasks + kWarps - 1) / kWarps;
   const int blocks = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(sms) * kBlocksPerSm));
   const size_t smem = kNorm ? sizeof(bf16) * static_cast<size_t>(rows) * static_cast<size_t>(in) : 0;
-  DecodeGemvKernel<M, kNorm, kSwiglu><<<blocks, kWarps * 32, smem, stream>>>(rows, in, cols, eps, x, res, nw, w,
+  DecodeGemvKernel<M, kNorm, kTask><<<blocks, kWarps * 32, smem, stream>>>(rows, in, cols, eps, x, res, nw, w,
                                                                            sum_out, y);
   return cudaGetLastError();
 }
@@ -170,10 +185,15 @@ cudaError_t Launch(int rows, int in, int64_t cols, float eps, const bf16* x, con
 using LaunchFn = cudaError_t (*)(int, int, int64_t, float, const bf16*, const bf16*, const bf16*, const bf16*, bf16*,
                                  bf16*, cudaStream_t);
 
+template <int M, bool kNorm>
+LaunchFn PickTask(Task task) {
+  if (task == Task::kSwiglu) return &Launch<M, kNorm, Task::kSwiglu>;
+  return task == Task::kTwoColumns ? &Launch<M, kNorm, Task::kTwoColumns> : &Launch<M, kNorm, Task::kColumn>;
+}
+
 template <int M>
-LaunchFn Pick(bool norm, bool swiglu) {
-  if (norm) return swiglu ? &Launch<M, true, true> : &Launch<M, true, false>;
-  return swiglu ? &Launch<M, false, true> : &Launch<M, false, false>;
+LaunchFn Pick(bool norm, Task task) {
+  return norm ? PickTask<M, true>(task) : PickTask<M, false>(task);
 }
 
 }  // namespace
@@ -182,10 +202,11 @@ cudaError_t LaunchDecodeGemv(int rows, int in, int64_t out, bool norm, bool swig
                              const bf16* residual, const bf16* norm_weight, const bf16* weight, bf16* sum_out,
                              bf16* y, cudaStream_t stream) {
   static_assert(kDecodeGemvMaxRows == 8, "an instance for each power of two up to the most rows");
-  const LaunchFn fn = rows <= 1   ? Pick<1>(norm, swiglu)
-                      : rows <= 2 ? Pick<2>(norm, swiglu)
-                      : rows <= 4 ? Pick<4>(norm, swiglu)
-                                  : Pick<8>(norm, swiglu);
+  const Task task = swiglu ? Task::kSwiglu : in <= kPairMaxIn ? Task::kTwoColumns : Task::kColumn;
+  const LaunchFn fn = rows <= 1   ? Pick<1>(norm, task)
+                      : rows <= 2 ? Pick<2>(norm, task)
+                      : rows <= 4 ? Pick<4>(norm, task)
+                                  : Pick<8>(norm, task);
   return fn(rows, in, swiglu ? out / 2 : out, eps, x, residual, norm_weight, weight, sum_out, y, stream);
 }
 
