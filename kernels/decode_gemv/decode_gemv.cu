@@ -1,13 +1,12 @@
-// The decode GEMV's kernel (decode_gemv.h): a warp per output column (a
-// row of W; two adjacent ones for short rows; a SwiGLU pair of rows), its
-// lanes streaming the rows with 16-byte loads, kLoads of them in flight per
-// lane, the rows of x read
-// beside them (L1-resident: every warp of a block reads the same few KB),
-// fp32 sums reduced across the warp. Blocks loop over the columns, at most
-// kBlocksPerSm a multiprocessor. With a norm each block first writes the
-// normalised input rows to shared memory (the residual add, then RMSNorm
-// as fused.cu's row kernel computes it; block 0 also writes the sum), so
-// the norm costs no launch of its own.
+// The decode GEMV's kernel (decode_gemv.h): a warp per output column (a row
+// of W; two adjacent ones for short rows; a SwiGLU pair of rows), its lanes
+// streaming the rows with 16-byte loads, kLoads of them in flight per lane,
+// the rows of x read beside them (L1-resident: every warp of a block reads
+// the same few KB), fp32 sums reduced across the warp. Blocks loop over the
+// columns, at most kBlocksPerSm a multiprocessor. With a norm each block
+// first writes the normalised input rows to shared memory (the residual add,
+// then RMSNorm as fused.cu's row kernel computes it; block 0 also writes the
+// sum), so the norm costs no launch of its own.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

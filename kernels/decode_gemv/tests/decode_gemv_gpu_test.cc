@@ -1,12 +1,11 @@
 // The decode GEMV on the GPU against the CPU oracle with bf16 emulation, on
-// the same bf16-rounded inputs: rows 1-8 (each template instance and the
-// rows it masks), widths of one 16-byte vector to past the unrolled loads
-// (two columns a warp up to 1024), outputs not a multiple of the block's
-// warps and odd ones, with and without the norm,
-// residual and SwiGLU. Outputs poisoned before each launch. The sum is
-// exact; the outputs differ from the oracle by the order of fp32 sums
-// (an output rounding may flip): within 2% of their RMS per element and
-// 0.5% in relative L2. Bad pointers are refused.
+// the same bf16-rounded inputs: rows 1-8 (each template instance and the rows
+// it masks), widths of one 16-byte vector to past the unrolled loads (two
+// columns a warp up to 1024), outputs not a multiple of the block's warps and
+// odd ones, with and without the norm, residual and SwiGLU. Outputs poisoned
+// before each launch. The sum is exact; the outputs differ from the oracle by
+// the order of fp32 sums (an output rounding may flip): within 2% of their
+// RMS per element and 0.5% in relative L2. Bad pointers are refused.
 #include <gtest/gtest.h>
 
 #include <string>
