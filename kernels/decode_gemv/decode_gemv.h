@@ -42,6 +42,13 @@ struct DecodeGemvShape {
 // The limits above; rows * in <= kDecodeGemvMaxNormElements with a norm;
 // eps finite and >= 0.
 Status CheckDecodeGemvShape(const DecodeGemvShape& s);
+// Where the kernel beat what it replaces (RMSNorm, cuBLAS, SwiGLU) in a
+// decode step on an H100 (docs/benchmarks.md "The decode GEMV"): one row
+// (a batch-1 step) of at most 4096 inputs. With more rows its x loads and
+// bf16 conversions grow with the rows (0.5x cuBLAS at 8); over longer rows
+// (a 3B model's down projection, 11008) cuBLAS's split-K wins (0.66x).
+inline bool DecodeGemvPays(const DecodeGemvShape& s) { return s.rows == 1 && s.in <= 4096; }
+
 // Columns of y: out, or out / 2 with SwiGLU.
 inline int64_t DecodeGemvOutCols(const DecodeGemvShape& s) { return s.swiglu ? s.out / 2 : s.out; }
 

@@ -338,8 +338,8 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
   DecodeOutput out;
   // No grad (the engine): each norm fused into the projection after it,
   // SwiGLU into gate/up, q/k norm, rotary and the cache write into one
-  // kernel (ops/decode_glue.h): at small batches a layer is six kernels
-  // and attention. With grad, the ops training uses.
+  // kernel (ops/decode_glue.h): at batch 1 a layer is six kernels and
+  // attention. With grad, the ops training uses.
   const bool fused = !c10::GradMode::is_enabled() && FusedNormWidth(c.hidden_size);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = Layer(l);

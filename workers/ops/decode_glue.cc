@@ -51,10 +51,11 @@ void CheckProjection(const at::Tensor& x, const at::Tensor& weight, const char* 
 #ifdef TANDEM_TORCH_CUDA
 // Whether the decode GEMV takes shape `s` over these tensors (the rest of
 // the arguments checked by the caller): CUDA, contiguous, 16-byte aligned,
-// and the kernel not turned off (TANDEM_DECODE_GEMV=off).
+// a shape where it is faster (DecodeGemvPays), and the kernel not turned
+// off (TANDEM_DECODE_GEMV=off).
 bool GemvTakes(const kernels::DecodeGemvShape& s, std::initializer_list<const at::Tensor*> tensors) {
   static const bool on = EnvChoice(kDecodeGemvVar, kDecodeGemvChoices) == 0;  // read once a process
-  if (!on || !kernels::CheckDecodeGemvShape(s).ok()) return false;
+  if (!on || !kernels::CheckDecodeGemvShape(s).ok() || !kernels::DecodeGemvPays(s)) return false;
   for (const at::Tensor* t : tensors)
     if (t->defined() && (!t->is_cuda() || !t->is_contiguous() || !AlignedTo(*t, 16))) return false;
   return true;

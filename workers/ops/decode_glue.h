@@ -23,9 +23,9 @@
 //     activation after it. H even and at most kFusedCudaMaxCols (the fused
 //     norm's widths).
 //   DecodeLinear(x [T, K], weight [O, K]) -> linear(x, weight).
-//     These two, on CUDA bf16 for T <= kDecodeGemvMaxRows and the shapes
-//     kernels/decode_gemv takes: one decode GEMV kernel each, reading the
-//     weight once at close to the memory bandwidth (fp32 sums in another
+//     These two, on CUDA bf16 where the decode GEMV is faster
+//     (kernels::DecodeGemvPays: a batch-1 step's one row) and
+//     TANDEM_DECODE_GEMV is not off: one kernel each (fp32 sums in another
 //     order than cuBLAS's: an output may differ by a bf16 rounding); else
 //     the ops they replace (AddRmsNorm or RmsNorm, at::linear,
 //     SwigluPacked).

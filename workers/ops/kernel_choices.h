@@ -24,8 +24,9 @@ inline constexpr const char* kMoeExpertsVar = "TANDEM_MOE_EXPERTS";
 inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"grouped-mm", "kernels"};
 
 inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
-// Whether ops::NormLinear / DecodeLinear run the decode GEMV kernel at 1-8
-// rows (on), or the norm, cuBLAS and SwiGLU they replace (off).
+// Whether ops::NormLinear / DecodeLinear run the decode GEMV kernel where it
+// is faster (on: kernels::DecodeGemvPays), or the norm, cuBLAS and SwiGLU
+// they replace (off).
 inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
 
 }  // namespace tandem::ops
