@@ -6,7 +6,8 @@
 // columns, at most kBlocksPerSm a multiprocessor. With a norm each block
 // first writes the normalised input rows to shared memory (the residual add,
 // then RMSNorm as fused.cu's row kernel computes it; block 0 also writes the
-// sum), so the norm costs no launch of its own.
+// sum; kernels/fused/rms_norm_row.cuh), so the norm costs no launch of
+// its own.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -16,6 +17,7 @@
 #include "kernels/common/device_math.cuh"
 #include "kernels/decode_gemv/decode_gemv.h"
 #include "kernels/decode_gemv/decode_gemv_launch.h"
+#include "kernels/fused/rms_norm_row.cuh"
 
 namespace tandem::kernels::detail {
 namespace {
@@ -48,51 +50,17 @@ __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc)
   return acc;
 }
 
-// RMSNorm of the rows of x (+ residual) into xs [rows, in] (shared); block
-// 0 writes the sum. Each thread owns the same pairs in both passes.
-template <int M>
-__device__ void NormRows(int rows, int in, float eps, const bf16* __restrict__ x, const bf16* __restrict__ res,
-                         const bf16* __restrict__ nw, bf16* sum_out, bf16* xs) {
-  __shared__ float part[kWarps][M];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  float ss[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    ss[m] = 0.f;
-    if (m >= rows) continue;
-    for (int c = 2 * threadIdx.x; c < in; c += 2 * blockDim.x) {
-      const int64_t o = static_cast<int64_t>(m) * in + c;
-      bf162 hv = *reinterpret_cast<const bf162*>(x + o);
-      if (res != nullptr) {
-        const float2 a = __bfloat1622float2(hv), b = __bfloat1622float2(*reinterpret_cast<const bf162*>(res + o));
-        hv = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-        if (blockIdx.x == 0) *reinterpret_cast<bf162*>(sum_out + o) = hv;
-      }
-      *reinterpret_cast<bf162*>(xs + o) = hv;
-      const float2 hf = __bfloat1622float2(hv);
-      ss[m] += hf.x * hf.x + hf.y * hf.y;
-    }
+// RMSNorm of the rows of x (+ residual) into xs [rows, in] (shared
+// memory), as fused.cu's few-rows kernel computes it; block 0 also writes
+// the sum.
+__device__ void NormRows(int rows, int in, float eps, const bf16* x, const bf16* res, const bf16* nw, bf16* sum_out,
+                         bf16* xs) {
+  __shared__ float warp_sums[kWarps];
+  for (int m = 0; m < rows; ++m) {
+    const int64_t o = static_cast<int64_t>(m) * in;
+    RmsNormRow(in, eps, x + o, res != nullptr ? res + o : nullptr, nw, xs + o,
+               res != nullptr && blockIdx.x == 0 ? sum_out + o : nullptr, xs + o, warp_sums);
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float s = WarpSum(ss[m]);
-    if (lane == 0) part[warp][m] = s;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if (m >= rows) continue;
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) total += part[w][m];
-    const float rstd = rsqrtf(total / in + eps);
-    for (int c = 2 * threadIdx.x; c < in; c += 2 * blockDim.x) {
-      const int64_t o = static_cast<int64_t>(m) * in + c;
-      const float2 h = __bfloat1622float2(*reinterpret_cast<const bf162*>(xs + o));
-      const float2 g = __bfloat1622float2(*reinterpret_cast<const bf162*>(nw + c));
-      *reinterpret_cast<bf162*>(xs + o) = __floats2bfloat162_rn(g.x * Rb(h.x * rstd), g.y * Rb(h.y * rstd));
-    }
-  }
-  __syncthreads();
 }
 
 // M: rows rounded up to the instance; R: W rows a warp reads per task.
@@ -107,7 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   extern __shared__ __align__(16) unsigned char smem[];
   const bf16* a = x;
   if constexpr (kNorm) {
-    NormRows<M>(rows, in, eps, x, res, nw, sum_out, reinterpret_cast<bf16*>(smem));
+    NormRows(rows, in, eps, x, res, nw, sum_out, reinterpret_cast<bf16*>(smem));
     a = reinterpret_cast<const bf16*>(smem);
   }
   const int lane = threadIdx.x & 31;

@@ -14,6 +14,7 @@
 
 #include "kernels/common/device_math.cuh"
 #include "kernels/fused/fused_launch.h"
+#include "kernels/fused/rms_norm_row.cuh"
 
 namespace tandem::kernels::detail {
 namespace {
@@ -75,36 +76,12 @@ __global__ void RmsNormFwdKernel(int64_t rows, int cols, float eps, const bf16* 
 // differ in its last bit, an output by one bf16 ulp).
 __global__ void RmsNormFwdRowKernel(int64_t rows, int cols, float eps, const bf16* __restrict__ x,
                                     const bf16* __restrict__ res, const bf16* __restrict__ w, bf16* sum_out,
-                                    bf16* __restrict__ y) {
+                                    bf16* y) {
   __shared__ float warp_sums[32];
-  const int warps = blockDim.x / 32, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t o = r * cols;
-    const bf16* h = res != nullptr ? sum_out + o : x + o;
-    float ss = 0.f;
-    for (int c = 2 * threadIdx.x; c < cols; c += 2 * blockDim.x) {
-      float2 hf;
-      if (res != nullptr) {
-        const float2 a = Ld(x + o + c), b = Ld(res + o + c);
-        const bf162 hv = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-        *reinterpret_cast<bf162*>(sum_out + o + c) = hv;  // this thread reads it back below
-        hf = __bfloat1622float2(hv);
-      } else {
-        hf = Ld(x + o + c);
-      }
-      ss += hf.x * hf.x + hf.y * hf.y;
-    }
-    ss = WarpSum(ss);
-    if (lane == 0) warp_sums[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int i = 0; i < warps; ++i) total += warp_sums[i];
-    const float rstd = rsqrtf(total / cols + eps);
-    for (int c = 2 * threadIdx.x; c < cols; c += 2 * blockDim.x) {
-      const float2 a = Ld(h + c), wv = Ld(w + c);
-      St(y + o + c, wv.x * Rb(a.x * rstd), wv.y * Rb(a.y * rstd));
-    }
-    __syncthreads();  // warp_sums is read before the next row writes it
+    RmsNormRow(cols, eps, x + o, res != nullptr ? res + o : nullptr, w, res != nullptr ? sum_out + o : nullptr,
+               nullptr, y + o, warp_sums);
   }
 }
 

@@ -91,8 +91,7 @@ std::pair<at::Tensor, at::Tensor> NormForward(const RmsNormShape& s, const at::T
   } else {
 #ifdef TANDEM_TORCH_CUDA
     c10::cuda::CUDAGuard guard(x.device());
-    ThrowIfError(RmsNormForwardCuda(s, Bf16(x), Bf16(delta), Bf16(w), residual ? Bf16(sum) : nullptr, Bf16(y),
-                                    CurrentStream()),
+    ThrowIfError(RmsNormForwardCuda(s, Bf16(x), Bf16(delta), Bf16(w), Bf16(sum), Bf16(y), CurrentStream()),
                  kNormFn);
 #endif
   }

@@ -206,7 +206,8 @@ class NcclSource final : public WeightSource {
     const auto cap = [&store](std::chrono::milliseconds& own, const char* key) {
       if (!store.check({key})) return;  // an older publisher
       const std::optional<int64_t> ms = ParseInt(AsText(store.get(key)));
-      if (ms && *ms > 0) own = std::min(own, std::chrono::milliseconds(2 * std::min<int64_t>(*ms, int64_t{1} << 40) + 5000));
+      if (!ms || *ms <= 0) return;
+      own = std::min(own, std::chrono::milliseconds(2 * std::min<int64_t>(*ms, int64_t{1} << 40) + 5000));
     };
     try {
       cap(options_.connect_timeout, kConnectTimeoutKey);

@@ -81,9 +81,9 @@ int RunCase(const Projection& p, int32_t rows, double copy_bw, cublasHandle_t bl
 
   double fused = 0, unfused = 0;
   auto kernel = [&](int i) {
-    const tandem::Status st = tandem::kernels::DecodeGemvCuda(s, x, p.norm ? res : nullptr, p.norm ? nw : nullptr,
-                                                              w[static_cast<size_t>(i % copies)], p.norm ? sum : nullptr,
-                                                              y, nullptr);
+    const bf16* weight = w[static_cast<size_t>(i % copies)];
+    const tandem::Status st = tandem::kernels::DecodeGemvCuda(
+        s, x, p.norm ? res : nullptr, p.norm ? nw : nullptr, weight, p.norm ? sum : nullptr, y, nullptr);
     if (!st.ok()) std::fprintf(stderr, "%s: %s\n", p.name, st.ToString().c_str());
     return st.ok();
   };
