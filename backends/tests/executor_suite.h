@@ -211,7 +211,9 @@ TEST_P(ExecutorSuite, ManyTasksEachReportedOnce) {
     ids.push_back(r.task_id);
   }
   ASSERT_TRUE(WaitUntil([&] { return exits_.size() == ids.size(); }));
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(exits_[ids[i]].exit_code, static_cast<int>(i % 3));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(exits_[ids[i]].exit_code, static_cast<int>(i % 3)) << ids[i] << ": " << exits_[ids[i]].ToJson().dump();
+  }
 }
 
 }  // namespace tandem::backends::testing

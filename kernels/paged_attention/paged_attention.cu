@@ -14,7 +14,7 @@
 // bf16 out; with several it writes fp32 partials and their lse (log2), and
 // the combine kernel (one warp per output row) merges them.
 #include "kernels/common/device_math.cuh"
-#include "kernels/paged_attention/paged_attention_launch.h"
+#include "kernels/paged_attention/paged_attention_common.cuh"
 #include "kernels/paged_attention/paged_attention_rules.h"
 #include "kernels/tree_attention/mma_sm80.cuh"  // cp.async helpers
 
@@ -32,19 +32,6 @@ struct Cfg {
   static constexpr int kScoreGroups = kThreads / kTile;  // row groups in the score phase
   static constexpr int kPvGroups = kThreads / D;         // row groups in the PV phase
 };
-
-__device__ __forceinline__ float Nan() { return __int_as_float(0x7fffffff); }
-
-
-__device__ __forceinline__ void Bf16x8(const uint4& raw, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 x = __bfloat1622float2(h[i]);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
 
 template <int D, int RT>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttnArgs a) {
@@ -68,12 +55,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
   const int G = a.Hq / a.Hkv, R = q_len * G;
   const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.split_tokens);
   if (nsplit == 0) {  // unusable lengths: NaN rows (the combine writes them when split)
-    if (a.num_splits == 1) {
-      for (int i = tid; i < R * D; i += kThreads) {
-        const int rr = i / D, d = i % D;
-        a.out[(static_cast<int64_t>(q0 + rr / G) * a.Hq + h * G + rr % G) * D + d] = __float2bfloat16(Nan());
-      }
-    }
+    PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
   if (split >= nsplit) return;
@@ -117,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
       const int r = c / C::kChunks, part = c % C::kChunks, rr = base + r;
       float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       if (rr < R) {
-        const __nv_bfloat16* src = a.q + (static_cast<int64_t>(q0 + rr / G) * a.Hq + h * G + rr % G) * D + part * 8;
+        const __nv_bfloat16* src = a.q + PagedOutRow(a, q0, h, G, rr) * D + part * 8;
         Bf16x8(*reinterpret_cast<const uint4*>(src), f);
       }
       float4* dst = reinterpret_cast<float4*>(&qs[r * D + part * 8]);
@@ -222,16 +204,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
 #pragma unroll
     for (int i = 0; i < kRowsPv; ++i) {
       const int r = pg + i * C::kPvGroups, rr = base + r;
-      if (rr >= R) continue;
-      const int64_t row = static_cast<int64_t>(q0 + rr / G) * a.Hq + h * G + rr % G;
-      const float l = l_s[r];
-      if (a.num_splits == 1) {
-        a.out[row * D + d] = __float2bfloat16(bad || !(l > 0.f) ? Nan() : acc[i] / l);
-      } else {
-        const int64_t pidx = row * a.num_splits + split;
-        a.part_o[pidx * D + d] = bad ? Nan() : (l > 0.f ? acc[i] / l : 0.f);
-        if (d == 0) a.part_lse[pidx] = bad ? Nan() : (l > 0.f ? m_s[r] + log2f(l) : -INFINITY);
-      }
+      if (rr < R) PagedStore<D>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, acc[i], l_s[r], m_s[r]);
     }
     __syncthreads();  // the next row group rewrites qs, m_s, l_s
   }
@@ -278,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) PagedCombineKernel(const PagedAttnAr
     }
   }
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) dst[lane + 32 * k] = __float2bfloat16(bad ? Nan() : o[k] / wsum);
+  for (int k = 0; k < kCols; ++k) dst[lane + 32 * k] = __float2bfloat16(bad ? PagedNan() : o[k] / wsum);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -301,28 +274,34 @@ __global__ void __launch_bounds__(kThreads)
 template <int D, int RT>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
   PagedAttentionKernel<D, RT><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess || a.num_splits == 1) return e;
-  const int64_t rows = static_cast<int64_t>(a.T) * a.Hq;
-  PagedCombineKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 
 template <int D>
-cudaError_t LaunchRows(const PagedAttnArgs& a, cudaStream_t s) {
+cudaError_t LaunchTiles(const PagedAttnArgs& a, cudaStream_t s) {
   if (a.max_rows <= 4) return Launch<D, 4>(a, s);
   if (a.max_rows <= 8) return Launch<D, 8>(a, s);
   return Launch<D, 16>(a, s);
 }
 
+template <int D>
+cudaError_t LaunchCombine(const PagedAttnArgs& a, cudaStream_t s) {
+  const int64_t rows = static_cast<int64_t>(a.T) * a.Hq;
+  PagedCombineKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
-cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, cudaStream_t s) {
-  if (a.D == 128) return LaunchRows<128>(a, s);
+cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, bool warps, cudaStream_t s) {
+  if (warps && a.max_rows > kPagedWarpsMaxRows) return cudaErrorInvalidValue;
+  cudaError_t e = cudaErrorInvalidValue;
+  if (a.D == 128) e = warps ? LaunchPagedWarpsKernel(a, s) : LaunchTiles<128>(a, s);
 #ifndef TANDEM_CUDA_CI_SUBSET
-  if (a.D == 64) return LaunchRows<64>(a, s);
+  if (a.D == 64) e = warps ? LaunchPagedWarpsKernel(a, s) : LaunchTiles<64>(a, s);
 #endif
-  return cudaErrorInvalidValue;
+  if (e != cudaSuccess || a.num_splits == 1) return e;
+  return a.D == 128 ? LaunchCombine<128>(a, s) : LaunchCombine<64>(a, s);
 }
 
 cudaError_t LaunchPagedKvWrite(int64_t num_tokens, int32_t row_elems, int64_t num_slots, const __nv_bfloat16* k,

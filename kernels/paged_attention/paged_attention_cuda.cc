@@ -50,7 +50,8 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& s, const PagedAtt
 Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan& plan, const __nv_bfloat16* q,
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
                           const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
-                          __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                          __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                          PagedKernel kernel) {
   constexpr const char* kWhat = "paged attention (cuda)";
   TANDEM_RETURN_IF_ERROR(CheckPagedAttentionShape(s), kWhat);
   TANDEM_RETURN_IF_ERROR(CheckPagedAttentionPlan(s, plan), kWhat);
@@ -100,7 +101,14 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
   // Each sequence has >= 1 new token, so none has more than T - B + 1.
   const int64_t max_rows = (int64_t{s.num_tokens} - s.num_seqs + 1) * (s.num_heads / s.num_kv_heads);
   a.max_rows = static_cast<int32_t>(std::min<int64_t>(max_rows, INT32_MAX));
-  return Cuda(detail::LaunchPagedAttention(a, stream), "paged attention launch");
+  const bool warps_fit = max_rows <= detail::kPagedWarpsMaxRows;
+  if (kernel == PagedKernel::kWarps && !warps_fit) {
+    return InvalidArgument(std::string(kWhat) + ": the warps kernel holds at most " +
+                           std::to_string(detail::kPagedWarpsMaxRows) + " rows per kv head, this call has up to " +
+                           std::to_string(max_rows));
+  }
+  const bool warps = kernel == PagedKernel::kWarps || (kernel == PagedKernel::kAuto && warps_fit);
+  return Cuda(detail::LaunchPagedAttention(a, warps, stream), "paged attention launch");
 }
 
 Status PagedKvWriteCuda(const PagedKvWriteShape& s, const __nv_bfloat16* k, const __nv_bfloat16* v,

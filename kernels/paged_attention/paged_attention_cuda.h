@@ -3,13 +3,12 @@
 // accumulation, head dim 64 or 128 (others are refused with
 // InvalidArgument). Raw device pointers, shapes and a stream; no LibTorch.
 //
-// One block of 128 threads per (kv head, sequence, split) walks its keys in
-// tiles, double-buffered through cp.async, for the rows of all Hq / Hkv
-// query heads of all the sequence's new tokens at once (so K/V are read
-// once per kv head, not once per query head), with an online softmax; a
-// sequence with more rows than a block holds (16) is walked once per group
-// of 16 rows. With plan.num_splits > 1 each split writes an fp32 partial and
-// its log-sum-exp into the workspace and a combine kernel writes `out`.
+// One block of 128 threads per (kv head, sequence, split) walks the
+// split's keys once for the rows of all Hq / Hkv query heads of all the
+// sequence's new tokens (so K/V are read once per kv head, not once per
+// query head), with an online softmax; PagedKernel below says how. With
+// plan.num_splits > 1 each split writes an fp32 partial and its log-sum-exp
+// into the workspace and a combine kernel writes `out`.
 //
 // Device metadata is not trusted: a sequence whose lengths are unusable
 // (q_len < 1, context_len outside [q_len, capacity]) or whose block table
@@ -36,13 +35,28 @@ StatusOr<int> CurrentDeviceSmCount();
 // fp32 partials [T * Hq, num_splits, D] and their lse [T * Hq, num_splits].
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const PagedAttentionPlan& plan);
 
+// Which kernel walks the keys (docs/kernels.md "Paged decode attention"):
+//   kTiles: the block's rows, 16 at a time, against key tiles
+//           double-buffered in shared memory through cp.async; any row
+//           count;
+//   kWarps: the decode step's kernel (paged_attention_warps.cu): K/V read
+//           straight into registers, keys dealt to the warps, no barrier
+//           until the end; at most 4 rows per kv head (q_len * Hq / Hkv),
+//           InvalidArgument past that;
+//   kAuto:  kWarps where the shape allows it (T == B, one new token per
+//           sequence, and Hq / Hkv <= 4), else kTiles.
+// Both write the same rows (NaN rows, splits, skipped sequences alike) and
+// agree up to fp32 summation order.
+enum class PagedKernel { kAuto, kTiles, kWarps };
+
 // q, out [T, Hq, D]; key_blocks, value_blocks [num_blocks, block_size, Hkv,
 // D]; block_table [B, max_blocks_per_seq], context_lens [B], q_starts
 // [B + 1] int32, all on the device; pointers 16-byte aligned.
 Status PagedAttentionCuda(const PagedAttentionShape& shape, const PagedAttentionPlan& plan, const __nv_bfloat16* q,
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
                           const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
-                          __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                          __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                          PagedKernel kernel = PagedKernel::kAuto);
 
 // k, v [T, Hkv, D] into the pools at slot_mapping [T] (int64, device). A
 // negative slot is skipped, and so (on the device, unchecked) is one >=

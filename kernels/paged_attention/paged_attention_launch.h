@@ -28,9 +28,16 @@ struct PagedAttnArgs {
   int32_t max_rows = 0;    // an upper bound on q_len * Hq / Hkv over the sequences
 };
 
-// The attention kernel (and, with num_splits > 1, the combine) for D in
-// {64, 128}; cudaErrorInvalidValue for another D.
-cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, cudaStream_t s);
+// The most rows per kv head (max_rows) the warps kernel holds.
+inline constexpr int32_t kPagedWarpsMaxRows = 4;
+
+// The attention kernel (the warps kernel when `warps`, else the tiles
+// kernel) and, with num_splits > 1, the combine, for D in {64, 128};
+// cudaErrorInvalidValue for another D, or for `warps` with max_rows >
+// kPagedWarpsMaxRows.
+cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, bool warps, cudaStream_t s);
+// The warps kernel alone (paged_attention_warps.cu).
+cudaError_t LaunchPagedWarpsKernel(const PagedAttnArgs& a, cudaStream_t s);
 
 cudaError_t LaunchPagedKvWrite(int64_t num_tokens, int32_t row_elems, int64_t num_slots, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, const int64_t* slot_mapping, __nv_bfloat16* key_blocks,

@@ -8,6 +8,8 @@
 #            paged_attention_op_test)
 #   gemv     decode_gemv_bench (the decode GEMV against norm + cuBLAS +
 #            SwiGLU and the bandwidth limit, per projection and batch)
+#   paged    paged_attention_bench (the tiles and warps kernels against the
+#            bandwidth limit; --quick with TANDEM_PAGED_QUICK=1)
 #   check    engine_check.py (greedy vs transformers on CPU fp32 and CUDA
 #            bf16, the memory handoff)
 #   bench    engine_bench.py (decode tokens/s vs transformers and the
@@ -17,9 +19,9 @@
 #   profile  engine_profile.py (a decode step's time by part and by kernel,
 #            under Kineto)
 # Logs under $OUT: build.log (base_build.log), each test's log and
-# tests.txt, gemv_bench.md, check.log, engine_check.json, bench.md, profile.log and the
+# tests.txt, gemv_bench.md, paged_bench.md, check.log, engine_check.json, bench.md, profile.log and the
 # traces. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
-# Usage: scripts/gpu/run_engine.sh [tests] [gemv] [check] [bench] [profile]   (default: check bench)
+# Usage: scripts/gpu/run_engine.sh [tests] [gemv] [paged] [check] [bench] [profile]   (default: check bench)
 #   TANDEM_ENGINE_BATCHES  batch sizes for the bench (default: 1 16 64 256)
 #   TANDEM_ENGINE_EAGER=0  the bench skips tandem's eager runs
 #   TANDEM_PROFILE_BATCHES batch sizes for the profile (default: 1 64)
@@ -56,8 +58,10 @@ bin() { find "$1" -name "$2" -type f -perm -u+x | head -1; }
 left() { echo $(( ${TANDEM_GPU_CALL_SECONDS:-590} - ($(date +%s) - start) )); }
 has() { [[ " $steps " == *" $1 "* ]]; }
 
-tests="decode_glue_test decode_gemv_gpu_test model_paged_decode_test fused_gpu_test paged_attention_op_test"
-build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tests) $(has gemv && echo decode_gemv_bench)
+tests="decode_glue_test decode_gemv_gpu_test model_paged_decode_test fused_gpu_test paged_attention_gpu_test
+  paged_attention_op_test"
+build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tests) $(has gemv && echo decode_gemv_bench) \
+  $(has paged && echo paged_attention_bench)
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
@@ -81,6 +85,10 @@ if has tests; then
 fi
 if has gemv; then
   timeout 120 "$(bin "$BUILD" decode_gemv_bench)" 2>&1 | tee "$OUT/gemv_bench.md"
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+fi
+if has paged; then
+  timeout 180 "$(bin "$BUILD" paged_attention_bench)" ${TANDEM_PAGED_QUICK:+--quick} 2>&1 | tee "$OUT/paged_bench.md"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has check; then

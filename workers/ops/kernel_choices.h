@@ -1,8 +1,9 @@
-// The CUDA implementations a worker process may pick for three glue ops, by
+// The CUDA implementations a worker process may pick for four glue ops, by
 // name (docs/kernels-torch.md "Picking an implementation"): the values of
-// TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS and TANDEM_DECODE_GEMV, which
-// tandem-worker's --tree-attention, --moe-experts and --decode-gemv set for
-// the process (a task's
+// TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS, TANDEM_DECODE_GEMV and
+// TANDEM_PAGED_ATTENTION, which tandem-worker's --tree-attention,
+// --moe-experts, --decode-gemv and --paged-attention set for the process (a
+// task's
 // environment is tandem's, so a job spec picks them through the worker's
 // args). The first name of each is the default. LibTorch-free: the worker's
 // main parses the flags against these lists.
@@ -28,5 +29,10 @@ inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
 // is faster (on: kernels::DecodeGemvPays), or the norm, cuBLAS and SwiGLU
 // they replace (off).
 inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
+
+inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
+// kernels::PagedKernel: auto (the warps kernel for decode steps of at most
+// 4 rows per kv head, the tiles kernel otherwise) or tiles everywhere.
+inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"auto", "tiles"};
 
 }  // namespace tandem::ops

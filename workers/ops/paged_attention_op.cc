@@ -21,6 +21,8 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/paged_attention/paged_attention_cuda.h"
+#include "workers/ops/env_choice.h"
+#include "workers/ops/kernel_choices.h"
 #endif
 
 namespace tandem::ops {
@@ -44,6 +46,15 @@ void CheckPools(const at::Tensor& key_blocks, const at::Tensor& value_blocks, at
               " must match key_blocks ", key_blocks.sizes());
   TORCH_CHECK(key_blocks.is_contiguous() && value_blocks.is_contiguous(), fn, ": the pools must be contiguous");
 }
+
+#ifdef TANDEM_TORCH_CUDA
+// The kernel TANDEM_PAGED_ATTENTION picks (kernel_choices.h), read once a process.
+PagedKernel Kernel() {
+  static const PagedKernel k =
+      EnvChoice(kPagedAttentionVar, kPagedAttentionChoices) == 0 ? PagedKernel::kAuto : PagedKernel::kTiles;
+  return k;
+}
+#endif
 
 at::Tensor Metadata(const at::Tensor& t, const char* name, int64_t dim, const at::Device& device) {
   CheckTensor(t, kAttn, name, dim, at::kInt, device.type());
@@ -99,7 +110,7 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
   ThrowIfError(PagedAttentionCuda(s, plan, Bf16(q), Bf16(key_blocks), Bf16(value_blocks),
                                   block_table.data_ptr<int32_t>(), context_lens.data_ptr<int32_t>(),
                                   q_starts.data_ptr<int32_t>(), Bf16(out), ws.data_ptr(), ws_bytes,
-                                  CurrentStream()),
+                                  CurrentStream(), Kernel()),
                kAttn);
 #endif
   return out;

@@ -4,7 +4,9 @@
 // context, q, out, block tables), against the device copy bandwidth measured
 // in the same run (cudaMemcpyAsync device to device of 1 GiB: 2 bytes moved
 // per byte copied). "limit" = bytes / copy bandwidth; "of limit" = limit /
-// measured time. The pools are cycled over enough copies (>= 256 MiB in all)
+// measured time, for the kernel PagedKernel::kAuto runs. Each case times
+// the tiles kernel and, where the shape allows it (at most 4 rows per kv
+// head), the warps kernel, in the same run. The pools are cycled over enough copies (>= 256 MiB in all)
 // that every step reads cold data rather than L2.
 // Usage: paged_attention_bench [--quick]    (prints a Markdown table)
 #include <cuda_bf16.h>
@@ -27,6 +29,7 @@ namespace {
 using tandem::kernels::PagedAttentionCuda;
 using tandem::kernels::PagedAttentionPlan;
 using tandem::kernels::PagedAttentionShape;
+using tandem::kernels::PagedKernel;
 using tandem::kernels::testing::CopyBandwidth;
 
 struct Heads {
@@ -78,41 +81,51 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   TANDEM_BENCH_CUDA(cudaMemcpy(lens, ctx_lens.data(), ctx_lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   TANDEM_BENCH_CUDA(cudaMemcpy(qs, starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
-  auto step = [&](int i) {
-    const size_t c = static_cast<size_t>(i % copies);
-    return PagedAttentionCuda(s, plan, static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(kb[c]),
-                              static_cast<const __nv_bfloat16*>(vb[c]), static_cast<const int32_t*>(table),
-                              static_cast<const int32_t*>(lens), static_cast<const int32_t*>(qs),
-                              static_cast<__nv_bfloat16*>(out), ws, ws_bytes, nullptr);
-  };
-  for (int i = 0; i < 3; ++i) {
-    const tandem::Status st = step(i);
-    if (!st.ok()) {
-      std::fprintf(stderr, "paged attention: %s\n", st.ToString().c_str());
-      return 1;
+  // Seconds per call of `kernel`, or a negative value on failure.
+  auto time = [&](PagedKernel kernel) -> double {
+    auto step = [&](int i) {
+      const size_t c = static_cast<size_t>(i % copies);
+      return PagedAttentionCuda(s, plan, static_cast<const __nv_bfloat16*>(q),
+                                static_cast<const __nv_bfloat16*>(kb[c]), static_cast<const __nv_bfloat16*>(vb[c]),
+                                static_cast<const int32_t*>(table), static_cast<const int32_t*>(lens),
+                                static_cast<const int32_t*>(qs), static_cast<__nv_bfloat16*>(out), ws, ws_bytes,
+                                nullptr, kernel);
+    };
+    for (int i = 0; i < 3; ++i) {
+      const tandem::Status st = step(i);
+      if (!st.ok()) {
+        std::fprintf(stderr, "paged attention: %s\n", st.ToString().c_str());
+        return -1;
+      }
     }
-  }
-  TANDEM_BENCH_CUDA(cudaDeviceSynchronize());
-  const int iters = std::max(20, copies);
-  cudaEvent_t e0, e1;
-  TANDEM_BENCH_CUDA(cudaEventCreate(&e0));
-  TANDEM_BENCH_CUDA(cudaEventCreate(&e1));
-  TANDEM_BENCH_CUDA(cudaEventRecord(e0));
-  for (int i = 0; i < iters; ++i) (void)step(i);
-  TANDEM_BENCH_CUDA(cudaEventRecord(e1));
-  TANDEM_BENCH_CUDA(cudaEventSynchronize(e1));
-  TANDEM_BENCH_CUDA(cudaGetLastError());
-  float ms = 0;
-  TANDEM_BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-  const double t = ms * 1e-3 / iters;
+    if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+    const int iters = std::max(20, copies);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < iters; ++i) (void)step(i);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    const bool ok = cudaGetLastError() == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ok ? ms * 1e-3 / iters : -1;
+  };
+  const bool warps_fit = static_cast<int64_t>(q_len) * (h.hq / h.hkv) <= 4;
+  const double tiles = time(PagedKernel::kTiles);
+  const double warps = warps_fit ? time(PagedKernel::kWarps) : 0;
+  if (tiles < 0 || warps < 0) return 1;
+  const double t = warps_fit ? warps : tiles;  // what kAuto runs
   const double kv = 2.0 * batch * static_cast<double>(ctx) * h.hkv * h.d * sizeof(__nv_bfloat16);
   const double bytes = kv + 2.0 * static_cast<double>(qo_bytes) + static_cast<double>(ids.size()) * 4;
   const double limit = bytes / copy_bw;
-  std::printf("| %s | %d | %d | %d | %d | %.1f | %.2f | %.1f | %.1f | %.0f%% |\n", h.name, batch, ctx, q_len,
-              plan.num_splits, t * 1e6, bytes / 1e6, bytes / t / 1e9, limit * 1e6, 100.0 * limit / t);
+  char warps_cols[64] = "| — | — ";
+  if (warps_fit) std::snprintf(warps_cols, sizeof(warps_cols), "| %.1f | %.2fx ", warps * 1e6, tiles / warps);
+  std::printf("| %s | %d | %d | %d | %d | %.1f %s| %.2f | %.1f | %.1f | %.0f%% |\n", h.name, batch, ctx, q_len,
+              plan.num_splits, tiles * 1e6, warps_cols, bytes / 1e6, bytes / t / 1e9, limit * 1e6, 100.0 * limit / t);
   std::fflush(stdout);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   for (int c = 0; c < copies; ++c) {
     cudaFree(kb[static_cast<size_t>(c)]);
     cudaFree(vb[static_cast<size_t>(c)]);
@@ -131,8 +144,9 @@ int main(int argc, char** argv) {
   if (CopyBandwidth(&copy_bw) != 0) return 1;
   std::printf("device: %s, %d SMs; device copy bandwidth %.0f GB/s (read + write, 1 GiB cudaMemcpyAsync)\n\n",
               prop.name, prop.multiProcessorCount, copy_bw / 1e9);
-  std::printf("| heads (Hq/Hkv x D) | batch | context | new tokens | splits | time µs | MB moved | GB/s | limit µs | of limit |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| heads (Hq/Hkv x D) | batch | context | new tokens | splits | tiles µs | warps µs | warps speed-up "
+              "| MB moved | GB/s | limit µs | of limit |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(1);
   const Heads heads[] = {{"16/8 x 128", 16, 8, 128}, {"32/4 x 128", 32, 4, 128}, {"16/8 x 64", 16, 8, 64}};
   for (const Heads& h : heads) {

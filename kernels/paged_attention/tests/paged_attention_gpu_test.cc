@@ -1,9 +1,10 @@
 // Paged attention on the GPU against the CPU implementation (fp32, the
 // oracle here) on the same bf16-rounded inputs: random block tables with
 // shared blocks and NaN in every slot that must not be read, contexts
-// 1..2000, 1..4 new tokens, head dims 64 and 128, group sizes 1..8 (so the
-// 4-, 8- and 16-row tiles and the row-group loop all run), without splits
-// and with the device plan's splits; a bad block id or length gives NaN rows
+// 1..3000, 1..4 new tokens, head dims 64 and 128, group sizes 1..8 (so the
+// tiles kernel's 4-, 8- and 16-row tiles and its row-group loop all run,
+// and the warps kernel's 1-, 2- and 4-row instances wherever a shape has at
+// most 4 rows per kv head), without splits and with the device plan's splits; a bad block id or length gives NaN rows
 // for that sequence only; the slot write equals the CPU's bit for bit.
 // Outputs poisoned before each launch.
 #include <gtest/gtest.h>
@@ -39,7 +40,8 @@ struct Device {
 };
 
 // Runs the CUDA kernels on `p` with `plan`; returns out as floats.
-std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan) {
+std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan,
+                          PagedKernel kernel = PagedKernel::kAuto) {
   Device d(p);
   std::vector<float> result;
   auto upload = [&]() -> cudaError_t {
@@ -56,7 +58,7 @@ std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan)
   DeviceBuffer<char> ws(PagedAttentionWorkspaceBytes(p.s, plan));
   EXPECT_EQ(ws.Poison(), cudaSuccess);
   const Status st = PagedAttentionCuda(p.s, plan, d.q.get(), d.kb.get(), d.vb.get(), d.table.get(), d.ctx.get(),
-                                       d.starts.get(), d.out.get(), ws.get(), ws.size(), nullptr);
+                                       d.starts.get(), d.out.get(), ws.get(), ws.size(), nullptr, kernel);
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<__nv_bfloat16> out;
@@ -77,6 +79,15 @@ struct Config {
   int32_t heads, kv_heads, head_dim, block_size, batch, max_ctx, max_q;
 };
 
+// The kernels that can run `s`: the warps kernel only up to 4 rows per kv head.
+std::vector<PagedKernel> Kernels(const PagedAttentionShape& s) {
+  const int64_t rows = (int64_t{s.num_tokens} - s.num_seqs + 1) * (s.num_heads / s.num_kv_heads);
+  if (rows <= 4) return {PagedKernel::kTiles, PagedKernel::kWarps};
+  return {PagedKernel::kTiles};
+}
+
+std::string Name(PagedKernel k) { return k == PagedKernel::kWarps ? "warps" : "tiles"; }
+
 TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
@@ -86,7 +97,8 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
   for (const Config& c : {Config{16, 8, 128, 16, 6, 2000, 1}, Config{32, 4, 128, 16, 5, 2000, 4},
                           Config{8, 8, 64, 16, 4, 1800, 4}, Config{16, 2, 64, 32, 7, 1200, 3},
                           Config{4, 2, 128, 1, 3, 300, 2}, Config{12, 4, 64, 64, 40, 600, 1},
-                          Config{16, 2, 128, 16, 8, 1000, 1}}) {
+                          Config{16, 2, 128, 16, 8, 1000, 1}, Config{8, 8, 128, 16, 6, 1500, 1},
+                          Config{32, 8, 128, 16, 5, 2000, 1}, Config{8, 4, 64, 16, 30, 3000, 1}}) {
     SCOPED_TRACE("Hq=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " D=" +
                  std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) + " B=" +
                  std::to_string(c.batch) + " max_q=" + std::to_string(c.max_q));
@@ -98,7 +110,10 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
                                            PagedAttentionPlan{static_cast<int32_t>((p.s.capacity() + 127) / 128), 128}}) {
       if (plan.num_splits > kPagedMaxSplits) continue;
       SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of " + std::to_string(plan.split_tokens));
-      EXPECT_EQ(testing::CheckClose(RunGpu(p, plan), ref, testing::kBf16), "");
+      for (PagedKernel k : Kernels(p.s)) {
+        SCOPED_TRACE("kernel=" + Name(k));
+        EXPECT_EQ(testing::CheckClose(RunGpu(p, plan, k), ref, testing::kBf16), "");
+      }
     }
   }
 }
@@ -107,18 +122,23 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
 // sequence's rows are NaN, the others' unchanged.
 TEST(PagedAttentionGpu, BadMetadataGivesNanRowsOfThatSequence) {
   std::mt19937_64 rng(testing::FreshSeed());
-  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 2, 128, 16, {700, 300, 40}, {1, 2, 1}, 1.f});
-  Round(p);
-  const std::vector<float> ref = RunCpu(p);
-  const int64_t row = int64_t{8} * 128;
-  p.block_table[static_cast<size_t>(p.s.max_blocks_per_seq * 1 + 5)] = p.s.num_blocks + 3;  // sequence 1
-  p.context_lens[2] = 0;                                                                      // sequence 2
-  for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, 132)}) {
-    SCOPED_TRACE("splits=" + std::to_string(plan.num_splits));
-    const std::vector<float> out = RunGpu(p, plan);
-    EXPECT_EQ(testing::CheckClose(out.data(), ref.data(), static_cast<size_t>(row), testing::kBf16), "");  // sequence 0
-    for (int64_t i = row; i < static_cast<int64_t>(out.size()); ++i) {
-      ASSERT_TRUE(std::isnan(out[static_cast<size_t>(i)])) << "element " << i;
+  for (const std::vector<int32_t>& q_lens : {std::vector<int32_t>{1, 2, 1}, std::vector<int32_t>{1, 1, 1}}) {
+    PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 2, 128, 16, {700, 300, 40}, q_lens, 1.f});
+    Round(p);
+    const std::vector<float> ref = RunCpu(p);
+    const int64_t row = int64_t{8} * 128;
+    p.block_table[static_cast<size_t>(p.s.max_blocks_per_seq * 1 + 5)] = p.s.num_blocks + 3;  // sequence 1
+    p.context_lens[2] = 0;                                                                      // sequence 2
+    for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, 132)}) {
+      for (PagedKernel k : Kernels(p.s)) {
+        SCOPED_TRACE("q_len[1]=" + std::to_string(q_lens[1]) + " splits=" + std::to_string(plan.num_splits) +
+                     " kernel=" + Name(k));
+        const std::vector<float> out = RunGpu(p, plan, k);
+        EXPECT_EQ(testing::CheckClose(out.data(), ref.data(), static_cast<size_t>(row), testing::kBf16), "");  // seq 0
+        for (int64_t i = row; i < static_cast<int64_t>(out.size()); ++i) {
+          ASSERT_TRUE(std::isnan(out[static_cast<size_t>(i)])) << "element " << i;
+        }
+      }
     }
   }
 }
@@ -138,6 +158,17 @@ TEST(PagedAttentionGpu, RefusesOtherHeadDimsAndSmallWorkspace) {
                                   d.starts.get(), d.out.get(), ws.get(), PagedAttentionWorkspaceBytes(p.s, split) - 1,
                                   nullptr)
                    .ok());
+}
+
+TEST(PagedAttentionGpu, WarpsKernelRefusesMoreThanFourRowsPerKvHead) {
+  std::mt19937_64 rng(7);
+  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{16, 2, 128, 16, {300}, {1}, 1.f});  // 8 rows
+  Device d(p);
+  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(p.s), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
+                                       d.ctx.get(), d.starts.get(), d.out.get(), nullptr, 0, nullptr,
+                                       PagedKernel::kWarps);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("at most 4 rows per kv head"), std::string::npos) << st.message();
 }
 
 TEST(PagedKvWriteGpu, EqualsCpuAndSkipsNegativeOrOutOfRangeSlots) {

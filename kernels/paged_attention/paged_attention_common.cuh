@@ -1,0 +1,61 @@
+// Internal: device helpers both paged attention kernels (paged_attention.cu's
+// tiles, paged_attention_warps.cu's warps) share: bf16 unpacking, and how a
+// block writes its rows, so that NaN rows, empty rows and split partials
+// mean the same whichever kernel ran.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/paged_attention/paged_attention_launch.h"
+
+namespace tandem::kernels::detail {
+
+__device__ __forceinline__ float PagedNan() { return __int_as_float(0x7fffffff); }
+
+__device__ __forceinline__ void Bf16x8(const uint4& raw, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+// The output row (token * Hq + head) of row rr of the block of kv head h
+// for a sequence whose new tokens start at q0 (rows: new token rr / G,
+// query head h * G + rr % G).
+__device__ __forceinline__ int64_t PagedOutRow(const PagedAttnArgs& a, int q0, int h, int G, int rr) {
+  return static_cast<int64_t>(q0 + rr / G) * a.Hq + h * G + rr % G;
+}
+
+// A sequence with unusable lengths: NaN rows, written here without splits
+// (with splits the combine writes them). `threads` threads from `tid`.
+template <int D>
+__device__ __forceinline__ void PagedNanRows(const PagedAttnArgs& a, int q0, int h, int G, int R, int tid,
+                                             int threads) {
+  if (a.num_splits != 1) return;
+  for (int i = tid; i < R * D; i += threads) {
+    a.out[PagedOutRow(a, q0, h, G, i / D) * D + i % D] = __float2bfloat16(PagedNan());
+  }
+}
+
+// Element d of an output row from the split's unnormalised sum `acc`, its
+// softmax denominator l and running max m (log2 units): without splits the
+// bf16 output (NaN when the sequence is bad or saw no key), with splits the
+// fp32 partial acc / l and, for d == 0, its log-sum-exp.
+template <int D>
+__device__ __forceinline__ void PagedStore(const PagedAttnArgs& a, int64_t row, int split, int d, bool bad, float acc,
+                                           float l, float m) {
+  if (a.num_splits == 1) {
+    a.out[row * D + d] = __float2bfloat16(bad || !(l > 0.f) ? PagedNan() : acc / l);
+    return;
+  }
+  const int64_t pidx = row * a.num_splits + split;
+  a.part_o[pidx * D + d] = bad ? PagedNan() : (l > 0.f ? acc / l : 0.f);
+  if (d == 0) a.part_lse[pidx] = bad ? PagedNan() : (l > 0.f ? m + log2f(l) : -INFINITY);
+}
+
+}  // namespace tandem::kernels::detail

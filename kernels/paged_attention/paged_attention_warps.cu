@@ -1,0 +1,228 @@
+// The warps kernel of paged decode attention (paged_attention_cuda.h,
+// PagedKernel::kWarps): for sequences with at most RM rows per kv head (one
+// new token and a GQA group of at most 4, the decode step), where the tiles
+// kernel's shared-memory stages, three barriers per tile and padded row
+// tiles cost more than the arithmetic.
+//
+// One block of 4 warps per (kv head, sequence, split), as the tiles kernel,
+// so the split plan and the combine are the same. The split's keys are dealt
+// to the warps in chunks; no shared memory and no barrier until the end:
+//   - a key row is read by L = D / 8 lanes, 16 bytes each, straight into
+//     registers; a warp loads 32 / L keys at once and U = 4 such loads of K
+//     and of V are in flight per lane before any arithmetic;
+//   - each lane holds its 8 dimensions of the q rows (fp32, scale * log2 e
+//     folded in); a score is the lane's partial dot summed over its L lanes
+//     by shuffles;
+//   - each lane group keeps its own online softmax (max, sum, 8 output
+//     dimensions per row) over the keys it read;
+// at the end the lane groups of a warp merge by shuffles, the warps through
+// shared memory, and the block writes its rows as the tiles kernel does
+// (paged_attention_common.cuh).
+#include "kernels/paged_attention/paged_attention_common.cuh"
+#include "kernels/paged_attention/paged_attention_rules.h"
+
+namespace tandem::kernels::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) {
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s = fmaf(x[j], y[j], s);
+  return s;
+}
+
+// exp2(x - m) for a running max m that may still be -inf (nothing seen).
+__device__ __forceinline__ float Scale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
+
+template <int D, int RM>
+__global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 5) PagedWarpsKernel(const PagedAttnArgs a) {
+  constexpr int L = D / 8;       // lanes per key row
+  constexpr int KPL = 32 / L;    // keys per warp-wide load
+  constexpr int U = 4;           // loads of K (and of V) in flight per lane
+  constexpr int CK = U * KPL;    // keys per warp and chunk
+  __shared__ float o_s[kWarps][RM][D];
+  __shared__ float m_s[kWarps][RM], l_s[kWarps][RM];
+
+  const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32, grp = lane / L, sub = lane % L;
+  const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
+  if (!PagedRowsValid(q0, q1, a.T)) return;  // rows unknown: skipped
+  const int q_len = q1 - q0, ctx = a.context_lens[b];
+  const int G = a.Hq / a.Hkv, R = q_len * G;
+  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.split_tokens);
+  if (nsplit == 0) {
+    PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
+    return;
+  }
+  if (split >= nsplit) return;
+  const int kv_begin = split * a.split_tokens;
+  const int kv_end = min(kv_begin + a.split_tokens, ctx);
+  const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
+  const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
+
+  // This lane's 8 dimensions of each row's q; rows past R are zero and see no key.
+  float q[RM][8], o[RM][8], m[RM], l[RM];
+  int limit[RM];
+#pragma unroll
+  for (int r = 0; r < RM; ++r) {
+    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    limit[r] = 0;
+    if (r < R) {
+      Bf16x8(*reinterpret_cast<const uint4*>(a.q + PagedOutRow(a, q0, h, G, r) * D + sub * 8), f);
+      limit[r] = min(PagedVisibleKeys(ctx, q_len, r / G), kv_end);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      q[r][j] = f[j] * a.scale_log2;
+      o[r][j] = 0.f;
+    }
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+  }
+
+  bool bad = false;
+  for (int k0 = kv_begin + warp * CK; k0 < kv_end; k0 += kWarps * CK) {
+    // The block ids first, then every K and V load, so that all are in flight together.
+    int blk[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = k0 + u * KPL + grp;
+      const bool in = t < kv_end;
+      const int id = in ? table[t >> bs_log2] : -1;
+      const bool ok = id >= 0 && id < a.num_blocks;
+      bad = bad || (in && !ok);
+      blk[u] = ok ? id : -1;  // -1: nothing to read (past the split, or a bad id)
+    }
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = k0 + u * KPL + grp;
+      const int64_t off = (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
+      kr[u] = blk[u] >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = k0 + u * KPL + grp;
+      const int64_t off = (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
+      vr[u] = blk[u] >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.value_blocks + off)) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float s[U][RM];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      Bf16x8(kr[u], kf);
+#pragma unroll
+      for (int r = 0; r < RM; ++r) s[u][r] = Dot8(q[r], kf);
+    }
+#pragma unroll
+    for (int w = L / 2; w > 0; w /= 2) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int r = 0; r < RM; ++r) s[u][r] += __shfl_xor_sync(kFull, s[u][r], w);
+      }
+    }
+    // Online softmax per row over this chunk's keys; s becomes p.
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (k0 + u * KPL + grp >= limit[r]) s[u][r] = -INFINITY;
+        mx = fmaxf(mx, s[u][r]);
+      }
+      const float m_new = fmaxf(m[r], mx);
+      const float alpha = Scale(m[r], m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[r][j] *= alpha;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        s[u][r] = Scale(s[u][r], m_new);
+        l[r] += s[u][r];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      Bf16x8(vr[u], vf);
+#pragma unroll
+      for (int r = 0; r < RM; ++r) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[r][j] = fmaf(s[u][r], vf[j], o[r][j]);
+      }
+    }
+  }
+
+  // Merge the warp's lane groups (same dimensions, other keys).
+#pragma unroll
+  for (int w = L; w < 32; w *= 2) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+      const float m_o = __shfl_xor_sync(kFull, m[r], w), l_o = __shfl_xor_sync(kFull, l[r], w);
+      const float mm = fmaxf(m[r], m_o), sa = Scale(m[r], mm), sb = Scale(m_o, mm);
+      l[r] = l[r] * sa + l_o * sb;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[r][j] = o[r][j] * sa + __shfl_xor_sync(kFull, o[r][j], w) * sb;
+      m[r] = mm;
+    }
+  }
+  if (grp == 0) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o_s[warp][r][sub * 8 + j] = o[r][j];
+      if (sub == 0) {
+        m_s[warp][r] = m[r];
+        l_s[warp][r] = l[r];
+      }
+    }
+  }
+  bad = __syncthreads_or(bad) != 0;
+  // Then the warps; thread (row, d) writes the element.
+  for (int i = tid; i < R * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][r]);
+    float acc = 0.f, sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float sc = Scale(m_s[w][r], mm);
+      acc += o_s[w][r][d] * sc;
+      sum += l_s[w][r] * sc;
+    }
+    PagedStore<D>(a, PagedOutRow(a, q0, h, G, r), split, d, bad, acc, sum, mm);
+  }
+}
+
+template <int D, int RM>
+cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
+  PagedWarpsKernel<D, RM><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t LaunchRows(const PagedAttnArgs& a, cudaStream_t s) {
+  if (a.max_rows <= 1) return Launch<D, 1>(a, s);
+  if (a.max_rows <= 2) return Launch<D, 2>(a, s);
+  if (a.max_rows <= kPagedWarpsMaxRows) return Launch<D, kPagedWarpsMaxRows>(a, s);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t LaunchPagedWarpsKernel(const PagedAttnArgs& a, cudaStream_t s) {
+  if (a.D == 128) return LaunchRows<128>(a, s);
+#ifndef TANDEM_CUDA_CI_SUBSET
+  if (a.D == 64) return LaunchRows<64>(a, s);
+#endif
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace tandem::kernels::detail
