@@ -380,6 +380,9 @@ bool Agent::Register() {
 
 bool Agent::Flush() {
   while (true) {
+    // A burst of task events (a few commands each) must not hold back the
+    // lease renewal: past the heartbeat, the loop renews and comes back.
+    if (std::chrono::steady_clock::now() >= next_heartbeat_) return true;
     Outgoing out;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -146,6 +146,8 @@ class Agent {
   void RedisLoop();
   bool EnsureConnected();
   bool Register();
+  // Sends the outbox in order; false on a Redis error. Returns early (true)
+  // once the lease renewal is due, so that a long outbox cannot let it lapse.
   bool Flush();
   void ReadCommands();
   void KillLeftovers();

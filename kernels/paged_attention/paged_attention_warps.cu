@@ -39,7 +39,7 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
 __device__ __forceinline__ float Scale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
 
 template <int D, int RM>
-__global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 5) PagedWarpsKernel(const PagedAttnArgs a) {
+__global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(const PagedAttnArgs a) {
   constexpr int L = D / 8;       // lanes per key row
   constexpr int KPL = 32 / L;    // keys per warp-wide load
   constexpr int U = 4;           // loads of K (and of V) in flight per lane
