@@ -43,8 +43,11 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const Page
 //           straight into registers, keys dealt to the warps, no barrier
 //           until the end; at most 4 rows per kv head (q_len * Hq / Hkv),
 //           InvalidArgument past that;
-//   kAuto:  kWarps where the shape allows it (T == B, one new token per
-//           sequence, and Hq / Hkv <= 4), else kTiles.
+//   kAuto:  kWarps where the call has at most 4 rows per kv head
+//           ((T - B + 1) * Hq / Hkv: one new token a sequence and
+//           Hq / Hkv <= 4, say), else kTiles.
+// The default is kTiles until kWarps has passed its GPU test
+// (paged_attention_gpu_test; docs/inference.md "The CUDA kernels").
 // Both write the same rows (NaN rows, splits, skipped sequences alike) and
 // agree up to fp32 summation order.
 enum class PagedKernel { kAuto, kTiles, kWarps };
@@ -56,7 +59,7 @@ Status PagedAttentionCuda(const PagedAttentionShape& shape, const PagedAttention
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
                           const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
                           __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                          PagedKernel kernel = PagedKernel::kAuto);
+                          PagedKernel kernel = PagedKernel::kTiles);
 
 // k, v [T, Hkv, D] into the pools at slot_mapping [T] (int64, device). A
 // negative slot is skipped, and so (on the device, unchecked) is one >=

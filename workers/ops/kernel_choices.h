@@ -31,8 +31,10 @@ inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
 inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
 
 inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
-// kernels::PagedKernel: auto (the warps kernel for decode steps of at most
-// 4 rows per kv head, the tiles kernel otherwise) or tiles everywhere.
-inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"auto", "tiles"};
+// kernels::PagedKernel: tiles everywhere, or auto (the warps kernel for
+// decode steps of at most 4 rows per kv head, the tiles kernel otherwise).
+// tiles first until the warps kernel has passed its GPU test
+// (docs/inference.md "The CUDA kernels").
+inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"tiles", "auto"};
 
 }  // namespace tandem::ops
