@@ -59,6 +59,12 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
     return;
   }
   if (split >= nsplit) return;
+  if (R > RM) {  // more rows than max_rows promised (q_starts not as the host said): NaN rows
+    for (int i = tid; i < R * D; i += kThreads) {
+      PagedStore<D>(a, PagedOutRow(a, q0, h, G, i / D), split, i % D, /*bad=*/true, 0.f, 0.f, 0.f);
+    }
+    return;
+  }
   const int kv_begin = split * a.split_tokens;
   const int kv_end = min(kv_begin + a.split_tokens, ctx);
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;

@@ -171,6 +171,22 @@ TEST(PagedAttentionGpu, WarpsKernelRefusesMoreThanFourRowsPerKvHead) {
   EXPECT_NE(st.message().find("at most 4 rows per kv head"), std::string::npos) << st.message();
 }
 
+// Device q_starts that give a sequence more rows than the host's bound
+// (max_rows, from T and B) promised: the warps kernel, whose registers hold
+// that many rows, must not read or write past them (a fault would fail the
+// launch's sync); it writes the sequence's rows as NaN.
+TEST(PagedAttentionGpu, WarpsKernelSurvivesMoreRowsThanPromised) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 4, 128, 16, {300, 200}, {1, 1}, 1.f});  // 2 rows
+  Round(p);
+  p.q_starts = {0, 2, 2};  // sequence 0 claims both tokens (4 rows); sequence 1 is empty (skipped)
+  for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PagedAttentionPlan{3, 128}}) {
+    SCOPED_TRACE("splits=" + std::to_string(plan.num_splits));
+    const std::vector<float> out = RunGpu(p, plan, PagedKernel::kWarps);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << "element " << i;
+  }
+}
+
 TEST(PagedKvWriteGpu, EqualsCpuAndSkipsNegativeOrOutOfRangeSlots) {
   std::mt19937_64 rng(testing::FreshSeed());
   const PagedKvWriteShape s{5, 8, 128, 64};
