@@ -1,5 +1,7 @@
-// Paged decode attention kernels (paged_attention_cuda.h): one block of 128
-// threads per (kv head, sequence, split). The rows of a block are the
+// Paged decode attention (paged_attention_cuda.h): the tiles kernel, the
+// split combine both kernels share, the slot write, and the launcher that
+// picks the tiles or the warps kernel (paged_attention_warps.cu).
+// Tiles: one block of 128 threads per (kv head, sequence, split). The rows of a block are the
 // sequence's new tokens times the Hq / Hkv query heads sharing the kv head,
 // RT at a time (q in shared memory as fp32, pre-scaled to log2 units).
 // Keys and values stream through two shared-memory stages of kTile keys

@@ -35,7 +35,7 @@ StatusOr<int> CurrentDeviceSmCount();
 // fp32 partials [T * Hq, num_splits, D] and their lse [T * Hq, num_splits].
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const PagedAttentionPlan& plan);
 
-// Which kernel walks the keys (docs/kernels.md "Paged decode attention"):
+// Which kernel walks the keys (docs/inference.md "The CUDA kernels"):
 //   kTiles: the block's rows, 16 at a time, against key tiles
 //           double-buffered in shared memory through cp.async; any row
 //           count;

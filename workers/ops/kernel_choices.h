@@ -3,9 +3,8 @@
 // TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS, TANDEM_DECODE_GEMV and
 // TANDEM_PAGED_ATTENTION, which tandem-worker's --tree-attention,
 // --moe-experts, --decode-gemv and --paged-attention set for the process (a
-// task's
-// environment is tandem's, so a job spec picks them through the worker's
-// args). The first name of each is the default. LibTorch-free: the worker's
+// task's environment is tandem's, so a job spec picks them through the
+// worker's args). The first name of each is the default. LibTorch-free: the worker's
 // main parses the flags against these lists.
 #pragma once
 
