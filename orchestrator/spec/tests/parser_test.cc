@@ -245,6 +245,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"a kernel choice in env", SPEC(R"("a": {"worker": "actor", "env": {"TANDEM_MOE_EXPERTS": "grouped-mm"}})"),
                   "roles.a.env.TANDEM_MOE_EXPERTS: TANDEM_* variables are set by tandem and may not be set in a spec "
                   "(give the workers' args --moe-experts instead)"},
+        ErrorCase{"the paged attention choice in env",
+                  SPEC(R"("a": {"worker": "rollout", "env": {"TANDEM_PAGED_ATTENTION": "auto"}})"),
+                  "roles.a.env.TANDEM_PAGED_ATTENTION: TANDEM_* variables are set by tandem and may not be set in a "
+                  "spec (give the workers' args --paged-attention instead)"},
         ErrorCase{"fractional replicas", SPEC(R"("a": {"command": ["x"], "replicas": 1.5})"),
                   "roles.a.replicas: expected an integer >= 1, got 1.5"},
         ErrorCase{"too many replicas", SPEC(R"("a": {"command": ["x"], "replicas": 100001})"),
