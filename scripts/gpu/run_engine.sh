@@ -5,7 +5,7 @@
 # then, as asked:
 #   tests    the GPU tests of the decode path (decode_glue_test,
 #            decode_gemv_gpu_test, model_paged_decode_test, fused_gpu_test,
-#            paged_attention_op_test)
+#            paged_attention_gpu_test, paged_attention_op_test)
 #   gemv     decode_gemv_bench (the decode GEMV against norm + cuBLAS +
 #            SwiGLU and the bandwidth limit, per projection and batch)
 #   paged    paged_attention_bench (the tiles and warps kernels against the
