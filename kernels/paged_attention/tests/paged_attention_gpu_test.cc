@@ -4,8 +4,9 @@
 // 1..3000, 1..4 new tokens, head dims 64 and 128, group sizes 1..8 (so the
 // tiles kernel's 4-, 8- and 16-row tiles and its row-group loop all run,
 // and the warps kernel's 1-, 2- and 4-row instances wherever a shape has at
-// most 4 rows per kv head), without splits and with the device plan's splits; a bad block id or length gives NaN rows
-// for that sequence only; the slot write equals the CPU's bit for bit.
+// most 4 rows per kv head), without splits and with the device plan's
+// splits; a bad block id or length gives NaN rows for that sequence only;
+// the slot write equals the CPU's bit for bit.
 // Outputs poisoned before each launch.
 #include <gtest/gtest.h>
 
