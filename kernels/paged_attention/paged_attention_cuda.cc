@@ -47,6 +47,12 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& s, const PagedAtt
   return Align256(sizeof(float) * rows * static_cast<size_t>(s.head_dim)) + Align256(sizeof(float) * rows);
 }
 
+int64_t PagedMaxRows(const PagedAttentionShape& s) {
+  return (int64_t{s.num_tokens} - s.num_seqs + 1) * (s.num_heads / s.num_kv_heads);
+}
+
+bool PagedWarpsFit(const PagedAttentionShape& s) { return PagedMaxRows(s) <= detail::kPagedWarpsMaxRows; }
+
 Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan& plan, const __nv_bfloat16* q,
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
                           const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
@@ -98,10 +104,9 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
   a.num_splits = plan.num_splits;
   a.split_tokens = plan.split_tokens;
   a.scale_log2 = s.scale * 1.4426950408889634f;  // log2(e)
-  // Each sequence has >= 1 new token, so none has more than T - B + 1.
-  const int64_t max_rows = (int64_t{s.num_tokens} - s.num_seqs + 1) * (s.num_heads / s.num_kv_heads);
+  const int64_t max_rows = PagedMaxRows(s);
   a.max_rows = static_cast<int32_t>(std::min<int64_t>(max_rows, INT32_MAX));
-  const bool warps_fit = max_rows <= detail::kPagedWarpsMaxRows;
+  const bool warps_fit = PagedWarpsFit(s);
   if (kernel == PagedKernel::kWarps && !warps_fit) {
     return InvalidArgument(std::string(kWhat) + ": the warps kernel holds at most " +
                            std::to_string(detail::kPagedWarpsMaxRows) + " rows per kv head, this call has up to " +

@@ -52,6 +52,12 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const Page
 // agree up to fp32 summation order.
 enum class PagedKernel { kAuto, kTiles, kWarps };
 
+// The most rows per kv head a sequence of `s` can have, (T - B + 1) *
+// Hq / Hkv (each sequence has at least one new token), and whether the
+// warps kernel holds that many (at most 4).
+int64_t PagedMaxRows(const PagedAttentionShape& s);
+bool PagedWarpsFit(const PagedAttentionShape& s);
+
 // q, out [T, Hq, D]; key_blocks, value_blocks [num_blocks, block_size, Hkv,
 // D]; block_table [B, max_blocks_per_seq], context_lens [B], q_starts
 // [B + 1] int32, all on the device; pointers 16-byte aligned.

@@ -113,7 +113,7 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
     cudaEventDestroy(e1);
     return ok ? ms * 1e-3 / iters : -1;
   };
-  const bool warps_fit = static_cast<int64_t>(q_len) * (h.hq / h.hkv) <= 4;
+  const bool warps_fit = tandem::kernels::PagedWarpsFit(s);
   const double tiles = time(PagedKernel::kTiles);
   const double warps = warps_fit ? time(PagedKernel::kWarps) : 0;
   if (tiles < 0 || warps < 0) return 1;

@@ -7,7 +7,7 @@
 // most 4 rows per kv head), without splits and with the device plan's
 // splits; a bad block id or length gives NaN rows for that sequence only;
 // the slot write equals the CPU's bit for bit.
-// Outputs poisoned before each launch.
+// Outputs poisoned (finite) before each launch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,7 +53,10 @@ std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan,
     if ((e = d.table.Upload(p.block_table)) != cudaSuccess) return e;
     if ((e = d.ctx.Upload(p.context_lens)) != cudaSuccess) return e;
     if ((e = d.starts.Upload(p.q_starts)) != cudaSuccess) return e;
-    return d.out.Poison();
+    // A finite poison (bf16 0x7f7f, about 3.4e38): an element a kernel
+    // leaves unwritten fails the comparisons, and the NaN checks below see
+    // only NaN a kernel wrote.
+    return cudaMemset(d.out.get(), 0x7f, d.out.size() * sizeof(__nv_bfloat16));
   };
   EXPECT_EQ(upload(), cudaSuccess);
   DeviceBuffer<char> ws(PagedAttentionWorkspaceBytes(p.s, plan));
@@ -80,10 +83,9 @@ struct Config {
   int32_t heads, kv_heads, head_dim, block_size, batch, max_ctx, max_q;
 };
 
-// The kernels that can run `s`: the warps kernel only up to 4 rows per kv head.
+// The kernels that can run `s`.
 std::vector<PagedKernel> Kernels(const PagedAttentionShape& s) {
-  const int64_t rows = (int64_t{s.num_tokens} - s.num_seqs + 1) * (s.num_heads / s.num_kv_heads);
-  if (rows <= 4) return {PagedKernel::kTiles, PagedKernel::kWarps};
+  if (PagedWarpsFit(s)) return {PagedKernel::kTiles, PagedKernel::kWarps};
   return {PagedKernel::kTiles};
 }
 
