@@ -81,7 +81,7 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     settings.state_dir = tmpl;
     temp_state = true;
   }
-  settings.socket = settings.state_dir + "/tandemd.sock";
+  settings.socket = (fs::absolute(settings.state_dir) / "tandemd.sock").string();
 
   boost::asio::io_context io;
   daemon::Daemon d(io, settings);

@@ -149,6 +149,13 @@ std::vector<int> DetectGpus() {
 Status Resolve(DaemonSettings& s) {
   if (s.state_dir.empty()) s.state_dir = DefaultStateDir();
   if (s.socket.empty()) s.socket = s.state_dir + "/tandemd.sock";
+  // Tasks run in their own directories and reach the daemon by these paths:
+  // a relative --state-dir or --socket would name nothing there.
+  std::error_code ec;
+  s.state_dir = std::filesystem::absolute(s.state_dir, ec).lexically_normal().string();
+  if (ec) return InvalidArgument("--state-dir " + s.state_dir + ": " + ec.message());
+  s.socket = std::filesystem::absolute(s.socket, ec).lexically_normal().string();
+  if (ec) return InvalidArgument("--socket " + s.socket + ": " + ec.message());
   if (s.gpus.empty()) {
     s.gpu_ids = DetectGpus();
   } else if (s.gpus == "none") {
