@@ -52,24 +52,46 @@ cmake --build "$BUILD_DIR" -j "${TANDEM_JOBS:-$(nproc)}" --target "${targets[@]}
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-for name in "${targets[@]}"; do
-  bin="$BUILD_DIR/fuzz/$name"
-  [[ -x "$bin" ]] || { echo "[fuzz] $bin was not built" >&2; failed+=("$name"); continue; }
-  work="$BUILD_DIR/fuzz-work/$name"
+# fuzz_one NAME: runs one target for SECONDS_EACH; its report lines go to
+# $work/report and its verdict (ok or failed) to $work/verdict.
+fuzz_one() {
+  local name=$1 bin="$BUILD_DIR/fuzz/$1" work="$BUILD_DIR/fuzz-work/$1" dict seeds args
   mkdir -p "$work/corpus" "$work/artifacts"
+  rm -f "$work/verdict"
   args=(-max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$work/artifacts/")
   dict=$(find . -path ./build\* -prune -o -name "$name.dict" -print | head -1)
   [[ -n "$dict" ]] && args+=(-dict="$dict")
   # The first corpus directory is where new inputs go; the seeds are read only.
   read -r -a seeds <<<"$(seeds_for "$name")"
-  echo "[fuzz] running $name for ${SECONDS_EACH}s (seeds: ${seeds[*]:-none})"
   if "$bin" "${args[@]}" "$work/corpus" "${seeds[@]}" >"$work/log" 2>&1; then
-    echo "[fuzz] $name ok ($(grep -o 'stat::number_of_executed_units:[[:space:]]*[0-9]*' "$work/log" | grep -o '[0-9]*$' || echo '?') runs)"
+    echo "[fuzz] $name ok ($(grep -o 'stat::number_of_executed_units:[[:space:]]*[0-9]*' "$work/log" | grep -o '[0-9]*$' || echo '?') runs)" >"$work/report"
+    echo ok >"$work/verdict"
   else
-    echo "[fuzz] $name FAILED; log: $work/log; crashing input under $work/artifacts/" >&2
-    tail -n 40 "$work/log" >&2
+    { echo "[fuzz] $name FAILED; log: $work/log; crashing input under $work/artifacts/"; tail -n 40 "$work/log"; } >"$work/report"
+    echo failed >"$work/verdict"
+  fi
+}
+# Each target is single-threaded: one per core at once (TANDEM_FUZZ_JOBS),
+# each still for its whole SECONDS_EACH, so 2 cores take half the time.
+max_jobs=${TANDEM_FUZZ_JOBS:-$(nproc)}
+failed=()
+ran=()
+for name in "${targets[@]}"; do
+  [[ -x "$BUILD_DIR/fuzz/$name" ]] || { echo "[fuzz] $BUILD_DIR/fuzz/$name was not built" >&2; failed+=("$name"); continue; }
+  while (($(jobs -rp | wc -l) >= max_jobs)); do wait -n || true; done
+  seeds=$(seeds_for "$name")
+  echo "[fuzz] running $name for ${SECONDS_EACH}s (seeds: ${seeds:-none})"
+  fuzz_one "$name" &
+  ran+=("$name")
+done
+wait
+for name in "${ran[@]}"; do
+  work="$BUILD_DIR/fuzz-work/$name"
+  if [[ $(cat "$work/verdict" 2>/dev/null) == ok ]]; then
+    cat "$work/report"
+  else
+    cat "$work/report" >&2 2>/dev/null || echo "[fuzz] $name: no verdict" >&2
     failed+=("$name")
   fi
 done
