@@ -173,6 +173,13 @@ Status Resolve(DaemonSettings& s) {
       if (s.worker_bin.empty()) s.worker_bin = (dir / "tandem-worker").string();
     }
   }
+  // Launched with each task's run dir as the working directory: a relative
+  // path (one with a slash; a bare name is looked up in PATH) names nothing there.
+  for (std::string* path : {&s.exec_shim, &s.worker_bin}) {
+    if (path->find('/') == std::string::npos) continue;
+    *path = std::filesystem::absolute(*path, ec).lexically_normal().string();
+    if (ec) return InvalidArgument(*path + ": " + ec.message());
+  }
   if (s.slurm_job.empty()) {
     const char* job = std::getenv("SLURM_JOB_ID");
     s.slurm_job = job ? job : "none";
