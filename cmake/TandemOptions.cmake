@@ -71,6 +71,7 @@ function(tandem_test name)
   add_executable(${name} ${T_SOURCES})
   tandem_warnings(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  set_property(TARGET ${name} PROPERTY TANDEM_TEST ON)  # tandem_share_pch() gives it the tests' header
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   # No fuzz target links a test's own objects: they skip the coverage
   # instrumentation (a third of a -O0 TU's compile time).

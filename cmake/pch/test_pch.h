@@ -1,0 +1,26 @@
+// The precompiled header the test binaries share in clang builds
+// (cmake/TandemPch.cmake): GoogleTest and the third-party headers most tests
+// parse, with their templates instantiated once. Nothing of ours. LibTorch
+// tests use it together with torch_pch.h.
+#pragma once
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
