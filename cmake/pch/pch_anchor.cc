@@ -1,2 +1,2 @@
-// The translation unit that builds cmake/pch/torch_pch.h's precompiled header
-// (cmake/TandemPch.cmake); it has no code of its own.
+// The translation unit of each precompiled-header target (cmake/TandemPch.cmake,
+// _tandem_pch); it has no code of its own.

@@ -81,7 +81,7 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     settings.state_dir = tmpl;
     temp_state = true;
   }
-  settings.socket = (fs::absolute(settings.state_dir) / "tandemd.sock").string();
+  settings.socket.clear();  // run's socket is its state dir's (daemon::Resolve derives it)
 
   boost::asio::io_context io;
   daemon::Daemon d(io, settings);
@@ -89,7 +89,7 @@ int CmdRun(const std::string& spec_path, daemon::DaemonSettings settings) {
     std::cerr << "tandem: cannot start the embedded daemon: " << st.message() << "\n";
     return kExitFailed;
   }
-  std::cerr << "[run] embedded daemon: --socket " << settings.socket << "\n";
+  std::cerr << "[run] embedded daemon: --socket " << d.settings().socket << "\n";
 
   std::string job_id, last_roles;
   int rc = kExitFailed;
