@@ -46,8 +46,8 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const Page
 //   kAuto:  kWarps where the call has at most 4 rows per kv head
 //           ((T - B + 1) * Hq / Hkv: one new token a sequence and
 //           Hq / Hkv <= 4, say), else kTiles.
-// The default is kTiles until kWarps has passed its GPU test
-// (paged_attention_gpu_test; docs/inference.md "The CUDA kernels").
+// kAuto is the default: kWarps passed its GPU test and ran 1.07-1.22x the
+// tiles' speed wherever it fits (docs/benchmarks.md "Paged decode attention").
 // Both write the same rows (NaN rows, splits, skipped sequences alike) and
 // agree up to fp32 summation order.
 enum class PagedKernel { kAuto, kTiles, kWarps };
@@ -65,7 +65,7 @@ Status PagedAttentionCuda(const PagedAttentionShape& shape, const PagedAttention
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
                           const int32_t* block_table, const int32_t* context_lens, const int32_t* q_starts,
                           __nv_bfloat16* out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                          PagedKernel kernel = PagedKernel::kTiles);
+                          PagedKernel kernel = PagedKernel::kAuto);
 
 // k, v [T, Hkv, D] into the pools at slot_mapping [T] (int64, device). A
 // negative slot is skipped, and so (on the device, unchecked) is one >=

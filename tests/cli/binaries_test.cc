@@ -65,12 +65,12 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   EXPECT_EQ(gemv.rc, 0) << gemv.err;
   EXPECT_THAT(gemv.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=off"));
   EXPECT_NE(RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "maybe", "--list-workers"}).rc, 0);
-  CliRun paged = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "auto", "--list-workers"});
+  CliRun paged = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "tiles", "--list-workers"});
   EXPECT_EQ(paged.rc, 0) << paged.err;
-  EXPECT_THAT(paged.err, HasSubstr("CUDA kernels: TANDEM_PAGED_ATTENTION=auto"));
+  EXPECT_THAT(paged.err, HasSubstr("CUDA kernels: TANDEM_PAGED_ATTENTION=tiles"));
   CliRun warps = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "warps", "--list-workers"});
   EXPECT_NE(warps.rc, 0);
-  EXPECT_THAT(warps.err, HasSubstr("--paged-attention: warps not in {tiles,auto}"));
+  EXPECT_THAT(warps.err, HasSubstr("--paged-attention: warps not in {auto,tiles}"));
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker

@@ -30,10 +30,9 @@ inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
 inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
 
 inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
-// kernels::PagedKernel: tiles everywhere, or auto (the warps kernel for
-// decode steps of at most 4 rows per kv head, the tiles kernel otherwise).
-// tiles first until the warps kernel has passed its GPU test
-// (docs/inference.md "The CUDA kernels").
-inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"tiles", "auto"};
+// kernels::PagedKernel: auto (the warps kernel for decode steps of at most 4
+// rows per kv head, the tiles kernel otherwise; 1.07-1.22x the tiles where
+// it runs, docs/benchmarks.md) or tiles everywhere.
+inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"auto", "tiles"};
 
 }  // namespace tandem::ops

@@ -51,7 +51,7 @@ void CheckPools(const at::Tensor& key_blocks, const at::Tensor& value_blocks, at
 // The kernel TANDEM_PAGED_ATTENTION picks (kernel_choices.h), read once a process.
 PagedKernel Kernel() {
   static const PagedKernel k =
-      EnvChoice(kPagedAttentionVar, kPagedAttentionChoices) == 0 ? PagedKernel::kTiles : PagedKernel::kAuto;
+      EnvChoice(kPagedAttentionVar, kPagedAttentionChoices) == 0 ? PagedKernel::kAuto : PagedKernel::kTiles;
   return k;
 }
 #endif

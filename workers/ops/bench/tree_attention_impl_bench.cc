@@ -130,6 +130,15 @@ int main() {
     Case(name, f, 16, 16, 64);
   }
   Case("multi P1024 8x512 4x512", RegularTrie({{1, 1024}, {8, 512}, {4, 512}}), 32, 8, 128);
+  // Whole GRPO batches (many tries in one forest), at Qwen3-0.6B's heads:
+  // the RL job's short answers (docs/benchmarks.md "Tree packing where it
+  // pays"), the model benchmark's batch, and its flat form (every sequence a
+  // root), where the two implementations have only been compared across
+  // calls so far.
+  Case("grpo 64x(P67 8xR128)", RegularTrie({{64, 67}, {8, 128}}), 16, 8, 128);
+  Case("grpo 4x(P512 8xR512)", RegularTrie({{4, 512}, {8, 512}}), 16, 8, 128);
+  Case("flat 32x1024", RegularTrie({{32, 1024}}), 16, 8, 128);
+  Case("grpo 8x(P256 8xR1024)", RegularTrie({{8, 256}, {8, 1024}}), 16, 8, 128);
   Case("chain 64x3 x16", RegularTrie({{1, 512}, {16, 3}, {1, 3}, {1, 3}, {1, 3}, {1, 3}, {1, 3}, {1, 3}, {1, 3}}), 32, 8,
        128);
   return 0;
