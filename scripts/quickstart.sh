@@ -13,5 +13,5 @@ echo "[quickstart] 1/3 installing what the build needs (scripts/setup.sh)"
 scripts/setup.sh
 echo "[quickstart] 2/3 building into build/ (scripts/build.sh)"
 scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF
-echo "[quickstart] 3/3 build/bin/tandem run examples/quickstart.json --gpus 0,1 (about 4.5 minutes on 2 CPU cores)"
+echo "[quickstart] 3/3 build/bin/tandem run examples/quickstart.json --gpus 0,1 (4.5 to 8 minutes on 2 CPU cores)"
 exec build/bin/tandem run examples/quickstart.json --gpus 0,1 "$@"
