@@ -1,6 +1,7 @@
 // Paged decode attention (paged_attention_cuda.h): the tiles kernel, the
-// split combine both kernels share, the slot write, and the launcher that
-// picks the tiles or the warps kernel (paged_attention_warps.cu).
+// split combine the three kernels share, the slot write, and the launcher
+// that runs the tiles, the warps (paged_attention_warps.cu) or the mma
+// kernel (paged_attention_mma.cu).
 // Tiles: one block of 128 threads per (kv head, sequence, split). The rows of a block are the
 // sequence's new tokens times the Hq / Hkv query heads sharing the kv head,
 // RT at a time (q in shared memory as fp32, pre-scaled to log2 units).
@@ -55,14 +56,14 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
   if (!PagedRowsValid(q0, q1, a.T)) return;  // rows unknown: skipped
   const int q_len = q1 - q0, ctx = a.context_lens[b];
   const int G = a.Hq / a.Hkv, R = q_len * G;
-  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.split_tokens);
+  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
   if (nsplit == 0) {  // unusable lengths: NaN rows (the combine writes them when split)
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
   if (split >= nsplit) return;
-  const int kv_begin = split * a.split_tokens;
-  const int kv_end = min(kv_begin + a.split_tokens, ctx);
+  const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
+  const int kv_begin = split * split_len, kv_end = min(kv_begin + split_len, ctx);
   const int ntiles = (kv_end - kv_begin + TT - 1) / TT;
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) PagedCombineKernel(const PagedAttnAr
   }
   const int q0 = a.q_starts[lo], q1 = a.q_starts[lo + 1];
   if (!PagedRowsValid(q0, q1, a.T) || t < q0 || t >= q1) return;  // skipped, as by the attention kernel
-  const int nsplit = PagedSeqSplits(q1 - q0, a.context_lens[lo], a.capacity, a.split_tokens);
+  const int nsplit = PagedSeqSplits(q1 - q0, a.context_lens[lo], a.capacity, a.num_splits, a.min_split_tokens);
   __nv_bfloat16* dst = a.out + row * D;
   const float* lse = a.part_lse + row * a.num_splits;
   float mx = -INFINITY;
@@ -295,12 +296,14 @@ cudaError_t LaunchCombine(const PagedAttnArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, bool warps, cudaStream_t s) {
-  if (warps && a.max_rows > kPagedWarpsMaxRows) return cudaErrorInvalidValue;
+cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, PagedImpl impl, cudaStream_t s) {
+  if (impl == PagedImpl::kWarps && a.max_rows > kPagedWarpsMaxRows) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
-  if (a.D == 128) e = warps ? LaunchPagedWarpsKernel(a, s) : LaunchTiles<128>(a, s);
+  if (impl == PagedImpl::kWarps) e = LaunchPagedWarpsKernel(a, s);
+  if (impl == PagedImpl::kMma) e = LaunchPagedMmaKernel(a, s);
+  if (impl == PagedImpl::kTiles && a.D == 128) e = LaunchTiles<128>(a, s);
 #ifndef TANDEM_CUDA_CI_SUBSET
-  if (a.D == 64) e = warps ? LaunchPagedWarpsKernel(a, s) : LaunchTiles<64>(a, s);
+  if (impl == PagedImpl::kTiles && a.D == 64) e = LaunchTiles<64>(a, s);
 #endif
   if (e != cudaSuccess || a.num_splits == 1) return e;
   return a.D == 128 ? LaunchCombine<128>(a, s) : LaunchCombine<64>(a, s);

@@ -21,11 +21,15 @@
 //   out = softmax(scale * q . K^T) V over those keys, fp32 accumulation.
 // Block table entries past a sequence's last block are never read.
 //
-// Split-K: a PagedAttentionPlan cuts every sequence's keys into splits of
-// split_tokens keys; each split yields a partial (max-shifted output, log-sum-
-// exp) and a combine pass merges them: out = sum_s exp(lse_s - lse) o_s with
-// lse = log sum_s exp(lse_s). The CPU implementation follows the same plan,
-// so the CPU tests cover the combine the GPU runs.
+// Split-K: a PagedAttentionPlan gives at most num_splits splits per
+// sequence; sequence b's keys are cut into splits of L = max(min_split_tokens,
+// ceil(context_lens[b] / num_splits) rounded up to a multiple of 64) keys, so
+// that short and long sequences alike use all their splits (the rule is
+// applied to the device's context_lens, so a captured CUDA graph stays
+// valid as sequences grow). Each split yields a partial (max-shifted output,
+// log-sum-exp) and a combine pass merges them: out = sum_s exp(lse_s - lse)
+// o_s with lse = log sum_s exp(lse_s). The CPU implementation follows the
+// same plan, so the CPU tests cover the combine the GPU runs.
 //
 // Slot write: for new token t with slot = slot_mapping[t] (int64, = block *
 // block_size + offset) >= 0, key_blocks/value_blocks viewed as
@@ -53,16 +57,17 @@ struct PagedAttentionShape {
   int64_t capacity() const { return int64_t{max_blocks_per_seq} * block_size; }
 };
 
-// How the keys are split. split_tokens is a multiple of kPagedTileTokens;
-// sequence b has ceil(context_lens[b] / split_tokens) non-empty splits, at
-// most num_splits. num_splits == 1: no combine pass.
-struct PagedAttentionPlan {
-  int32_t num_splits = 1;
-  int32_t split_tokens = 0;
-};
 inline constexpr int32_t kPagedTileTokens = 64;  // split granularity (the CUDA kernels' key tiles divide it)
 inline constexpr int32_t kPagedMinSplitTokens = 128;
 inline constexpr int32_t kPagedMaxSplits = 64;
+
+// How the keys are split (above). min_split_tokens is a positive multiple
+// of kPagedTileTokens; num_splits == 1: one split per sequence, no combine
+// pass.
+struct PagedAttentionPlan {
+  int32_t num_splits = 1;
+  int32_t min_split_tokens = kPagedTileTokens;
+};
 
 // Positive sizes (B >= 1, T >= B), Hq % Hkv == 0, block_size a power of two,
 // scale finite and > 0. D any positive size here; CUDA adds its own limits.
@@ -74,13 +79,14 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
                                    const int32_t* context_lens, const int32_t* q_starts);
 
 // The split plan for `s` on a device of `num_sms` multiprocessors: enough
-// splits that B * Hkv * num_splits gives about four blocks per multiprocessor, each
-// split at least kPagedMinSplitTokens keys, at most kPagedMaxSplits; sized
-// from the capacity (shapes only, so a captured CUDA graph stays valid).
+// splits that B * Hkv * num_splits gives about four blocks per
+// multiprocessor, at most kPagedMaxSplits and at most capacity /
+// kPagedMinSplitTokens, each at least kPagedMinSplitTokens keys. Shapes
+// only, so a captured CUDA graph stays valid.
 PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms);
-// The plan without splits (one split covering the capacity).
-PagedAttentionPlan SingleSplitPlan(const PagedAttentionShape& s);
-Status CheckPagedAttentionPlan(const PagedAttentionShape& s, const PagedAttentionPlan& plan);
+// The plan without splits.
+PagedAttentionPlan SingleSplitPlan();
+Status CheckPagedAttentionPlan(const PagedAttentionPlan& plan);
 
 // --- Oracle: each row on its own, the definition in fp64.
 void PagedAttentionRef(const PagedAttentionShape& s, const float* q, const float* key_blocks,

@@ -78,28 +78,21 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
 }
 
 PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms) {
-  const int64_t cap = std::max<int64_t>(s.capacity(), 1);
   const int64_t work = std::max<int64_t>(int64_t{s.num_seqs} * s.num_kv_heads, 1);
   const int64_t want = CeilDiv(4 * int64_t{std::max(num_sms, 1)}, work);
-  const int64_t by_len = std::max<int64_t>(1, cap / kPagedMinSplitTokens);
+  const int64_t by_len = std::max<int64_t>(1, s.capacity() / kPagedMinSplitTokens);
   const int64_t splits = std::max<int64_t>(1, std::min({want, by_len, int64_t{kPagedMaxSplits}}));
-  const int64_t split_tokens = CeilDiv(CeilDiv(cap, splits), kPagedTileTokens) * kPagedTileTokens;
-  return {static_cast<int32_t>(CeilDiv(cap, split_tokens)), static_cast<int32_t>(split_tokens)};
+  return {static_cast<int32_t>(splits), kPagedMinSplitTokens};
 }
 
-PagedAttentionPlan SingleSplitPlan(const PagedAttentionShape& s) {
-  const int64_t cap = std::max<int64_t>(s.capacity(), 1);
-  return {1, static_cast<int32_t>(CeilDiv(cap, kPagedTileTokens) * kPagedTileTokens)};
-}
+PagedAttentionPlan SingleSplitPlan() { return {1, kPagedTileTokens}; }
 
-Status CheckPagedAttentionPlan(const PagedAttentionShape& s, const PagedAttentionPlan& p) {
-  if (p.num_splits < 1 || p.num_splits > kPagedMaxSplits || p.split_tokens <= 0 ||
-      p.split_tokens % kPagedTileTokens != 0 || int64_t{p.num_splits} * p.split_tokens < s.capacity()) {
-    return InvalidArgument("paged attention: plan of " + std::to_string(p.num_splits) + " splits of " +
-                           std::to_string(p.split_tokens) + " keys does not cover the capacity " +
-                           std::to_string(s.capacity()) + " in splits of a multiple of " +
-                           std::to_string(kPagedTileTokens) + " keys (at most " + std::to_string(kPagedMaxSplits) +
-                           ")");
+Status CheckPagedAttentionPlan(const PagedAttentionPlan& p) {
+  if (p.num_splits < 1 || p.num_splits > kPagedMaxSplits || p.min_split_tokens <= 0 ||
+      p.min_split_tokens % kPagedTileTokens != 0) {
+    return InvalidArgument("paged attention: plan of " + std::to_string(p.num_splits) + " splits of at least " +
+                           std::to_string(p.min_split_tokens) + " keys; need 1 to " + std::to_string(kPagedMaxSplits) +
+                           " splits of a positive multiple of " + std::to_string(kPagedTileTokens) + " keys");
   }
   return Status::Ok();
 }
@@ -108,17 +101,18 @@ Status PagedAttentionCpu(const PagedAttentionShape& s, const PagedAttentionPlan&
                          const float* key_blocks, const float* value_blocks, const int32_t* block_table,
                          const int32_t* context_lens, const int32_t* q_starts, float* out, int threads) {
   TANDEM_RETURN_IF_ERROR(CheckPagedAttentionShape(s), "paged attention (cpu)");
-  TANDEM_RETURN_IF_ERROR(CheckPagedAttentionPlan(s, plan), "paged attention (cpu)");
+  TANDEM_RETURN_IF_ERROR(CheckPagedAttentionPlan(plan), "paged attention (cpu)");
   if (q == nullptr || key_blocks == nullptr || value_blocks == nullptr || out == nullptr) {
     return InvalidArgument("paged attention (cpu): null tensor");
   }
   TANDEM_RETURN_IF_ERROR(CheckPagedAttentionMetadata(s, block_table, context_lens, q_starts), "paged attention (cpu)");
   const int64_t D = s.head_dim, Hq = s.num_heads, Hkv = s.num_kv_heads, G = Hq / Hkv, bs = s.block_size;
-  const int64_t split = plan.split_tokens;
   ParallelFor(int64_t{s.num_seqs} * Hkv, threads, [&](int64_t item) {
     const int64_t b = item / Hkv, h = item % Hkv;
     const int32_t q0 = q_starts[b], q_len = q_starts[b + 1] - q0, ctx = context_lens[b];
-    const int32_t splits = detail::PagedSeqSplits(q_len, ctx, s.capacity(), plan.split_tokens);
+    const int32_t splits =
+        detail::PagedSeqSplits(q_len, ctx, s.capacity(), plan.num_splits, plan.min_split_tokens);
+    const int64_t split = detail::PagedSplitLen(ctx, plan.num_splits, plan.min_split_tokens);
     const int32_t* table = block_table + b * s.max_blocks_per_seq;
     auto row_of = [&](const float* pool, int64_t t) {
       return pool + ((int64_t{table[t / bs]} * bs + t % bs) * Hkv + h) * D;

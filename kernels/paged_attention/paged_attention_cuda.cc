@@ -60,7 +60,7 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
                           PagedKernel kernel) {
   constexpr const char* kWhat = "paged attention (cuda)";
   TANDEM_RETURN_IF_ERROR(CheckPagedAttentionShape(s), kWhat);
-  TANDEM_RETURN_IF_ERROR(CheckPagedAttentionPlan(s, plan), kWhat);
+  TANDEM_RETURN_IF_ERROR(CheckPagedAttentionPlan(plan), kWhat);
   if (s.head_dim != 64 && s.head_dim != 128) {
     return InvalidArgument(std::string(kWhat) + ": head_dim must be 64 or 128, got " + std::to_string(s.head_dim));
   }
@@ -102,7 +102,7 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
   a.max_blocks_per_seq = s.max_blocks_per_seq;
   a.capacity = s.capacity();
   a.num_splits = plan.num_splits;
-  a.split_tokens = plan.split_tokens;
+  a.min_split_tokens = plan.min_split_tokens;
   a.scale_log2 = s.scale * 1.4426950408889634f;  // log2(e)
   const int64_t max_rows = PagedMaxRows(s);
   a.max_rows = static_cast<int32_t>(std::min<int64_t>(max_rows, INT32_MAX));
@@ -112,8 +112,10 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
                            std::to_string(detail::kPagedWarpsMaxRows) + " rows per kv head, this call has up to " +
                            std::to_string(max_rows));
   }
-  const bool warps = kernel == PagedKernel::kWarps || (kernel == PagedKernel::kAuto && warps_fit);
-  return Cuda(detail::LaunchPagedAttention(a, warps, stream), "paged attention launch");
+  detail::PagedImpl impl = detail::PagedImpl::kTiles;
+  if (kernel == PagedKernel::kWarps || (kernel == PagedKernel::kAuto && warps_fit)) impl = detail::PagedImpl::kWarps;
+  if (kernel == PagedKernel::kMma || (kernel == PagedKernel::kAuto && !warps_fit)) impl = detail::PagedImpl::kMma;
+  return Cuda(detail::LaunchPagedAttention(a, impl, stream), "paged attention launch");
 }
 
 Status PagedKvWriteCuda(const PagedKvWriteShape& s, const __nv_bfloat16* k, const __nv_bfloat16* v,

@@ -4,9 +4,9 @@
 // InvalidArgument). Raw device pointers, shapes and a stream; no LibTorch.
 //
 // One block of 128 threads per (kv head, sequence, split) walks the
-// split's keys once for the rows of all Hq / Hkv query heads of all the
-// sequence's new tokens (so K/V are read once per kv head, not once per
-// query head), with an online softmax; PagedKernel below says how. With
+// split's keys for the rows of all Hq / Hkv query heads of all the
+// sequence's new tokens (so K/V are read once per kv head and 16 rows, not
+// once per query head), with an online softmax; PagedKernel below says how. With
 // plan.num_splits > 1 each split writes an fp32 partial and its log-sum-exp
 // into the workspace and a combine kernel writes `out`.
 //
@@ -37,20 +37,23 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const Page
 
 // Which kernel walks the keys (docs/inference.md "The CUDA kernels"):
 //   kTiles: the block's rows, 16 at a time, against key tiles
-//           double-buffered in shared memory through cp.async; any row
-//           count;
+//           double-buffered in shared memory through cp.async, CUDA-core
+//           arithmetic; any row count;
 //   kWarps: the decode step's kernel (paged_attention_warps.cu): K/V read
 //           straight into registers, keys dealt to the warps, no barrier
 //           until the end; at most 4 rows per kv head (q_len * Hq / Hkv),
 //           InvalidArgument past that;
+//   kMma:   as kWarps, but K/V read straight into tensor-core fragments
+//           (mma.m16n8k16, bf16 P) for 16 rows at a time
+//           (paged_attention_mma.cu); any row count;
 //   kAuto:  kWarps where the call has at most 4 rows per kv head
 //           ((T - B + 1) * Hq / Hkv: one new token a sequence and
-//           Hq / Hkv <= 4, say), else kTiles.
-// kAuto is the default: kWarps passed its GPU test and ran 1.07-1.22x the
-// tiles' speed wherever it fits (docs/benchmarks.md "Paged decode attention").
-// Both write the same rows (NaN rows, splits, skipped sequences alike) and
-// agree up to fp32 summation order.
-enum class PagedKernel { kAuto, kTiles, kWarps };
+//           Hq / Hkv <= 4, say), else kMma.
+// kAuto is the default (docs/benchmarks.md "Paged decode attention": the
+// warps kernel ran 1.07-1.22x the tiles wherever it fits). All write the
+// same rows (NaN rows, splits, skipped sequences alike) and agree up to
+// summation order (and kMma's bf16 P).
+enum class PagedKernel { kAuto, kTiles, kWarps, kMma };
 
 // The most rows per kv head a sequence of `s` can have, (T - B + 1) *
 // Hq / Hkv (each sequence has at least one new token), and whether the

@@ -23,7 +23,7 @@ struct PagedAttnArgs {
   int32_t B = 0, T = 0, Hq = 0, Hkv = 0, D = 0;
   int32_t num_blocks = 0, block_size_log2 = 0, max_blocks_per_seq = 0;
   int64_t capacity = 0;
-  int32_t num_splits = 1, split_tokens = 0;
+  int32_t num_splits = 1, min_split_tokens = 64;  // the plan (paged_attention.h)
   float scale_log2 = 0.f;  // softmax scale * log2(e): scores in log2 units
   int32_t max_rows = 0;    // an upper bound on q_len * Hq / Hkv over the sequences
 };
@@ -31,13 +31,17 @@ struct PagedAttnArgs {
 // The most rows per kv head (max_rows) the warps kernel holds.
 inline constexpr int32_t kPagedWarpsMaxRows = 4;
 
-// The attention kernel (the warps kernel when `warps`, else the tiles
-// kernel) and, with num_splits > 1, the combine, for D in {64, 128};
-// cudaErrorInvalidValue for another D, or for `warps` with max_rows >
-// kPagedWarpsMaxRows.
-cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, bool warps, cudaStream_t s);
+// The kernels that walk the keys (paged_attention_cuda.h, PagedKernel).
+enum class PagedImpl { kTiles, kWarps, kMma };
+
+// The attention kernel `impl` and, with num_splits > 1, the combine, for D
+// in {64, 128}; cudaErrorInvalidValue for another D, or for kWarps with
+// max_rows > kPagedWarpsMaxRows.
+cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, PagedImpl impl, cudaStream_t s);
 // The warps kernel alone (paged_attention_warps.cu).
 cudaError_t LaunchPagedWarpsKernel(const PagedAttnArgs& a, cudaStream_t s);
+// The mma kernel alone (paged_attention_mma.cu).
+cudaError_t LaunchPagedMmaKernel(const PagedAttnArgs& a, cudaStream_t s);
 
 cudaError_t LaunchPagedKvWrite(int64_t num_tokens, int32_t row_elems, int64_t num_slots, const __nv_bfloat16* k,
                                const __nv_bfloat16* v, const int64_t* slot_mapping, __nv_bfloat16* key_blocks,

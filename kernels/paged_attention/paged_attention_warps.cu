@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
   if (!PagedRowsValid(q0, q1, a.T)) return;  // rows unknown: skipped
   const int q_len = q1 - q0, ctx = a.context_lens[b];
   const int G = a.Hq / a.Hkv, R = q_len * G;
-  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.split_tokens);
+  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
   if (nsplit == 0) {
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
     }
     return;
   }
-  const int kv_begin = split * a.split_tokens;
-  const int kv_end = min(kv_begin + a.split_tokens, ctx);
+  const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
+  const int kv_begin = split * split_len, kv_end = min(kv_begin + split_len, ctx);
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
 

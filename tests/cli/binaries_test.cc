@@ -70,7 +70,7 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   EXPECT_THAT(paged.err, HasSubstr("CUDA kernels: TANDEM_PAGED_ATTENTION=tiles"));
   CliRun warps = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "warps", "--list-workers"});
   EXPECT_NE(warps.rc, 0);
-  EXPECT_THAT(warps.err, HasSubstr("--paged-attention: warps not in {auto,tiles}"));
+  EXPECT_THAT(warps.err, HasSubstr("--paged-attention: warps not in {auto,tiles,mma}"));
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker

@@ -31,8 +31,8 @@ inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "of
 
 inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
 // kernels::PagedKernel: auto (the warps kernel for decode steps of at most 4
-// rows per kv head, the tiles kernel otherwise; 1.07-1.22x the tiles where
-// it runs, docs/benchmarks.md) or tiles everywhere.
-inline constexpr std::array<std::string_view, 2> kPagedAttentionChoices = {"auto", "tiles"};
+// rows per kv head, the mma kernel otherwise; docs/benchmarks.md "Paged
+// decode attention"), or the tiles or the mma kernel everywhere.
+inline constexpr std::array<std::string_view, 3> kPagedAttentionChoices = {"auto", "tiles", "mma"};
 
 }  // namespace tandem::ops

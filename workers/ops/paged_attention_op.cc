@@ -20,6 +20,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <iterator>
+
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "workers/ops/env_choice.h"
 #include "workers/ops/kernel_choices.h"
@@ -50,8 +52,9 @@ void CheckPools(const at::Tensor& key_blocks, const at::Tensor& value_blocks, at
 #ifdef TANDEM_TORCH_CUDA
 // The kernel TANDEM_PAGED_ATTENTION picks (kernel_choices.h), read once a process.
 PagedKernel Kernel() {
-  static const PagedKernel k =
-      EnvChoice(kPagedAttentionVar, kPagedAttentionChoices) == 0 ? PagedKernel::kAuto : PagedKernel::kTiles;
+  constexpr PagedKernel kByChoice[] = {PagedKernel::kAuto, PagedKernel::kTiles, PagedKernel::kMma};
+  static_assert(std::size(kByChoice) == kPagedAttentionChoices.size(), "one kernel per choice, in its order");
+  static const PagedKernel k = kByChoice[EnvChoice(kPagedAttentionVar, kPagedAttentionChoices)];
   return k;
 }
 #endif
@@ -94,7 +97,7 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
   const at::Tensor q = q_in.contiguous();
   at::Tensor out = NewOutput(q.sizes(), q.options());
   if (device.is_cpu()) {
-    ThrowIfError(PagedAttentionCpu(s, SingleSplitPlan(s), q.data_ptr<float>(), key_blocks.data_ptr<float>(),
+    ThrowIfError(PagedAttentionCpu(s, SingleSplitPlan(), q.data_ptr<float>(), key_blocks.data_ptr<float>(),
                                    value_blocks.data_ptr<float>(), block_table.data_ptr<int32_t>(),
                                    context_lens.data_ptr<int32_t>(), q_starts.data_ptr<int32_t>(),
                                    out.data_ptr<float>()),

@@ -5,10 +5,14 @@
 // in the same run (cudaMemcpyAsync device to device of 1 GiB: 2 bytes moved
 // per byte copied). "limit" = bytes / copy bandwidth; "of limit" = limit /
 // measured time, for the kernel PagedKernel::kAuto runs. Each case times
-// the tiles kernel and, where the shape allows it (at most 4 rows per kv
-// head), the warps kernel, in the same run. The pools are cycled over enough copies (>= 256 MiB in all)
-// that every step reads cold data rather than L2.
-// Usage: paged_attention_bench [--quick]    (prints a Markdown table)
+// the tiles kernel, the mma kernel and, where the shape allows it (at most
+// 4 rows per kv head), the warps kernel, in the same run. The block tables
+// have room for 4096 keys whatever the context (as an engine's do: the
+// split plan follows the capacity, each sequence's splits its context).
+// The pools are cycled over enough copies (>= 256 MiB in all) that every
+// step reads cold data rather than L2.
+// Usage: paged_attention_bench [--quick]    (prints a Markdown table; --quick:
+// the first heads only)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -39,7 +43,7 @@ struct Heads {
 
 // One case; prints its table row.
 int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, double copy_bw, std::mt19937_64& rng) {
-  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs;
+  const int32_t bs = 16, blocks_per_seq = (ctx + bs - 1) / bs, table_width = std::max(blocks_per_seq, 4096 / bs);
   PagedAttentionShape s;
   s.num_seqs = batch;
   s.num_tokens = batch * q_len;
@@ -48,15 +52,20 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   s.head_dim = h.d;
   s.num_blocks = batch * blocks_per_seq;
   s.block_size = bs;
-  s.max_blocks_per_seq = blocks_per_seq;
+  s.max_blocks_per_seq = table_width;
   s.scale = 1.f / std::sqrt(static_cast<float>(h.d));
   const PagedAttentionPlan plan = tandem::kernels::PlanPagedAttention(s, sms);
   const size_t pool_bytes = static_cast<size_t>(s.num_blocks) * bs * h.hkv * h.d * sizeof(__nv_bfloat16);
   const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / pool_bytes + 1, 1, 64));
 
-  std::vector<int32_t> ids(static_cast<size_t>(s.num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> perm(static_cast<size_t>(s.num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> ids(static_cast<size_t>(batch) * table_width, 0);  // unused entries: block 0
+  for (int32_t b = 0; b < batch; ++b) {
+    std::copy_n(perm.begin() + static_cast<ptrdiff_t>(b) * blocks_per_seq, blocks_per_seq,
+                ids.begin() + static_cast<ptrdiff_t>(b) * table_width);
+  }
   std::vector<int32_t> ctx_lens(static_cast<size_t>(batch), ctx), starts(static_cast<size_t>(batch) + 1);
   for (int32_t b = 0; b <= batch; ++b) starts[static_cast<size_t>(b)] = b * q_len;
 
@@ -115,16 +124,19 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   };
   const bool warps_fit = tandem::kernels::PagedWarpsFit(s);
   const double tiles = time(PagedKernel::kTiles);
+  const double mma = time(PagedKernel::kMma);
   const double warps = warps_fit ? time(PagedKernel::kWarps) : 0;
-  if (tiles < 0 || warps < 0) return 1;
-  const double t = warps_fit ? warps : tiles;  // what kAuto runs
+  if (tiles < 0 || mma < 0 || warps < 0) return 1;
+  const double t = warps_fit ? warps : mma;  // what kAuto runs
   const double kv = 2.0 * batch * static_cast<double>(ctx) * h.hkv * h.d * sizeof(__nv_bfloat16);
-  const double bytes = kv + 2.0 * static_cast<double>(qo_bytes) + static_cast<double>(ids.size()) * 4;
+  const double table_bytes = static_cast<double>(batch) * blocks_per_seq * 4;  // the entries read
+  const double bytes = kv + 2.0 * static_cast<double>(qo_bytes) + table_bytes;
   const double limit = bytes / copy_bw;
-  char warps_cols[64] = "| — | — ";
-  if (warps_fit) std::snprintf(warps_cols, sizeof(warps_cols), "| %.1f | %.2fx ", warps * 1e6, tiles / warps);
-  std::printf("| %s | %d | %d | %d | %d | %.1f %s| %.2f | %.1f | %.1f | %.0f%% |\n", h.name, batch, ctx, q_len,
-              plan.num_splits, tiles * 1e6, warps_cols, bytes / 1e6, bytes / t / 1e9, limit * 1e6, 100.0 * limit / t);
+  char warps_col[32] = "—";
+  if (warps_fit) std::snprintf(warps_col, sizeof(warps_col), "%.1f", warps * 1e6);
+  std::printf("| %s | %d | %d | %d | %d | %.1f | %s | %.1f | %.2fx | %.2f | %.1f | %.1f | %.0f%% |\n", h.name, batch, ctx,
+              q_len, plan.num_splits, tiles * 1e6, warps_col, mma * 1e6, tiles / t, bytes / 1e6, bytes / t / 1e9,
+              limit * 1e6, 100.0 * limit / t);
   std::fflush(stdout);
   for (int c = 0; c < copies; ++c) {
     cudaFree(kb[static_cast<size_t>(c)]);
@@ -144,15 +156,17 @@ int main(int argc, char** argv) {
   if (CopyBandwidth(&copy_bw) != 0) return 1;
   std::printf("device: %s, %d SMs; device copy bandwidth %.0f GB/s (read + write, 1 GiB cudaMemcpyAsync)\n\n",
               prop.name, prop.multiProcessorCount, copy_bw / 1e9);
-  std::printf("| heads (Hq/Hkv x D) | batch | context | new tokens | splits | tiles µs | warps µs | warps speed-up "
-              "| MB moved | GB/s | limit µs | of limit |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| heads (Hq/Hkv x D) | batch | context | new tokens | splits | tiles µs | warps µs | mma µs "
+              "| auto / tiles | MB moved | GB/s | limit µs | of limit |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(1);
-  const Heads heads[] = {{"16/8 x 128", 16, 8, 128}, {"32/4 x 128", 32, 4, 128}, {"16/8 x 64", 16, 8, 64}};
+  const Heads heads[] = {{"16/2 x 128", 16, 2, 128},
+                         {"16/8 x 128", 16, 8, 128},
+                         {"32/4 x 128", 32, 4, 128},
+                         {"16/8 x 64", 16, 8, 64}};
   for (const Heads& h : heads) {
     for (int32_t batch : {1, 16, 64, 256}) {
       for (int32_t ctx : {512, 1024, 2048, 4096}) {
-        if (quick && ctx != 2048) continue;
         if (RunCase(h, batch, ctx, 1, prop.multiProcessorCount, copy_bw, rng) != 0) return 1;
       }
       if (RunCase(h, batch, 2048, 4, prop.multiProcessorCount, copy_bw, rng) != 0) return 1;

@@ -2,9 +2,10 @@
 // oracle here) on the same bf16-rounded inputs: random block tables with
 // shared blocks and NaN in every slot that must not be read, contexts
 // 1..3000, 1..4 new tokens, head dims 64 and 128, group sizes 1..8 (so the
-// tiles kernel's 4-, 8- and 16-row tiles and its row-group loop all run,
-// and the warps kernel's 1-, 2- and 4-row instances wherever a shape has at
-// most 4 rows per kv head), without splits and with the device plan's
+// tiles kernel's 4-, 8- and 16-row tiles and the tiles and mma kernels'
+// row-group loops all run, and the warps kernel's 1-, 2- and 4-row
+// instances wherever a shape has at most 4 rows per kv head), block sizes
+// 1 to 64, without splits, with the device plan's splits and with 64-key
 // splits; a bad block id or length gives NaN rows for that sequence only;
 // the slot write equals the CPU's bit for bit.
 // Outputs poisoned (finite) before each launch.
@@ -72,7 +73,7 @@ std::vector<float> RunGpu(const PagedProblem& p, const PagedAttentionPlan& plan,
 
 std::vector<float> RunCpu(const PagedProblem& p) {
   std::vector<float> out(p.q.size(), testing::kPoison);
-  const Status st = PagedAttentionCpu(p.s, SingleSplitPlan(p.s), p.q.data(), p.key_blocks.data(),
+  const Status st = PagedAttentionCpu(p.s, SingleSplitPlan(), p.q.data(), p.key_blocks.data(),
                                       p.value_blocks.data(), p.block_table.data(), p.context_lens.data(),
                                       p.q_starts.data(), out.data());
   EXPECT_TRUE(st.ok()) << st.ToString();
@@ -85,11 +86,13 @@ struct Config {
 
 // The kernels that can run `s`.
 std::vector<PagedKernel> Kernels(const PagedAttentionShape& s) {
-  if (PagedWarpsFit(s)) return {PagedKernel::kTiles, PagedKernel::kWarps};
-  return {PagedKernel::kTiles};
+  if (PagedWarpsFit(s)) return {PagedKernel::kTiles, PagedKernel::kWarps, PagedKernel::kMma};
+  return {PagedKernel::kTiles, PagedKernel::kMma};
 }
 
-std::string Name(PagedKernel k) { return k == PagedKernel::kWarps ? "warps" : "tiles"; }
+std::string Name(PagedKernel k) {
+  return k == PagedKernel::kWarps ? "warps" : k == PagedKernel::kMma ? "mma" : "tiles";
+}
 
 TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
   const uint64_t seed = testing::FreshSeed();
@@ -101,7 +104,8 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
                           Config{8, 8, 64, 16, 4, 1800, 4}, Config{16, 2, 64, 32, 7, 1200, 3},
                           Config{4, 2, 128, 1, 3, 300, 2}, Config{12, 4, 64, 64, 40, 600, 1},
                           Config{16, 2, 128, 16, 8, 1000, 1}, Config{8, 8, 128, 16, 6, 1500, 1},
-                          Config{32, 8, 128, 16, 5, 2000, 1}, Config{8, 4, 64, 16, 30, 3000, 1}}) {
+                          Config{32, 8, 128, 16, 5, 2000, 1}, Config{8, 4, 64, 16, 30, 3000, 1},
+                          Config{16, 2, 128, 8, 5, 900, 2}, Config{16, 2, 64, 4, 9, 700, 1}}) {
     SCOPED_TRACE("Hq=" + std::to_string(c.heads) + " Hkv=" + std::to_string(c.kv_heads) + " D=" +
                  std::to_string(c.head_dim) + " bs=" + std::to_string(c.block_size) + " B=" +
                  std::to_string(c.batch) + " max_q=" + std::to_string(c.max_q));
@@ -109,10 +113,9 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
         rng, testing::RandomPagedCase(rng, c.heads, c.kv_heads, c.head_dim, c.block_size, c.batch, c.max_ctx, c.max_q));
     Round(p);
     const std::vector<float> ref = RunCpu(p);
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, sms),
-                                           PagedAttentionPlan{static_cast<int32_t>((p.s.capacity() + 127) / 128), 128}}) {
-      if (plan.num_splits > kPagedMaxSplits) continue;
-      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of " + std::to_string(plan.split_tokens));
+    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PlanPagedAttention(p.s, sms),
+                                           PagedAttentionPlan{kPagedMaxSplits, kPagedTileTokens}}) {
+      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of >= " + std::to_string(plan.min_split_tokens));
       for (PagedKernel k : Kernels(p.s)) {
         SCOPED_TRACE("kernel=" + Name(k));
         EXPECT_EQ(testing::CheckClose(RunGpu(p, plan, k), ref, testing::kBf16), "");
@@ -132,7 +135,7 @@ TEST(PagedAttentionGpu, BadMetadataGivesNanRowsOfThatSequence) {
     const int64_t row = int64_t{8} * 128;
     p.block_table[static_cast<size_t>(p.s.max_blocks_per_seq * 1 + 5)] = p.s.num_blocks + 3;  // sequence 1
     p.context_lens[2] = 0;                                                                      // sequence 2
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PlanPagedAttention(p.s, 132)}) {
+    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PlanPagedAttention(p.s, 132)}) {
       for (PagedKernel k : Kernels(p.s)) {
         SCOPED_TRACE("q_len[1]=" + std::to_string(q_lens[1]) + " splits=" + std::to_string(plan.num_splits) +
                      " kernel=" + Name(k));
@@ -151,7 +154,7 @@ TEST(PagedAttentionGpu, RefusesOtherHeadDimsAndSmallWorkspace) {
   PagedProblem p = testing::MakePagedProblem(rng, PagedCase{4, 2, 96, 16, {600}, {1}, 1.f});
   Device d(p);
   DeviceBuffer<char> ws(1 << 20);
-  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(p.s), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
+  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
                                        d.ctx.get(), d.starts.get(), d.out.get(), ws.get(), ws.size(), nullptr);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("head_dim must be 64 or 128"), std::string::npos) << st.message();
@@ -167,7 +170,7 @@ TEST(PagedAttentionGpu, WarpsKernelRefusesMoreThanFourRowsPerKvHead) {
   std::mt19937_64 rng(7);
   PagedProblem p = testing::MakePagedProblem(rng, PagedCase{16, 2, 128, 16, {300}, {1}, 1.f});  // 8 rows
   Device d(p);
-  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(p.s), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
+  const Status st = PagedAttentionCuda(p.s, SingleSplitPlan(), d.q.get(), d.kb.get(), d.vb.get(), d.table.get(),
                                        d.ctx.get(), d.starts.get(), d.out.get(), nullptr, 0, nullptr,
                                        PagedKernel::kWarps);
   EXPECT_FALSE(st.ok());
@@ -183,7 +186,7 @@ TEST(PagedAttentionGpu, WarpsKernelSurvivesMoreRowsThanPromised) {
   PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 4, 128, 16, {300, 200}, {1, 1}, 1.f});  // 2 rows
   Round(p);
   p.q_starts = {0, 2, 2};  // sequence 0 claims both tokens (4 rows); sequence 1 is empty (skipped)
-  for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), PagedAttentionPlan{3, 128}}) {
+  for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PagedAttentionPlan{3, 128}}) {
     SCOPED_TRACE("splits=" + std::to_string(plan.num_splits));
     const std::vector<float> out = RunGpu(p, plan, PagedKernel::kWarps);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << "element " << i;

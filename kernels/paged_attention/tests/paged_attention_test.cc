@@ -7,10 +7,12 @@
 // invariants; the slot write; bad input rejected with the field named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/paged_attention/paged_attention_rules.h"
 #include "kernels/paged_attention/tests/random_paged.h"
 #include "kernels/testing/compare.h"
 
@@ -57,10 +59,9 @@ TEST(PagedAttentionCpu, MatchesOracleOverShapesAndPlans) {
     const PagedProblem p = MakePagedProblem(rng, pc);
     const std::vector<float> ref = RunRef(p);
     const PagedAttentionPlan device = PlanPagedAttention(p.s, 132);
-    const PagedAttentionPlan fine{static_cast<int32_t>((p.s.capacity() + 63) / 64), 64};
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(p.s), device, fine}) {
-      if (plan.num_splits > kPagedMaxSplits) continue;
-      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of " + std::to_string(plan.split_tokens));
+    const PagedAttentionPlan fine{kPagedMaxSplits, kPagedTileTokens};  // 64-key splits up to 4096 keys
+    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), device, fine, PagedAttentionPlan{3, 128}}) {
+      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of >= " + std::to_string(plan.min_split_tokens));
       EXPECT_EQ(CheckClose(RunCpu(p, plan), ref, testing::kFp32), "");
     }
   }
@@ -87,7 +88,7 @@ TEST(PagedAttentionCpu, ChunkEqualsOneTokenSteps) {
       one.q_starts = {0, 1};
       const int64_t t = p.q_starts[static_cast<size_t>(b)] + j;
       one.q.assign(p.q.begin() + t * row, p.q.begin() + (t + 1) * row);
-      const std::vector<float> step = RunCpu(one, SingleSplitPlan(one.s));
+      const std::vector<float> step = RunCpu(one, SingleSplitPlan());
       EXPECT_EQ(CheckClose(step.data(), chunk.data() + t * row, static_cast<size_t>(row), testing::kFp32), "")
           << "sequence " << b << " token " << j;
     }
@@ -97,13 +98,13 @@ TEST(PagedAttentionCpu, ChunkEqualsOneTokenSteps) {
 TEST(PagedAttentionCpu, OneKeyGivesItsValue) {
   std::mt19937_64 rng(7);
   const PagedProblem p = MakePagedProblem(rng, PagedCase{2, 1, 8, 16, {1}, {1}, 5.f});
-  const std::vector<float> out = RunCpu(p, SingleSplitPlan(p.s));
+  const std::vector<float> out = RunCpu(p, SingleSplitPlan());
   const int64_t slot = int64_t{p.block_table[0]} * 16;
   for (int h = 0; h < 2; ++h)
     for (int d = 0; d < 8; ++d) EXPECT_EQ(out[static_cast<size_t>(h * 8 + d)], p.value_blocks[static_cast<size_t>(slot * 8 + d)]);
 }
 
-TEST(PagedAttentionPlanTest, CoversCapacityAndSplitsSmallBatches) {
+TEST(PagedAttentionPlanTest, SplitsSmallBatchesAcrossTheDevice) {
   for (int32_t B : {1, 3, 16, 64, 256}) {
     for (int32_t width : {1, 7, 32, 256}) {
       PagedAttentionShape s;
@@ -118,11 +119,11 @@ TEST(PagedAttentionPlanTest, CoversCapacityAndSplitsSmallBatches) {
       s.scale = 0.1f;
       const PagedAttentionPlan p = PlanPagedAttention(s, 132);
       SCOPED_TRACE("B=" + std::to_string(B) + " width=" + std::to_string(width));
-      EXPECT_TRUE(CheckPagedAttentionPlan(s, p).ok());
-      EXPECT_GE(int64_t{p.num_splits} * p.split_tokens, s.capacity());
-      EXPECT_LT(int64_t{p.num_splits - 1} * p.split_tokens, s.capacity());  // no empty split
-      if (p.num_splits > 1) {
-        EXPECT_GE(p.split_tokens, kPagedMinSplitTokens);
+      EXPECT_TRUE(CheckPagedAttentionPlan(p).ok());
+      EXPECT_EQ(p.min_split_tokens, kPagedMinSplitTokens);
+      EXPECT_LE(int64_t{p.num_splits} * kPagedMinSplitTokens, std::max<int64_t>(s.capacity(), kPagedMinSplitTokens));
+      if (p.num_splits < kPagedMaxSplits && int64_t{p.num_splits + 1} * kPagedMinSplitTokens <= s.capacity()) {
+        EXPECT_GE(int64_t{B} * s.num_kv_heads * p.num_splits, 4 * 132);  // not capped: fills the device
       }
       if (B >= 128) {
         EXPECT_EQ(p.num_splits, 1);
@@ -135,6 +136,36 @@ TEST(PagedAttentionPlanTest, CoversCapacityAndSplitsSmallBatches) {
   s.block_size = 16;
   s.max_blocks_per_seq = 256;  // 4096 keys
   EXPECT_GE(PlanPagedAttention(s, 132).num_splits, 16);  // batch 1 spreads over the device
+  EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{0, 64}).ok());
+  EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{kPagedMaxSplits + 1, 64}).ok());
+  EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{4, 96}).ok());
+}
+
+// A sequence's splits follow its own length: at most num_splits, each a
+// multiple of 64 keys and at least the plan's minimum, covering the keys
+// with no empty split; one split under SingleSplitPlan.
+TEST(PagedAttentionPlanTest, SequenceSplitsFollowTheContext) {
+  for (int32_t num_splits : {1, 2, 5, 64}) {
+    for (int32_t min_split : {64, 128, 256}) {
+      for (int32_t ctx = 1; ctx <= 9000; ctx += ctx < 300 ? 1 : 37) {
+        SCOPED_TRACE("splits=" + std::to_string(num_splits) + " min=" + std::to_string(min_split) +
+                     " ctx=" + std::to_string(ctx));
+        const int32_t len = detail::PagedSplitLen(ctx, num_splits, min_split);
+        const int32_t n = detail::PagedSeqSplits(1, ctx, 9000, num_splits, min_split);
+        ASSERT_EQ(len % kPagedTileTokens, 0);
+        ASSERT_GE(len, min_split);
+        ASSERT_GE(n, 1);
+        ASSERT_LE(n, num_splits);
+        ASSERT_GE(int64_t{n} * len, ctx);
+        ASSERT_LT(int64_t{n - 1} * len, ctx);
+      }
+    }
+  }
+  EXPECT_EQ(detail::PagedSeqSplits(1, 4000, 4096, SingleSplitPlan().num_splits, SingleSplitPlan().min_split_tokens),
+            1);
+  EXPECT_EQ(detail::PagedSeqSplits(1, 550, 4096, 5, kPagedMinSplitTokens), 5);  // 128-key splits
+  EXPECT_EQ(detail::PagedSeqSplits(2, 1, 4096, 5, 128), 0);                       // ctx < q_len
+  EXPECT_EQ(detail::PagedSeqSplits(1, 5000, 4096, 5, 128), 0);                    // ctx > capacity
 }
 
 TEST(PagedKvWrite, WritesSlotsSkipsNegativeAndChecksFirst) {
@@ -163,7 +194,7 @@ TEST(PagedAttentionCpu, RejectsBadInput) {
   const PagedProblem good = MakePagedProblem(rng, PagedCase{4, 2, 16, 4, {9, 5}, {2, 1}, 1.f});
   auto run = [](const PagedProblem& p) {
     std::vector<float> out(p.q.size());
-    return PagedAttentionCpu(p.s, SingleSplitPlan(p.s), p.q.data(), p.key_blocks.data(), p.value_blocks.data(),
+    return PagedAttentionCpu(p.s, SingleSplitPlan(), p.q.data(), p.key_blocks.data(), p.value_blocks.data(),
                              p.block_table.data(), p.context_lens.data(), p.q_starts.data(), out.data());
   };
   ASSERT_TRUE(run(good).ok());

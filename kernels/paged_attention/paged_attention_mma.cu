@@ -1,0 +1,273 @@
+// The mma kernel of paged decode attention (paged_attention_cuda.h,
+// PagedKernel::kMma): tensor cores for the rows of a GQA group, where the
+// warps kernel's registers do not reach (more than 4 rows per kv head: a
+// decode step of a model with 8 query heads per kv head, or several new
+// tokens a sequence) and the tiles kernel spends its time in CUDA-core
+// FMAs (each K/V element serves 8+ rows; docs/benchmarks.md "Where the
+// 3.1B model's batch-64 step goes").
+//
+// One block of 4 warps per (kv head, sequence, split), as the other
+// kernels, so the split plan and the combine are the same. The block's rows
+// (q_len * Hq / Hkv) go 16 at a time (the M of mma.m16n8k16, rows past R
+// zero); for each row group the split's keys are dealt to the warps 16 at a
+// time and read straight from global memory into mma fragments, no shared
+// memory and no barrier until the end:
+//   - scores S[16 x 16] = Q K^T: two n-tiles of 8 keys. Lane (g, c) = (lane
+//     / 4, lane % 4) loads key g of each tile, 16 bytes per 32 dimensions
+//     (dims 32j + 8c .. +8), and uses them as the B fragments of two k-slices;
+//     q's A fragments are loaded with the same permutation of the dimensions
+//     (a dot product does not care about their order);
+//   - an online softmax per row (the 4 lanes of a quad hold a row's 16
+//     scores), p rounded to bf16 as the A fragment of P V (the score tiles'
+//     accumulator layout is the A layout);
+//   - O[16 x D] += P V: lane (g, c) loads keys 2c, 2c+1, 2c+8, 2c+9 of the 16,
+//     dims [g D/8, (g+1) D/8) of each (16 or 32 contiguous bytes), and pairs
+//     two keys' halves of one dimension into a B fragment (byte permutes);
+//     n-tile t's column g is dimension g D/8 + t, so a lane's accumulators
+//     hold dims [2c D/8, (2c+2) D/8) of its two rows.
+// At the end the warps merge through shared memory (the log-sum-exp merge of
+// the warps kernel) and the block writes its rows as the other kernels do
+// (paged_attention_common.cuh). P in bf16 is the one rounding the other
+// kernels do not have (as in flash attention); the GPU test's bf16
+// tolerance holds it.
+#include "kernels/paged_attention/paged_attention_common.cuh"
+#include "kernels/paged_attention/paged_attention_rules.h"
+#include "kernels/tree_attention/mma_sm80.cuh"  // Mma16816, PackBf16
+
+namespace tandem::kernels::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRows = 16;  // rows per row group: the mma's M
+constexpr int kKeys = 16;  // keys per warp step: two score n-tiles, one P V k-slice
+constexpr unsigned kFull = 0xffffffffu;
+
+// exp2(x - m) for a running max m that may still be -inf (nothing seen).
+__device__ __forceinline__ float Scale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
+
+__device__ __forceinline__ float QuadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
+}
+
+__device__ __forceinline__ float QuadSum(float v) {
+  v += __shfl_xor_sync(kFull, v, 1);
+  return v + __shfl_xor_sync(kFull, v, 2);
+}
+
+__device__ __forceinline__ void Words(const uint4& v, uint32_t* w) {
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+}
+
+template <int D>
+struct MmaCfg {
+  static constexpr int kQChunks = D / 32;  // 16-byte loads of a key (and q) row per lane
+  static constexpr int kSlices = D / 16;   // k-slices of the score mma
+  static constexpr int kTiles = D / 8;     // n-tiles of the output
+  static constexpr int kVWords = D / 16;   // 32-bit words of a value row per lane (D / 8 dims)
+  static constexpr int kStride = D + 4;    // shared row of a warp's partial output, padded
+  // Where dimension d of a row lives in that row: one float of padding per
+  // lane quarter (2 D / 8 dims), so the 32 lanes' stores hit 32 banks.
+  __device__ static int Col(int d) { return d + d / (2 * kTiles); }
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArgs a) {
+  using C = MmaCfg<D>;
+  __shared__ float o_s[kWarps][kRows][C::kStride];
+  __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
+
+  const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
+  if (!PagedRowsValid(q0, q1, a.T)) return;  // rows unknown: skipped
+  const int q_len = q1 - q0, ctx = a.context_lens[b];
+  const int G = a.Hq / a.Hkv, R = q_len * G;
+  const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
+  if (nsplit == 0) {
+    PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
+    return;
+  }
+  if (split >= nsplit) return;
+  const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
+  const int kv_begin = split * split_len, kv_end = min(kv_begin + split_len, ctx);
+  const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
+  const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
+  // Key chunks start at multiples of 16 (kv_begin is a multiple of 64), so
+  // with blocks of at least 16 tokens a chunk lies in one block.
+  const bool chunk_in_one_block = bs_log2 >= 4;
+
+  bool bad = false;
+  for (int base = 0; base < R; base += kRows) {
+    // q's A fragments for rows base + g and base + g + 8 (zero past R).
+    uint32_t qf[C::kSlices][4];
+    const int r_lo = base + g, r_hi = base + g + 8;
+#pragma unroll
+    for (int j = 0; j < C::kQChunks; ++j) {
+      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
+      if (r_lo < R) lo = __ldg(reinterpret_cast<const uint4*>(a.q + PagedOutRow(a, q0, h, G, r_lo) * D + 32 * j + 8 * c));
+      if (r_hi < R) hi = __ldg(reinterpret_cast<const uint4*>(a.q + PagedOutRow(a, q0, h, G, r_hi) * D + 32 * j + 8 * c));
+      qf[2 * j][0] = lo.x;
+      qf[2 * j][1] = hi.x;
+      qf[2 * j][2] = lo.y;
+      qf[2 * j][3] = hi.y;
+      qf[2 * j + 1][0] = lo.z;
+      qf[2 * j + 1][1] = hi.z;
+      qf[2 * j + 1][2] = lo.w;
+      qf[2 * j + 1][3] = hi.w;
+    }
+    const int lim_lo = r_lo < R ? min(PagedVisibleKeys(ctx, q_len, r_lo / G), kv_end) : 0;
+    const int lim_hi = r_hi < R ? min(PagedVisibleKeys(ctx, q_len, r_hi / G), kv_end) : 0;
+    float o[C::kTiles][4];
+#pragma unroll
+    for (int t = 0; t < C::kTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+
+    for (int k0 = kv_begin + warp * kKeys; k0 < kv_end; k0 += kWarps * kKeys) {
+      const int chunk_id = chunk_in_one_block ? table[k0 >> bs_log2] : 0;
+      // The pool offset of key t's row for kv head h, or -1 when t is past
+      // the split or its block id is out of range (which marks the sequence bad).
+      auto row_of = [&](int t) -> int64_t {
+        if (t >= kv_end) return -1;
+        const int id = chunk_in_one_block ? chunk_id : table[t >> bs_log2];
+        if (id < 0 || id >= a.num_blocks) {
+          bad = true;
+          return -1;
+        }
+        return (((static_cast<int64_t>(id) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D;
+      };
+      // Every load of the step first: K for keys g and 8 + g, V for keys 2c, 2c+1, 2c+8, 2c+9.
+      uint4 kr[2][C::kQChunks];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int64_t off = row_of(k0 + 8 * n + g);
+#pragma unroll
+        for (int j = 0; j < C::kQChunks; ++j) {
+          kr[n][j] = off >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off + 32 * j + 8 * c))
+                              : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+      uint32_t vw[4][C::kVWords];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t off = row_of(k0 + 2 * c + (i & 1) + 8 * (i >> 1));
+#pragma unroll
+        for (int v = 0; v < C::kVWords / 4; ++v) {
+          const uint4 x = off >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.value_blocks + off + g * (D / 8) + 8 * v))
+                                   : make_uint4(0u, 0u, 0u, 0u);
+          Words(x, &vw[i][4 * v]);
+        }
+      }
+
+      // Scores: s[n] holds (row g, keys 8n + 2c, +1) and (row g + 8, the same keys).
+      float s[2][4];
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < C::kQChunks; ++j) {
+          Mma16816(s[n], qf[2 * j], kr[n][j].x, kr[n][j].y);
+          Mma16816(s[n], qf[2 * j + 1], kr[n][j].z, kr[n][j].w);
+        }
+      }
+      // Mask, scale to log2 units, and the online softmax of both rows.
+      float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + 8 * n + 2 * c + (e & 1);
+          s[n][e] = key < (e < 2 ? lim_lo : lim_hi) ? s[n][e] * a.scale_log2 : -INFINITY;
+        }
+        mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
+        mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
+      }
+      const float mn_lo = fmaxf(m_lo, QuadMax(mx_lo)), mn_hi = fmaxf(m_hi, QuadMax(mx_hi));
+      const float al_lo = Scale(m_lo, mn_lo), al_hi = Scale(m_hi, mn_hi);
+      m_lo = mn_lo;
+      m_hi = mn_hi;
+      l_lo *= al_lo;
+      l_hi *= al_hi;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        s[n][0] = Scale(s[n][0], mn_lo);
+        s[n][1] = Scale(s[n][1], mn_lo);
+        s[n][2] = Scale(s[n][2], mn_hi);
+        s[n][3] = Scale(s[n][3], mn_hi);
+        l_lo += s[n][0] + s[n][1];
+        l_hi += s[n][2] + s[n][3];
+      }
+      const uint32_t pa[4] = {PackBf16(s[0][0], s[0][1]), PackBf16(s[0][2], s[0][3]), PackBf16(s[1][0], s[1][1]),
+                              PackBf16(s[1][2], s[1][3])};
+      // O += P V; n-tile t reads dimension g D/8 + t of the four keys.
+#pragma unroll
+      for (int t = 0; t < C::kTiles; ++t) {
+        o[t][0] *= al_lo;
+        o[t][1] *= al_lo;
+        o[t][2] *= al_hi;
+        o[t][3] *= al_hi;
+        const uint32_t sel = t % 2 ? 0x7632u : 0x5410u;  // high or low halves of the two words
+        const int w = t / 2;
+        Mma16816(o[t], pa, __byte_perm(vw[0][w], vw[1][w], sel), __byte_perm(vw[2][w], vw[3][w], sel));
+      }
+    }
+
+    // The warp's partial rows into shared memory (lane sums of l first).
+    l_lo = QuadSum(l_lo);
+    l_hi = QuadSum(l_hi);
+#pragma unroll
+    for (int t = 0; t < C::kTiles; ++t) {
+      const int d0 = 2 * c * C::kTiles + t, d1 = d0 + C::kTiles;
+      o_s[warp][g][C::Col(d0)] = o[t][0];
+      o_s[warp][g][C::Col(d1)] = o[t][1];
+      o_s[warp][g + 8][C::Col(d0)] = o[t][2];
+      o_s[warp][g + 8][C::Col(d1)] = o[t][3];
+    }
+    if (c == 0) {
+      m_s[warp][g] = m_lo;
+      l_s[warp][g] = l_lo;
+      m_s[warp][g + 8] = m_hi;
+      l_s[warp][g + 8] = l_hi;
+    }
+    bad = __syncthreads_or(bad) != 0;
+    // Then the warps; thread (row, d) writes the element.
+    for (int i = tid; i < kRows * D; i += kThreads) {
+      const int r = i / D, d = i % D, rr = base + r;
+      if (rr >= R) break;  // rows past R come last
+      float mm = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][r]);
+      float acc = 0.f, sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float sc = Scale(m_s[w][r], mm);
+        acc += o_s[w][r][C::Col(d)] * sc;
+        sum += l_s[w][r] * sc;
+      }
+      PagedStore<D>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, acc, sum, mm);
+    }
+    __syncthreads();  // the next row group rewrites o_s, m_s, l_s
+  }
+}
+
+template <int D>
+cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
+  PagedMmaKernel<D><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchPagedMmaKernel(const PagedAttnArgs& a, cudaStream_t s) {
+  if (a.D == 128) return Launch<128>(a, s);
+#ifndef TANDEM_CUDA_CI_SUBSET
+  if (a.D == 64) return Launch<64>(a, s);
+#endif
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace tandem::kernels::detail
