@@ -81,9 +81,10 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
 // The split plan for `s` on a device of `num_sms` multiprocessors: enough
 // splits that B * Hkv * num_splits gives about four blocks per
 // multiprocessor, at most kPagedMaxSplits and at most capacity /
-// kPagedMinSplitTokens, each at least kPagedMinSplitTokens keys. Shapes
-// only, so a captured CUDA graph stays valid.
-PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms);
+// min_split_tokens, each at least min_split_tokens keys (a multiple of
+// kPagedTileTokens). Shapes only, so a captured CUDA graph stays valid.
+PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms,
+                                      int32_t min_split_tokens = kPagedMinSplitTokens);
 // The plan without splits.
 PagedAttentionPlan SingleSplitPlan();
 Status CheckPagedAttentionPlan(const PagedAttentionPlan& plan);

@@ -77,12 +77,13 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
   return Status::Ok();
 }
 
-PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms) {
+PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms, int32_t min_split_tokens) {
+  const int64_t min_split = std::max<int64_t>(CeilDiv(min_split_tokens, kPagedTileTokens), 1) * kPagedTileTokens;
   const int64_t work = std::max<int64_t>(int64_t{s.num_seqs} * s.num_kv_heads, 1);
   const int64_t want = CeilDiv(4 * int64_t{std::max(num_sms, 1)}, work);
-  const int64_t by_len = std::max<int64_t>(1, s.capacity() / kPagedMinSplitTokens);
+  const int64_t by_len = std::max<int64_t>(1, s.capacity() / min_split);
   const int64_t splits = std::max<int64_t>(1, std::min({want, by_len, int64_t{kPagedMaxSplits}}));
-  return {static_cast<int32_t>(splits), kPagedMinSplitTokens};
+  return {static_cast<int32_t>(splits), static_cast<int32_t>(min_split)};
 }
 
 PagedAttentionPlan SingleSplitPlan() { return {1, kPagedTileTokens}; }

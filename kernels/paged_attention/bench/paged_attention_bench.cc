@@ -6,7 +6,9 @@
 // per byte copied). "limit" = bytes / copy bandwidth; "of limit" = limit /
 // measured time, for the kernel PagedKernel::kAuto runs. Each case times
 // the tiles kernel, the mma kernel and, where the shape allows it (at most
-// 4 rows per kv head), the warps kernel, in the same run. The block tables
+// 4 rows per kv head), the warps kernel, in the same run, with the
+// device plan (splits of at least 128 keys), and kAuto's kernel under the
+// plan with splits of at least 64 keys. The block tables
 // have room for 4096 keys whatever the context (as an engine's do: the
 // split plan follows the capacity, each sequence's splits its context).
 // The pools are cycled over enough copies (>= 256 MiB in all) that every
@@ -55,6 +57,7 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   s.max_blocks_per_seq = table_width;
   s.scale = 1.f / std::sqrt(static_cast<float>(h.d));
   const PagedAttentionPlan plan = tandem::kernels::PlanPagedAttention(s, sms);
+  const PagedAttentionPlan fine_plan = tandem::kernels::PlanPagedAttention(s, sms, tandem::kernels::kPagedTileTokens);
   const size_t pool_bytes = static_cast<size_t>(s.num_blocks) * bs * h.hkv * h.d * sizeof(__nv_bfloat16);
   const int copies = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / pool_bytes + 1, 1, 64));
 
@@ -78,7 +81,8 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   }
   const size_t qo_bytes = static_cast<size_t>(s.num_tokens) * h.hq * h.d * sizeof(__nv_bfloat16);
   void *q = nullptr, *out = nullptr, *table = nullptr, *lens = nullptr, *qs = nullptr, *ws = nullptr;
-  const size_t ws_bytes = tandem::kernels::PagedAttentionWorkspaceBytes(s, plan);
+  const size_t ws_bytes = std::max(tandem::kernels::PagedAttentionWorkspaceBytes(s, plan),
+                                   tandem::kernels::PagedAttentionWorkspaceBytes(s, fine_plan));
   TANDEM_BENCH_CUDA(cudaMalloc(&q, qo_bytes));
   TANDEM_BENCH_CUDA(cudaMalloc(&out, qo_bytes));
   TANDEM_BENCH_CUDA(cudaMemset(q, 0x3c, qo_bytes));
@@ -91,7 +95,7 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   TANDEM_BENCH_CUDA(cudaMemcpy(qs, starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
   // Seconds per call of `kernel`, or a negative value on failure.
-  auto time = [&](PagedKernel kernel) -> double {
+  auto time = [&](PagedKernel kernel, const PagedAttentionPlan& plan) -> double {
     auto step = [&](int i) {
       const size_t c = static_cast<size_t>(i % copies);
       return PagedAttentionCuda(s, plan, static_cast<const __nv_bfloat16*>(q),
@@ -123,10 +127,11 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
     return ok ? ms * 1e-3 / iters : -1;
   };
   const bool warps_fit = tandem::kernels::PagedWarpsFit(s);
-  const double tiles = time(PagedKernel::kTiles);
-  const double mma = time(PagedKernel::kMma);
-  const double warps = warps_fit ? time(PagedKernel::kWarps) : 0;
-  if (tiles < 0 || mma < 0 || warps < 0) return 1;
+  const double tiles = time(PagedKernel::kTiles, plan);
+  const double mma = time(PagedKernel::kMma, plan);
+  const double warps = warps_fit ? time(PagedKernel::kWarps, plan) : 0;
+  const double fine = time(PagedKernel::kAuto, fine_plan);
+  if (tiles < 0 || mma < 0 || warps < 0 || fine < 0) return 1;
   const double t = warps_fit ? warps : mma;  // what kAuto runs
   const double kv = 2.0 * batch * static_cast<double>(ctx) * h.hkv * h.d * sizeof(__nv_bfloat16);
   const double table_bytes = static_cast<double>(batch) * blocks_per_seq * 4;  // the entries read
@@ -134,9 +139,9 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   const double limit = bytes / copy_bw;
   char warps_col[32] = "—";
   if (warps_fit) std::snprintf(warps_col, sizeof(warps_col), "%.1f", warps * 1e6);
-  std::printf("| %s | %d | %d | %d | %d | %.1f | %s | %.1f | %.2fx | %.2f | %.1f | %.1f | %.0f%% |\n", h.name, batch, ctx,
-              q_len, plan.num_splits, tiles * 1e6, warps_col, mma * 1e6, tiles / t, bytes / 1e6, bytes / t / 1e9,
-              limit * 1e6, 100.0 * limit / t);
+  std::printf("| %s | %d | %d | %d | %d | %.1f | %s | %.1f | %.2fx | %d | %.1f | %.2fx | %.2f | %.1f | %.1f | %.0f%% |\n",
+              h.name, batch, ctx, q_len, plan.num_splits, tiles * 1e6, warps_col, mma * 1e6, tiles / t,
+              fine_plan.num_splits, fine * 1e6, t / fine, bytes / 1e6, bytes / t / 1e9, limit * 1e6, 100.0 * limit / t);
   std::fflush(stdout);
   for (int c = 0; c < copies; ++c) {
     cudaFree(kb[static_cast<size_t>(c)]);
@@ -157,8 +162,9 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; device copy bandwidth %.0f GB/s (read + write, 1 GiB cudaMemcpyAsync)\n\n",
               prop.name, prop.multiProcessorCount, copy_bw / 1e9);
   std::printf("| heads (Hq/Hkv x D) | batch | context | new tokens | splits | tiles µs | warps µs | mma µs "
-              "| auto / tiles | MB moved | GB/s | limit µs | of limit |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| auto / tiles | splits (64-key min) | auto µs (64-key min) | speed-up | MB moved | GB/s | limit µs "
+              "| of limit |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(1);
   const Heads heads[] = {{"16/2 x 128", 16, 2, 128},
                          {"16/8 x 128", 16, 8, 128},
