@@ -17,6 +17,9 @@
 //     (dims 32j + 8c .. +8), and uses them as the B fragments of two k-slices;
 //     q's A fragments are loaded with the same permutation of the dimensions
 //     (a dot product does not care about their order);
+//   - the block ids of a warp's next 32 chunks are loaded at once, a lane
+//     each, and passed round by shuffles (blocks of >= 16 tokens; smaller
+//     blocks are looked up per key);
 //   - an online softmax per row (the 4 lanes of a quad hold a row's 16
 //     scores), p rounded to bf16 as the A fragment of P V (the score tiles'
 //     accumulator layout is the A layout);
@@ -127,8 +130,13 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
     for (int t = 0; t < C::kTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
-    for (int k0 = kv_begin + warp * kKeys; k0 < kv_end; k0 += kWarps * kKeys) {
-      const int chunk_id = chunk_in_one_block ? table[k0 >> bs_log2] : 0;
+    int ids = 0;  // with blocks of >= 16 tokens, lane i holds the block id of the warp's chunk `it + i`
+    for (int k0 = kv_begin + warp * kKeys, it = 0; k0 < kv_end; k0 += kWarps * kKeys, ++it) {
+      if (chunk_in_one_block && it % 32 == 0) {  // the next 32 chunks' block ids, loaded together
+        const int64_t kl = k0 + int64_t{lane} * kWarps * kKeys;
+        ids = kl < kv_end ? table[kl >> bs_log2] : 0;
+      }
+      const int chunk_id = chunk_in_one_block ? __shfl_sync(kFull, ids, it % 32) : 0;
       // The pool offset of key t's row for kv head h, or -1 when t is past
       // the split or its block id is out of range (which marks the sequence bad).
       auto row_of = [&](int t) -> int64_t {
