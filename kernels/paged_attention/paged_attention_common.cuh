@@ -1,7 +1,7 @@
-// Internal: device helpers both paged attention kernels (paged_attention.cu's
-// tiles, paged_attention_warps.cu's warps) share: bf16 unpacking, and how a
-// block writes its rows, so that NaN rows, empty rows and split partials
-// mean the same whichever kernel ran.
+// Internal: device helpers the paged attention kernels (paged_attention.cu's
+// tiles, paged_attention_warps.cu's warps, paged_attention_mma.cu's mma)
+// share: bf16 unpacking, and how a block writes its rows, so that NaN rows,
+// empty rows and split partials mean the same whichever kernel ran.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -56,6 +56,34 @@ __device__ __forceinline__ void PagedStore(const PagedAttnArgs& a, int64_t row, 
   const int64_t pidx = row * a.num_splits + split;
   a.part_o[pidx * D + d] = bad ? PagedNan() : (l > 0.f ? acc / l : 0.f);
   if (d == 0) a.part_lse[pidx] = bad ? PagedNan() : (l > 0.f ? m + log2f(l) : -INFINITY);
+}
+
+// exp2(x - m) for a running max m that may still be -inf (nothing seen).
+__device__ __forceinline__ float PagedScale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
+
+// One warp's partial of an output element over the keys it read: the
+// unnormalised sum o, the softmax denominator l and the running max m.
+struct PagedPartial {
+  float o, l, m;
+};
+
+// Element d of output row `row` from W warps' partials (part(w), a
+// PagedPartial), merged at their common max and stored as PagedStore does.
+template <int D, int W, typename Part>
+__device__ __forceinline__ void PagedStoreMerged(const PagedAttnArgs& a, int64_t row, int split, int d, bool bad,
+                                                 Part part) {
+  float mm = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < W; ++w) mm = fmaxf(mm, part(w).m);
+  float acc = 0.f, sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    const PagedPartial p = part(w);
+    const float sc = PagedScale(p.m, mm);
+    acc += p.o * sc;
+    sum += p.l * sc;
+  }
+  PagedStore<D>(a, row, split, d, bad, acc, sum, mm);
 }
 
 }  // namespace tandem::kernels::detail

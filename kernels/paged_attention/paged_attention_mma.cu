@@ -46,9 +46,6 @@ constexpr int kRows = 16;  // rows per row group: the mma's M
 constexpr int kKeys = 16;  // keys per warp step: two score n-tiles, one P V k-slice
 constexpr unsigned kFull = 0xffffffffu;
 
-// exp2(x - m) for a running max m that may still be -inf (nothing seen).
-__device__ __forceinline__ float Scale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
-
 __device__ __forceinline__ float QuadMax(float v) {
   v = fmaxf(v, __shfl_xor_sync(kFull, v, 1));
   return fmaxf(v, __shfl_xor_sync(kFull, v, 2));
@@ -195,17 +192,17 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
         mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
       }
       const float mn_lo = fmaxf(m_lo, QuadMax(mx_lo)), mn_hi = fmaxf(m_hi, QuadMax(mx_hi));
-      const float al_lo = Scale(m_lo, mn_lo), al_hi = Scale(m_hi, mn_hi);
+      const float al_lo = PagedScale(m_lo, mn_lo), al_hi = PagedScale(m_hi, mn_hi);
       m_lo = mn_lo;
       m_hi = mn_hi;
       l_lo *= al_lo;
       l_hi *= al_hi;
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
-        s[n][0] = Scale(s[n][0], mn_lo);
-        s[n][1] = Scale(s[n][1], mn_lo);
-        s[n][2] = Scale(s[n][2], mn_hi);
-        s[n][3] = Scale(s[n][3], mn_hi);
+        s[n][0] = PagedScale(s[n][0], mn_lo);
+        s[n][1] = PagedScale(s[n][1], mn_lo);
+        s[n][2] = PagedScale(s[n][2], mn_hi);
+        s[n][3] = PagedScale(s[n][3], mn_hi);
         l_lo += s[n][0] + s[n][1];
         l_hi += s[n][2] + s[n][3];
       }
@@ -246,17 +243,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
     for (int i = tid; i < kRows * D; i += kThreads) {
       const int r = i / D, d = i % D, rr = base + r;
       if (rr >= R) break;  // rows past R come last
-      float mm = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][r]);
-      float acc = 0.f, sum = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float sc = Scale(m_s[w][r], mm);
-        acc += o_s[w][r][C::Col(d)] * sc;
-        sum += l_s[w][r] * sc;
-      }
-      PagedStore<D>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, acc, sum, mm);
+      PagedStoreMerged<D, kWarps>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, [&](int w) {
+        return PagedPartial{o_s[w][r][C::Col(d)], l_s[w][r], m_s[w][r]};
+      });
     }
     __syncthreads();  // the next row group rewrites o_s, m_s, l_s
   }

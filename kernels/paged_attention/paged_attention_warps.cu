@@ -35,9 +35,6 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
   return s;
 }
 
-// exp2(x - m) for a running max m that may still be -inf (nothing seen).
-__device__ __forceinline__ float Scale(float x, float m) { return x == -INFINITY ? 0.f : exp2f(x - m); }
-
 template <int D, int RM>
 __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(const PagedAttnArgs a) {
   constexpr int L = D / 8;       // lanes per key row
@@ -142,14 +139,14 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
         mx = fmaxf(mx, s[u][r]);
       }
       const float m_new = fmaxf(m[r], mx);
-      const float alpha = Scale(m[r], m_new);
+      const float alpha = PagedScale(m[r], m_new);
       m[r] = m_new;
       l[r] *= alpha;
 #pragma unroll
       for (int j = 0; j < 8; ++j) o[r][j] *= alpha;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        s[u][r] = Scale(s[u][r], m_new);
+        s[u][r] = PagedScale(s[u][r], m_new);
         l[r] += s[u][r];
       }
     }
@@ -171,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
 #pragma unroll
     for (int r = 0; r < RM; ++r) {
       const float m_o = __shfl_xor_sync(kFull, m[r], w), l_o = __shfl_xor_sync(kFull, l[r], w);
-      const float mm = fmaxf(m[r], m_o), sa = Scale(m[r], mm), sb = Scale(m_o, mm);
+      const float mm = fmaxf(m[r], m_o), sa = PagedScale(m[r], mm), sb = PagedScale(m_o, mm);
       l[r] = l[r] * sa + l_o * sb;
 #pragma unroll
       for (int j = 0; j < 8; ++j) o[r][j] = o[r][j] * sa + __shfl_xor_sync(kFull, o[r][j], w) * sb;
@@ -193,17 +190,8 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
   // Then the warps; thread (row, d) writes the element.
   for (int i = tid; i < R * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    float mm = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w][r]);
-    float acc = 0.f, sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float sc = Scale(m_s[w][r], mm);
-      acc += o_s[w][r][d] * sc;
-      sum += l_s[w][r] * sc;
-    }
-    PagedStore<D>(a, PagedOutRow(a, q0, h, G, r), split, d, bad, acc, sum, mm);
+    PagedStoreMerged<D, kWarps>(a, PagedOutRow(a, q0, h, G, r), split, d, bad,
+                                [&](int w) { return PagedPartial{o_s[w][r][d], l_s[w][r], m_s[w][r]}; });
   }
 }
 
