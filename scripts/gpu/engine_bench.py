@@ -8,7 +8,8 @@ B, B prompts of PROMPT tokens get NEW greedy tokens:
   * `tandem-generate` (continuous batching, paged KV in tagged memory),
     decoding eagerly (--cuda-graphs none) and through CUDA graphs (auto);
 each timed for NEW tokens and for 1 token (the prefill), so that decode
-tokens/s = B * (NEW - 1) / (t(NEW) - t(1)). The bandwidth limit: the bytes a
+tokens/s = B * (NEW - 1) / (t(NEW) - t(1)) and prefill tokens/s = B *
+PROMPT / t(1) (tandem's with the graphs' run: prefill runs eagerly either way). The bandwidth limit: the bytes a
 decode step reads (the weights but an untied input embedding table, + the
 batch's KV at the mean context) over the
 device's measured copy bandwidth. Prints a markdown table with the ratios.
@@ -123,21 +124,24 @@ def main():
         base, base_env = tool, dict(os.environ, **{key: value})
         print(f"base: this tandem-generate with {key}={value}")
     print("| batch | transformers tok/s | tandem eager tok/s | tandem graphs tok/s | graphs / transformers | "
-          "graphs / eager | bandwidth limit tok/s | graphs / limit |" + (" base graphs tok/s | graphs / base |" if base else ""))
-    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""))
+          "graphs / eager | bandwidth limit tok/s | graphs / limit | transformers prefill tok/s | tandem prefill tok/s | "
+          "prefill / transformers |" + (" base graphs tok/s | graphs / base |" if base else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""))
     gen = torch.Generator().manual_seed(1)
     for b in batches:
         prompts = torch.randint(0, cfg.vocab_size, (b, PROMPT), generator=gen)
         ids = prompts.to("cuda")
-        hf = b * (NEW - 1) / (hf_time(model, ids, NEW) - hf_time(model, ids, 1))
+        hf_one = hf_time(model, ids, 1)
+        hf = b * (NEW - 1) / (hf_time(model, ids, NEW) - hf_one)
         lst = prompts.tolist()
         rate = {}
         eager = os.environ.get("TANDEM_ENGINE_EAGER", "1") != "0"
         rate["none"] = float("nan")
         for graphs in (("none", "auto") if eager else ("auto",)):
-            rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) -
-                                            tandem_time(tool, model_dir, lst, work, 1, graphs))
+            one = tandem_time(tool, model_dir, lst, work, 1, graphs)
+            rate[graphs] = b * (NEW - 1) / (tandem_time(tool, model_dir, lst, work, NEW, graphs) - one)
         td = rate["auto"]
+        prefill = b * PROMPT / one  # the prompts and one new token (graphs' run)
         step_bytes = weights_read(b) + b * (PROMPT + NEW / 2) * kv_per_token
         limit = b / (step_bytes / bw)
         extra = ""
@@ -146,7 +150,8 @@ def main():
                                    tandem_time(base, model_dir, lst, work, 1, env=base_env))
             extra = f" {old:.0f} | {td / old:.2f} |"
         print(f"| {b} | {hf:.0f} | {rate['none']:.0f} | {td:.0f} | {td / hf:.2f} | {td / rate['none']:.2f} | "
-              f"{limit:.0f} | {td / limit:.2f} |" + extra, flush=True)
+              f"{limit:.0f} | {td / limit:.2f} | {b * PROMPT / hf_one:.0f} | {prefill:.0f} | "
+              f"{prefill * hf_one / (b * PROMPT):.2f} |" + extra, flush=True)
 
 
 if __name__ == "__main__":
