@@ -8,8 +8,8 @@
 #            paged_attention_gpu_test, paged_attention_op_test)
 #   gemv     decode_gemv_bench (the decode GEMV against norm + cuBLAS +
 #            SwiGLU and the bandwidth limit, per projection and batch)
-#   paged    paged_attention_bench (the tiles and warps kernels against the
-#            bandwidth limit; --quick with TANDEM_PAGED_QUICK=1)
+#   paged    paged_attention_bench (the tiles, warps and mma kernels against the
+#            bandwidth limit; --quick, the 16/2 x 128 heads only, with TANDEM_PAGED_QUICK=1)
 #   check    engine_check.py (greedy vs transformers on CPU fp32 and CUDA
 #            bf16, the memory handoff)
 #   bench    engine_bench.py (decode tokens/s vs transformers and the
