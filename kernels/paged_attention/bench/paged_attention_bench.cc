@@ -95,10 +95,10 @@ int RunCase(const Heads& h, int32_t batch, int32_t ctx, int32_t q_len, int sms, 
   TANDEM_BENCH_CUDA(cudaMemcpy(qs, starts.data(), starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
   // Seconds per call of `kernel`, or a negative value on failure.
-  auto time = [&](PagedKernel kernel, const PagedAttentionPlan& plan) -> double {
+  auto time = [&](PagedKernel kernel, const PagedAttentionPlan& run_plan) -> double {
     auto step = [&](int i) {
       const size_t c = static_cast<size_t>(i % copies);
-      return PagedAttentionCuda(s, plan, static_cast<const __nv_bfloat16*>(q),
+      return PagedAttentionCuda(s, run_plan, static_cast<const __nv_bfloat16*>(q),
                                 static_cast<const __nv_bfloat16*>(kb[c]), static_cast<const __nv_bfloat16*>(vb[c]),
                                 static_cast<const int32_t*>(table), static_cast<const int32_t*>(lens),
                                 static_cast<const int32_t*>(qs), static_cast<__nv_bfloat16*>(out), ws, ws_bytes,

@@ -136,6 +136,13 @@ TEST(PagedAttentionPlanTest, SplitsSmallBatchesAcrossTheDevice) {
   s.block_size = 16;
   s.max_blocks_per_seq = 256;  // 4096 keys
   EXPECT_GE(PlanPagedAttention(s, 132).num_splits, 16);  // batch 1 spreads over the device
+  // A smaller minimum allows more splits of a short capacity; it is rounded up to a multiple of 64.
+  s.max_blocks_per_seq = 16;  // 256 keys
+  EXPECT_EQ(PlanPagedAttention(s, 132).num_splits, 2);
+  const PagedAttentionPlan fine = PlanPagedAttention(s, 132, kPagedTileTokens);
+  EXPECT_EQ(fine.num_splits, 4);
+  EXPECT_EQ(fine.min_split_tokens, kPagedTileTokens);
+  EXPECT_EQ(PlanPagedAttention(s, 132, 100).min_split_tokens, 128);
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{0, 64}).ok());
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{kPagedMaxSplits + 1, 64}).ok());
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{4, 96}).ok());
