@@ -14,8 +14,12 @@
 // for x [rows, in], W [out, in] row-major (nn.Linear's weight), y [rows, out]
 // or [rows, out / 2], all contiguous. round() is GlueRounding's: bf16 on
 // CUDA. The CUDA kernel (decode_gemv_cuda.h) streams W once with 16-byte
-// loads, a warp per output (or SwiGLU pair); with a norm each block first
-// normalises the input rows into shared memory.
+// loads, a warp per output (or SwiGLU pair); each block first stages the
+// input rows in shared memory (normalised, with a norm). With `dependent`
+// it is a dependent launch (kernels/common/dependent_launch.cuh): it starts
+// reading W before the kernels before it on the stream have ended, so W
+// must not be written by kernels still running (a model's weights in a
+// decode step are not).
 #pragma once
 
 #include <cstdint>
@@ -27,9 +31,9 @@ namespace tandem::kernels {
 
 // Rows (decode batch) the kernel takes; more go to a GEMM.
 inline constexpr int32_t kDecodeGemvMaxRows = 8;
-// With a norm, rows * in elements are staged in shared memory (46 KiB, under
-// the 48 KiB a block gets without opting in, beside the kernel's own).
-inline constexpr int64_t kDecodeGemvMaxNormElements = 23552;
+// The rows * in elements of the input are staged in shared memory (46 KiB,
+// under the 48 KiB a block gets without opting in, beside the kernel's own).
+inline constexpr int64_t kDecodeGemvMaxStagedElements = 23552;
 
 struct DecodeGemvShape {
   int32_t rows = 0;  // 1..kDecodeGemvMaxRows
@@ -38,16 +42,18 @@ struct DecodeGemvShape {
   bool norm = false;    // RMSNorm the input with norm_weight
   bool swiglu = false;  // y = SwiGLU of the output's halves
   float eps = 1e-6f;
+  bool dependent = true;  // a dependent launch (see above), or an ordinary one
 };
-// The limits above; rows * in <= kDecodeGemvMaxNormElements with a norm;
-// eps finite and >= 0.
+// The limits above; rows * in <= kDecodeGemvMaxStagedElements; eps finite
+// and >= 0.
 Status CheckDecodeGemvShape(const DecodeGemvShape& s);
 // Where the kernel beat what it replaces (RMSNorm, cuBLAS, SwiGLU) in a
-// decode step on an H100 (docs/benchmarks.md "The decode GEMV"): one row
-// (a batch-1 step) of at most 4096 inputs. With more rows its x loads and
-// bf16 conversions grow with the rows (0.5x cuBLAS at 8); over longer rows
-// (a 3B model's down projection, 11008) cuBLAS's split-K wins (0.66x).
-inline bool DecodeGemvPays(const DecodeGemvShape& s) { return s.rows == 1 && s.in <= 4096; }
+// decode step on an H100 (docs/benchmarks.md "The decode GEMV" and "Weights
+// in flight before the wait"): one row (a batch-1 step), of any length the
+// check takes (with the input in shared memory, a 3B model's down projection
+// of 11008 inputs too). With more rows its weight vectors' bf16 conversions
+// are repeated per row (0.5x cuBLAS at 8).
+inline bool DecodeGemvPays(const DecodeGemvShape& s) { return s.rows == 1; }
 
 // Columns of y: out, or out / 2 with SwiGLU.
 inline int64_t DecodeGemvOutCols(const DecodeGemvShape& s) { return s.swiglu ? s.out / 2 : s.out; }

@@ -9,7 +9,7 @@
 
 namespace tandem::kernels::detail {
 
-cudaError_t LaunchDecodeGemv(int rows, int in, int64_t out, bool norm, bool swiglu, float eps,
+cudaError_t LaunchDecodeGemv(int rows, int in, int64_t out, bool norm, bool swiglu, float eps, bool dependent,
                              const __nv_bfloat16* x, const __nv_bfloat16* residual, const __nv_bfloat16* norm_weight,
                              const __nv_bfloat16* weight, __nv_bfloat16* sum_out, __nv_bfloat16* y,
                              cudaStream_t stream);

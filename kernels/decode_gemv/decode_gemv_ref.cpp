@@ -17,9 +17,9 @@ Status CheckDecodeGemvShape(const DecodeGemvShape& s) {
   if (s.out <= 0 || (s.swiglu && s.out % 2 != 0))
     return InvalidArgument("decode gemv: out must be positive" + std::string(s.swiglu ? " and even with swiglu" : "") +
                            ", got " + std::to_string(s.out));
-  if (s.norm && static_cast<int64_t>(s.rows) * s.in > kDecodeGemvMaxNormElements)
-    return InvalidArgument("decode gemv: a normalised input of " + std::to_string(s.rows) + " x " +
-                           std::to_string(s.in) + " exceeds the " + std::to_string(kDecodeGemvMaxNormElements) +
+  if (static_cast<int64_t>(s.rows) * s.in > kDecodeGemvMaxStagedElements)
+    return InvalidArgument("decode gemv: an input of " + std::to_string(s.rows) + " x " + std::to_string(s.in) +
+                           " exceeds the " + std::to_string(kDecodeGemvMaxStagedElements) +
                            " elements staged in shared memory");
   if (!std::isfinite(s.eps) || s.eps < 0) return InvalidArgument("decode gemv: eps must be finite and >= 0");
   return Status::Ok();

@@ -38,6 +38,7 @@ struct Cfg {
 
 template <int D, int RT>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttnArgs a) {
+  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
   using C = Cfg<D>;
   constexpr int TT = C::kTile, S = C::kStride;
   constexpr int kRowsScore = RT / C::kScoreGroups;
@@ -216,6 +217,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
 // One warp per output row (token * Hq + head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max).
 template <int D>
 __global__ void __launch_bounds__(kThreads) PagedCombineKernel(const PagedAttnArgs a) {
+  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (row >= static_cast<int64_t>(a.T) * a.Hq) return;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/paged_attention/paged_attention_launch.h"
 
 namespace tandem::kernels::detail {

@@ -77,6 +77,7 @@ struct MmaCfg {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArgs a) {
+  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
   using C = MmaCfg<D>;
   __shared__ float o_s[kWarps][kRows][C::kStride];
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];

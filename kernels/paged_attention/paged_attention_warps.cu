@@ -37,6 +37,7 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
 
 template <int D, int RM>
 __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(const PagedAttnArgs a) {
+  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
   constexpr int L = D / 8;       // lanes per key row
   constexpr int KPL = 32 / L;    // keys per warp-wide load
   constexpr int U = 4;           // loads of K (and of V) in flight per lane

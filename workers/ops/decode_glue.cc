@@ -30,6 +30,13 @@ namespace tandem::ops {
 namespace {
 
 #ifdef TANDEM_TORCH_CUDA
+// kDecodeGemvChoices' indices; read once a process.
+constexpr int kGemvOff = 1, kGemvSerial = 2;
+static_assert(kDecodeGemvChoices[kGemvOff] == "off" && kDecodeGemvChoices[kGemvSerial] == "serial");
+int DecodeGemvChoice() {
+  static const int choice = static_cast<int>(EnvChoice(kDecodeGemvVar, kDecodeGemvChoices));
+  return choice;
+}
 #endif
 
 void CheckForwardOnly(const at::Tensor& t, const char* fn, const char* name) {
@@ -54,8 +61,8 @@ void CheckProjection(const at::Tensor& x, const at::Tensor& weight, const char* 
 // a shape where it is faster (DecodeGemvPays), and the kernel not turned
 // off (TANDEM_DECODE_GEMV=off).
 bool GemvTakes(const kernels::DecodeGemvShape& s, std::initializer_list<const at::Tensor*> tensors) {
-  static const bool on = EnvChoice(kDecodeGemvVar, kDecodeGemvChoices) == 0;  // read once a process
-  if (!on || !kernels::CheckDecodeGemvShape(s).ok() || !kernels::DecodeGemvPays(s)) return false;
+  if (DecodeGemvChoice() == kGemvOff || !kernels::CheckDecodeGemvShape(s).ok() || !kernels::DecodeGemvPays(s))
+    return false;
   for (const at::Tensor* t : tensors)
     if (t->defined() && (!t->is_cuda() || !t->is_contiguous() || !AlignedTo(*t, 16))) return false;
   return true;
@@ -69,6 +76,7 @@ kernels::DecodeGemvShape GemvShape(const at::Tensor& x, const at::Tensor& weight
   s.norm = norm;
   s.swiglu = swiglu;
   s.eps = static_cast<float>(eps);
+  s.dependent = DecodeGemvChoice() != kGemvSerial;
   return s;
 }
 #endif

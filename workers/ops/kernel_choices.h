@@ -25,9 +25,9 @@ inline constexpr std::array<std::string_view, 2> kMoeExpertsChoices = {"grouped-
 
 inline constexpr const char* kDecodeGemvVar = "TANDEM_DECODE_GEMV";
 // Whether ops::NormLinear / DecodeLinear run the decode GEMV kernel where it
-// is faster (on: kernels::DecodeGemvPays), or the norm, cuBLAS and SwiGLU
-// they replace (off).
-inline constexpr std::array<std::string_view, 2> kDecodeGemvChoices = {"on", "off"};
+// is faster (kernels::DecodeGemvPays) as a dependent launch (on) or an
+// ordinary one (serial), or the norm, cuBLAS and SwiGLU they replace (off).
+inline constexpr std::array<std::string_view, 3> kDecodeGemvChoices = {"on", "off", "serial"};
 
 inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
 // kernels::PagedKernel: auto (the warps kernel for decode steps of at most 4

@@ -25,6 +25,7 @@ TEST(DecodeGemv, ShapeCheck) {
   EXPECT_TRUE(CheckDecodeGemvShape(Shape(1, 8, 1)).ok());
   EXPECT_TRUE(CheckDecodeGemvShape(Shape(8, 2048, 151936, true)).ok());
   EXPECT_TRUE(CheckDecodeGemvShape(Shape(4, 2048, 22016, true, true)).ok());
+  EXPECT_TRUE(CheckDecodeGemvShape(Shape(2, 11008, 2048)).ok());
   const struct {
     DecodeGemvShape shape;
     const char* says;
@@ -36,6 +37,7 @@ TEST(DecodeGemv, ShapeCheck) {
       {Shape(1, 8, 0), "out must be positive"},
       {Shape(1, 8, 3, false, true), "even with swiglu"},
       {Shape(8, 4096, 8, true), "exceeds the 23552 elements"},
+      {Shape(3, 8192, 8), "exceeds the 23552 elements"},
   };
   for (const auto& b : bad) {
     const Status st = CheckDecodeGemvShape(b.shape);
