@@ -26,6 +26,12 @@ Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
   TANDEM_ENGINE_BASE_ENV=K=V  the base is TANDEM_GENERATE itself with K=V in its
                            environment (a kernel choice turned off, e.g.
                            TANDEM_DECODE_GEMV=off)
+  TANDEM_ENGINE_GRPO=0     skip the GRPO-shaped workload: 64 prompts x 8
+                           samples at temperature 1 (full softmax), NEW
+                           tokens each, the samples of a prompt sharing its
+                           prefill; tokens/s end to end (prefill included)
+                           and of the decode alone, against transformers'
+                           generate with num_return_sequences=8
 """
 import json
 import os
@@ -78,14 +84,28 @@ def hf_time(model, ids, new):
     return time.perf_counter() - t
 
 
-def tandem_time(tool, model_dir, prompts, work, new, graphs="auto", env=None):
+def hf_grpo_time(model, ids, n, new):
+    def run():
+        with torch.no_grad():
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+                           do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=n,
+                           eos_token_id=None, pad_token_id=0, cache_implementation="static")
+    run()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def tandem_time(tool, model_dir, prompts, work, new, graphs="auto", env=None, extra=()):
     pfile = os.path.join(work, f"bench_{len(prompts)}.json")
     out = os.path.join(work, f"bench_{len(prompts)}_{new}_out.json")
     with open(pfile, "w") as f:
         json.dump({"prompts": prompts}, f)
     r = subprocess.run([tool, "--model", model_dir, "--prompts", pfile, "--out", out, "--device", "cuda",
                         "--max-new-tokens", str(new), "--kv-cache-mib", "16384", "--repeat", "2",
-                        "--max-running", "512", "--max-step-tokens", "16384", "--cuda-graphs", graphs],
+                        "--max-running", "512", "--max-step-tokens", "16384", "--cuda-graphs", graphs, *extra],
                        capture_output=True, text=True, timeout=900, env=env)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
@@ -152,6 +172,25 @@ def main():
         print(f"| {b} | {hf:.0f} | {rate['none']:.0f} | {td:.0f} | {td / hf:.2f} | {td / rate['none']:.2f} | "
               f"{limit:.0f} | {td / limit:.2f} | {b * PROMPT / hf_one:.0f} | {prefill:.0f} | "
               f"{prefill * hf_one / (b * PROMPT):.2f} |" + extra, flush=True)
+    if os.environ.get("TANDEM_ENGINE_GRPO", "1") != "0":
+        grpo(tool, model, cfg, model_dir, work, gen)
+
+
+def grpo(tool, model, cfg, model_dir, work, gen, prompts=64, n=8):
+    """The GRPO-shaped workload: end-to-end and decode-only tokens/s."""
+    ids = torch.randint(0, cfg.vocab_size, (prompts, PROMPT), generator=gen)
+    sampled = ("--n", str(n), "--temperature", "1")
+    hf_one, hf_all = hf_grpo_time(model, ids.to("cuda"), n, 1), hf_grpo_time(model, ids.to("cuda"), n, NEW)
+    lst = ids.tolist()
+    one = tandem_time(tool, model_dir, lst, work, 1, extra=sampled)
+    full = tandem_time(tool, model_dir, lst, work, NEW, extra=sampled)
+    tokens = prompts * n * NEW
+    print(f"\nGRPO-shaped: {prompts} prompts of {PROMPT} x {n} samples, {NEW} new tokens each, temperature 1\n")
+    print("| | transformers | tandem graphs | tandem / transformers |\n|---|---|---|---|")
+    print(f"| seconds, end to end | {hf_all:.2f} | {full:.2f} | |")
+    print(f"| tokens/s, end to end | {tokens / hf_all:.0f} | {tokens / full:.0f} | **{hf_all / full:.2f}** |")
+    dec_hf, dec = prompts * n * (NEW - 1) / (hf_all - hf_one), prompts * n * (NEW - 1) / (full - one)
+    print(f"| decode tokens/s | {dec_hf:.0f} | {dec:.0f} | **{dec / dec_hf:.2f}** |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
-// tandem-generate: greedy generation of a batch of prompts through the
-// rollout engine (docs/inference.md "Checking the engine against
+// tandem-generate: generation of a batch of prompts through the rollout
+// engine, greedy or sampled (docs/inference.md "Checking the engine against
 // transformers"; scripts/gpu/engine_check.py drives it on the GPU machine).
 //
 //   tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json
 //       [--device cpu|cuda] [--max-new-tokens 32] [--kv-cache-mib 1024]
 //       [--block-size 16] [--max-running 256] [--max-step-tokens 8192]
 //       [--repeat 1] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|1,2,4,...]
-//       [--profile TRACE.json]
+//       [--n 1] [--temperature 0] [--profile TRACE.json]
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
-// at once (greedy, ignore_eos; while the engine is paused, so that runs of
-// the same prompts batch alike), `--repeat` times; OUT.json:
-//   {"outputs": [[ids], ...], "logprobs": [[log p of each], ...] (--logprobs),
+// at once (ignore_eos; while the engine is paused, so that runs of the same
+// prompts batch alike), `--repeat` times, for `--n` samples each (sharing
+// the prompt's prefill, as a GRPO group does) at `--temperature` (0:
+// greedy; prompt i is seeded i, so runs draw alike); OUT.json:
+//   {"outputs": [[ids], ...] (prompt-major: prompt i's sample s at i * n + s),
+//    "logprobs": [[log p of each], ...] (--logprobs),
 //    "runs": [{"seconds", "generated_tokens", "tokens_per_s", "steps",
 //              "decode_graph_steps", "step_ms": {"plan", "launch", "wait", "commit"}}, ...],
 //    "handoff": {...}}
@@ -57,7 +60,8 @@ namespace {
 
 struct Flags {
   std::string model, prompts, out, device = "cpu", cuda_graphs = "auto", profile;
-  int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192;
+  int64_t max_new_tokens = 32, kv_cache_mib = 1024, max_running = 256, max_step_tokens = 8192, n = 1;
+  double temperature = 0;
   int32_t block_size = 16;
   int repeat = 1;
   bool handoff = false, logprobs = false;
@@ -69,7 +73,7 @@ int Usage(const std::string& why) {
             << "usage: tandem-generate --model DIR --prompts PROMPTS.json --out OUT.json [--device cpu|cuda]\n"
                "       [--max-new-tokens N] [--kv-cache-mib N] [--block-size N] [--max-running N]\n"
                "       [--max-step-tokens N] [--repeat N] [--logprobs] [--handoff [--reload DIR]] [--cuda-graphs auto|none|SIZES]\n"
-               "       [--profile TRACE.json]\n";
+               "       [--n N] [--temperature T] [--profile TRACE.json]\n";
   return 2;
 }
 
@@ -79,7 +83,8 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
                                               {"--cuda-graphs", &f.cuda_graphs}, {"--reload", &f.reload},
                                               {"--profile", &f.profile}};
   std::map<std::string, int64_t*> ints = {{"--max-new-tokens", &f.max_new_tokens}, {"--kv-cache-mib", &f.kv_cache_mib},
-                                          {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens}};
+                                          {"--max-running", &f.max_running}, {"--max-step-tokens", &f.max_step_tokens},
+                                          {"--n", &f.n}};
   int64_t block_size = f.block_size, repeat = f.repeat;
   ints["--block-size"] = &block_size;
   ints["--repeat"] = &repeat;
@@ -95,6 +100,13 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
     }
     if (auto t = text.find(a); t != text.end()) {
       *t->second = argv[++i];
+    } else if (a == "--temperature") {
+      char* end = nullptr;
+      f.temperature = std::strtod(argv[++i], &end);
+      if (*end != '\0' || !(f.temperature >= 0 && f.temperature <= 100)) {
+        error = "--temperature: expected a number in [0, 100]";
+        return false;
+      }
     } else if (auto n = ints.find(a); n != ints.end()) {
       char* end = nullptr;
       *n->second = std::strtoll(argv[++i], &end, 10);
@@ -111,6 +123,10 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   f.repeat = static_cast<int>(std::min<int64_t>(repeat, 1000));
   if (f.model.empty() || f.prompts.empty() || f.out.empty()) {
     error = "--model, --prompts and --out are required";
+    return false;
+  }
+  if (f.n > 4096) {
+    error = "--n: at most 4096 samples a prompt";
     return false;
   }
   if (!f.reload.empty() && !f.handoff) {
@@ -156,13 +172,13 @@ struct Run {
   int64_t tokens = 0;
 };
 
-tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
-                               bool logprobs) {
+tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<int32_t>>& prompts, const Flags& f) {
   std::mutex mu;
   std::condition_variable cv;
   Run run;
-  run.outputs.resize(prompts.size());
-  run.logprobs.resize(prompts.size());
+  const size_t samples = prompts.size() * static_cast<size_t>(f.n);
+  run.outputs.resize(samples);
+  run.logprobs.resize(samples);
   size_t done = 0;
   // Submitted while paused, so that the first step sees them all and two
   // runs of the same prompts batch alike (the comparisons need that).
@@ -171,15 +187,18 @@ tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<
   for (size_t i = 0; i < prompts.size(); ++i) {
     inf::GenerateRequest r;
     r.input_ids = prompts[i];
-    r.params.temperature = 0;
-    r.params.max_new_tokens = max_new;
-    r.return_logprob = logprobs;
+    r.params.temperature = f.temperature;
+    r.params.max_new_tokens = f.max_new_tokens;
+    r.params.n = f.n;
+    r.params.seed = i;
+    r.return_logprob = f.logprobs;
     r.params.ignore_eos = true;
     TANDEM_RETURN_IF_ERROR(g.Submit(std::move(r), [&, i](inf::SampleUpdate u) {
       if (!u.finished) return;
+      const size_t at = i * static_cast<size_t>(f.n) + static_cast<size_t>(u.sample);
       std::lock_guard<std::mutex> l(mu);
-      run.outputs[i] = u.finished->output_ids;
-      run.logprobs[i] = u.finished->output_token_logprobs;
+      run.outputs[at] = u.finished->output_ids;
+      run.logprobs[at] = u.finished->output_token_logprobs;
       run.tokens += static_cast<int64_t>(u.finished->output_ids.size());
       ++done;
       cv.notify_all();
@@ -187,7 +206,7 @@ tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<
   }
   TANDEM_RETURN_IF_ERROR(g.Continue());
   std::unique_lock<std::mutex> l(mu);
-  if (!cv.wait_for(l, std::chrono::minutes(10), [&] { return done == prompts.size(); }))
+  if (!cv.wait_for(l, std::chrono::minutes(10), [&] { return done == samples; }))
     return tandem::DeadlineExceeded("generation did not finish in 10 minutes");
   run.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return run;
@@ -322,7 +341,7 @@ int Main(const Flags& f) {
   std::vector<std::vector<float>> first_logprobs;
   for (int r = 0; r < f.repeat; ++r) {
     const inf::EngineStats before = (*engine)->Stats();
-    auto generate = [&] { return Generate(**engine, *prompts, f.max_new_tokens, f.logprobs); };
+    auto generate = [&] { return Generate(**engine, *prompts, f); };
     auto run = !f.profile.empty() && r + 1 == f.repeat ? Profiled(f.profile, generate) : generate();
     if (!run.ok()) return fail(run.status());
     out["runs"].push_back(Figures(*run));
@@ -339,7 +358,7 @@ int Main(const Flags& f) {
     auto h = Handoff(**engine, *placed->memory, baseline, *model, f.reload);
     if (!h.ok()) return fail(h.status());
     const uint64_t graph_steps = (*engine)->decode_graph_steps();
-    auto again = Generate(**engine, *prompts, f.max_new_tokens, f.logprobs);
+    auto again = Generate(**engine, *prompts, f);
     if (!again.ok()) return fail(again.status());
     (*h)["same_after_handoff"] = again->outputs == first;
     (*h)["reloaded"] = !f.reload.empty();
