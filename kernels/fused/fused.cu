@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/device_math.cuh"
 #include "kernels/fused/fused_launch.h"
 #include "kernels/fused/rms_norm_row.cuh"
@@ -164,13 +165,16 @@ __global__ void QkRotaryFwdKernel(int64_t rows, int heads, int dim, float eps, c
 
 // Decode's q/k/v glue (fused_cuda.h QkvRotaryKvWriteCuda): one warp per
 // (token, head) row of the fused projection's output, q heads, then k
-// heads, then v heads.
+// heads, then v heads. A dependent launch (dependent_launch.cuh): it starts
+// during the projection's tail and waits for it, saving its launch.
 __global__ void QkvRotaryKvWriteKernel(int64_t tokens, int q_heads, int kv_heads, int dim, int64_t row_stride,
                                        int64_t num_slots, float eps, const bf16* __restrict__ qkv,
                                        const bf16* __restrict__ q_weight, const bf16* __restrict__ k_weight,
                                        const bf16* __restrict__ cosv, const bf16* __restrict__ sinv,
                                        const int64_t* __restrict__ slots, bf16* __restrict__ q_out,
                                        bf16* __restrict__ key_slots, bf16* __restrict__ value_slots) {
+  LetDependentsLaunch();  // the attention after it may start
+  WaitForPriorKernels();  // a dependent launch: the q/k/v projection before it wrote qkv
   const int lane = threadIdx.x & 31, per_token = q_heads + 2 * kv_heads;
   const int64_t rows = tokens * per_token, nw = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += nw) {
@@ -348,10 +352,9 @@ cudaError_t LaunchQkvRotaryKvWrite(int64_t tokens, int q_heads, int kv_heads, in
                                    const bf16* k_weight, const bf16* cos, const bf16* sin, const int64_t* slots,
                                    bf16* q_out, bf16* key_slots, bf16* value_slots, cudaStream_t s) {
   const int64_t rows = tokens * (q_heads + 2 * kv_heads);
-  QkvRotaryKvWriteKernel<<<FwdBlocks(rows), kFwdWarps * 32, 0, s>>>(tokens, q_heads, kv_heads, dim, row_stride,
-                                                                     num_slots, eps, qkv, q_weight, k_weight, cos,
-                                                                     sin, slots, q_out, key_slots, value_slots);
-  return cudaGetLastError();
+  return LaunchDependent(&QkvRotaryKvWriteKernel, dim3(FwdBlocks(rows)), dim3(kFwdWarps * 32), 0, s, tokens, q_heads,
+                         kv_heads, dim, row_stride, num_slots, eps, qkv, q_weight, k_weight, cos, sin, slots, q_out,
+                         key_slots, value_slots);
 }
 
 cudaError_t LaunchQkNormRotaryBackward(int64_t tokens, int heads, int dim, float eps, const bf16* x,

@@ -38,7 +38,8 @@ struct Cfg {
 
 template <int D, int RT>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttnArgs a) {
-  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
+  LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  WaitForPriorKernels();  // a dependent launch: the kernel before it wrote q and the new keys
   using C = Cfg<D>;
   constexpr int TT = C::kTile, S = C::kStride;
   constexpr int kRowsScore = RT / C::kScoreGroups;
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(const PagedAttn
 // One warp per output row (token * Hq + head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max).
 template <int D>
 __global__ void __launch_bounds__(kThreads) PagedCombineKernel(const PagedAttnArgs a) {
-  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
+  LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  WaitForPriorKernels();  // a dependent launch: the split kernel before it wrote the partials
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (row >= static_cast<int64_t>(a.T) * a.Hq) return;
@@ -278,8 +280,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D, int RT>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  PagedAttentionKernel<D, RT><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
-  return cudaGetLastError();
+  return LaunchDependent(&PagedAttentionKernel<D, RT>, dim3(a.Hkv, a.B, a.num_splits), dim3(kThreads), 0, s, a);
 }
 
 template <int D>
@@ -292,8 +293,8 @@ cudaError_t LaunchTiles(const PagedAttnArgs& a, cudaStream_t s) {
 template <int D>
 cudaError_t LaunchCombine(const PagedAttnArgs& a, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(a.T) * a.Hq;
-  PagedCombineKernel<D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, s>>>(a);
-  return cudaGetLastError();
+  return LaunchDependent(&PagedCombineKernel<D>, dim3(static_cast<unsigned>((rows + kWarps - 1) / kWarps)),
+                         dim3(kThreads), 0, s, a);
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 // sequence's new tokens (so K/V are read once per kv head and 16 rows, not
 // once per query head), with an online softmax; PagedKernel below says how. With
 // plan.num_splits > 1 each split writes an fp32 partial and its log-sum-exp
-// into the workspace and a combine kernel writes `out`.
+// into the workspace and a combine kernel writes `out`. The kernels are
+// dependent launches (kernels/common/dependent_launch.cuh): each may start
+// during the tail of the kernel before it and waits for it before reading
+// anything, and lets the kernel after it start as soon as its blocks run.
 //
 // Device metadata is not trusted: a sequence whose lengths are unusable
 // (q_len < 1, context_len outside [q_len, capacity]) or whose block table

@@ -77,7 +77,8 @@ struct MmaCfg {
 
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArgs a) {
-  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
+  LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  WaitForPriorKernels();  // a dependent launch: the kernel before it wrote q and the new keys
   using C = MmaCfg<D>;
   __shared__ float o_s[kWarps][kRows][C::kStride];
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
@@ -254,8 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
 
 template <int D>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  PagedMmaKernel<D><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
-  return cudaGetLastError();
+  return LaunchDependent(&PagedMmaKernel<D>, dim3(a.Hkv, a.B, a.num_splits), dim3(kThreads), 0, s, a);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
 
 template <int D, int RM>
 __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(const PagedAttnArgs a) {
-  LetDependentsLaunch();  // a decode GEMV after it loads its weights meanwhile
+  LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  WaitForPriorKernels();  // a dependent launch: the kernel before it wrote q and the new keys
   constexpr int L = D / 8;       // lanes per key row
   constexpr int KPL = 32 / L;    // keys per warp-wide load
   constexpr int U = 4;           // loads of K (and of V) in flight per lane
@@ -198,8 +199,7 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
 
 template <int D, int RM>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  PagedWarpsKernel<D, RM><<<dim3(a.Hkv, a.B, a.num_splits), kThreads, 0, s>>>(a);
-  return cudaGetLastError();
+  return LaunchDependent(&PagedWarpsKernel<D, RM>, dim3(a.Hkv, a.B, a.num_splits), dim3(kThreads), 0, s, a);
 }
 
 template <int D>
