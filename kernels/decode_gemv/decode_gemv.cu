@@ -2,8 +2,8 @@
 // of W; two adjacent ones for short rows; a SwiGLU pair of rows), its lanes
 // streaming the rows with 16-byte loads, kLoads of them in flight per lane,
 // the input rows read beside them from shared memory, fp32 sums reduced
-// across the warp. Blocks loop over the
-// columns, at most kBlocksPerSm a multiprocessor. Each block first stages
+// across the warp. Blocks loop over the columns, at most kBlocksPerSm a
+// multiprocessor. Each block first stages
 // the input rows in shared memory: as they are, or normalised (the residual
 // add, then RMSNorm as fused.cu's row kernel computes it; block 0 also
 // writes the sum; kernels/fused/rms_norm_row.cuh), so the norm costs no
