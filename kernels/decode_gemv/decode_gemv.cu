@@ -2,8 +2,8 @@
 // of W; two adjacent ones for short rows; a SwiGLU pair of rows), its lanes
 // streaming the rows with 16-byte loads, kLoads of them in flight per lane,
 // the input rows read beside them from shared memory, fp32 sums reduced
-// across the warp. Blocks loop over the columns, at most kBlocksPerSm a
-// multiprocessor. Each block first stages
+// across the warp. Blocks loop over the columns, two a multiprocessor, or
+// three where that makes one wave. Each block first stages
 // the input rows in shared memory: as they are, or normalised (the residual
 // add, then RMSNorm as fused.cu's row kernel computes it; block 0 also
 // writes the sum; kernels/fused/rms_norm_row.cuh), so the norm costs no
@@ -28,10 +28,14 @@ using bf16 = __nv_bfloat16;
 using bf162 = __nv_bfloat162;
 
 constexpr int kWarps = 8;
-// The grid's blocks a multiprocessor (the kernel fits 2 at any M, more at
-// M <= 2: their registers let a 3.1B model's q/k/v projection, 2560
-// columns, run in one wave; and a dependent kernel's blocks fit beside).
-constexpr int kBlocksPerSm = 3;
+// The grid's blocks a multiprocessor: kBlocksPerSm, or kOneWaveBlocksPerSm
+// where that many cover every task at once (the kernel's registers fit 3
+// at M <= 2): a 3.1B model's q/k/v projection, 2560 columns, took 9.6 us
+// in two waves at 2, 7.0 at 3; its gate/up projection, many waves, took
+// 37.1 at 2 and 39.6 at 3 (H100; docs/benchmarks.md "Weights in flight
+// before the wait").
+constexpr int kBlocksPerSm = 2;
+constexpr int kOneWaveBlocksPerSm = 3;
 // 16-byte weight loads in flight per lane (over the rows a warp reads).
 constexpr int kLoads = 8;
 
@@ -170,7 +174,8 @@ cudaError_t Launch(int rows, int in, int64_t cols, float eps, bool dependent, co
   if (e != cudaSuccess) return e;
   const int64_t tasks = kTask == Task::kTwoColumns ? (cols + 1) / 2 : cols;
   const int64_t wanted = (tasks + kWarps - 1) / kWarps;
-  const int blocks = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(sms) * kBlocksPerSm));
+  const int per_sm = wanted <= static_cast<int64_t>(sms) * kOneWaveBlocksPerSm ? kOneWaveBlocksPerSm : kBlocksPerSm;
+  const int blocks = static_cast<int>(std::min<int64_t>(wanted, static_cast<int64_t>(sms) * per_sm));
   const size_t smem = sizeof(bf16) * static_cast<size_t>(rows) * static_cast<size_t>(in);
   const auto kernel = &DecodeGemvKernel<M, kNorm, kTask>;
   if (dependent)
