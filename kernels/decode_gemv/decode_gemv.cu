@@ -175,7 +175,8 @@ cudaError_t Launch(int rows, int in, int64_t cols, float eps, bool dependent, co
   const int64_t tasks = kTask == Task::kTwoColumns ? (cols + 1) / 2 : cols;
   const int64_t wanted = (tasks + kWarps - 1) / kWarps;
   const bool one_wave = wanted <= static_cast<int64_t>(sms) * kOneWaveBlocksPerSm;
-  const int blocks = static_cast<int>(one_wave ? wanted : std::min<int64_t>(wanted, static_cast<int64_t>(sms) * kBlocksPerSm));
+  const int64_t cap = static_cast<int64_t>(sms) * kBlocksPerSm;
+  const int blocks = static_cast<int>(one_wave ? wanted : std::min(wanted, cap));
   const size_t smem = sizeof(bf16) * static_cast<size_t>(rows) * static_cast<size_t>(in);
   const auto kernel = &DecodeGemvKernel<M, kNorm, kTask>;
   if (dependent)
