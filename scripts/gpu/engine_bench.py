@@ -9,12 +9,15 @@ B, B prompts of PROMPT tokens get NEW greedy tokens:
     decoding eagerly (--cuda-graphs none) and through CUDA graphs (auto);
 each timed for NEW tokens and for 1 token (the prefill), so that decode
 tokens/s = B * (NEW - 1) / (t(NEW) - t(1)) and prefill tokens/s = B *
-PROMPT / t(1) (tandem's with the graphs' run: prefill runs eagerly either way). The bandwidth limit: the bytes a
+PROMPT / t(1) (tandem's with the graphs' run: prefill runs eagerly either way;
+tandem-generate empties the prefix cache before each run, so t(1) includes
+the prefill; before 2026-12-07 it did not, and its prefill figures were the
+cache's). The bandwidth limit: the bytes a
 decode step reads (the weights but an untied input embedding table, + the
 batch's KV at the mean context) over the
 device's measured copy bandwidth. Prints a markdown table with the ratios.
 
-Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]
+Usage: engine_bench.py TANDEM_GENERATE WORKDIR [B ...]   (B = 0 alone: the GRPO workload only)
   TANDEM_ENGINE_MODEL=3b   a 3.1B dense config instead (Qwen2.5-3B's shapes)
   TANDEM_ENGINE_MODEL=moe  a 0.7B MoE (0.2B active: 12 layers, 32 experts,
                            top-4; model_bench.py's), whose limit counts the
@@ -115,7 +118,7 @@ def tandem_time(tool, model_dir, prompts, work, new, graphs="auto", env=None, ex
 
 def main():
     tool, work = sys.argv[1], sys.argv[2]
-    batches = [int(b) for b in sys.argv[3:]] or [1, 16, 64, 256]
+    batches = [b for b in [int(a) for a in sys.argv[3:]] or [1, 16, 64, 256] if b > 0]  # 0: no batch table
     os.makedirs(work, exist_ok=True)
     cfg = config()
     torch.manual_seed(0)

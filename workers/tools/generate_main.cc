@@ -10,7 +10,7 @@
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
 // at once (ignore_eos; while the engine is paused, so that runs of the same
-// prompts batch alike), `--repeat` times, for `--n` samples each (sharing
+// prompts batch alike; from an empty prefix cache), `--repeat` times, for `--n` samples each (sharing
 // the prompt's prefill, as a GRPO group does) at `--temperature` (0:
 // greedy; prompt i is seeded i, so runs draw alike); OUT.json:
 //   {"outputs": [[ids], ...] (prompt-major: prompt i's sample s at i * n + s),
@@ -180,8 +180,11 @@ tandem::StatusOr<Run> Generate(inf::Generator& g, const std::vector<std::vector<
   run.outputs.resize(samples);
   run.logprobs.resize(samples);
   size_t done = 0;
-  // Submitted while paused, so that the first step sees them all and two
-  // runs of the same prompts batch alike (the comparisons need that).
+  // From an empty prefix cache, so that every run prefills its prompts (a
+  // run's time includes that); submitted while paused, so that the first
+  // step sees them all and two runs of the same prompts batch alike (the
+  // comparisons need that).
+  TANDEM_RETURN_IF_ERROR(g.FlushCache());
   TANDEM_RETURN_IF_ERROR(g.Pause(inf::PauseMode::kInPlace));
   const auto t0 = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
