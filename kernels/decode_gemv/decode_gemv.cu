@@ -30,10 +30,10 @@ using bf162 = __nv_bfloat162;
 constexpr int kWarps = 8;
 // The grid's blocks a multiprocessor: kBlocksPerSm, or kOneWaveBlocksPerSm
 // where that many cover every task at once (the kernel's registers fit 3
-// at M <= 2): a 3.1B model's q/k/v projection, 2560 columns, took 9.6 us
-// in two waves at 2, 7.0 at 3; its gate/up projection, many waves, took
-// 37.1 at 2 and 39.6 at 3 (H100; docs/benchmarks.md "Weights in flight
-// before the wait").
+// at M <= 2). On an H100 a 3.1B model's q/k/v projection (2560 columns)
+// took 7.1 us in one wave at 3; its gate/up projection (many waves) 39.6 us
+// at 3 and 35.7 at 2 (docs/benchmarks.md "Weights in flight before the
+// wait").
 constexpr int kBlocksPerSm = 2;
 constexpr int kOneWaveBlocksPerSm = 3;
 // 16-byte weight loads in flight per lane (over the rows a warp reads).
