@@ -53,8 +53,8 @@ Status CheckDecodeGemvShape(const DecodeGemvShape& s);
 // replaces by 1.3-2.7x on every projection of the benchmark models but the
 // 3B down projection (11008 inputs), where it is level with cuBLAS's
 // split-K (0.94-0.97x) and lets the next projection start early. With more
-// rows its weight vectors' bf16 conversions repeat per row (0.4x cuBLAS at
-// 8).
+// rows its weight vectors' bf16 conversions repeat per row (0.25-0.75x
+// cuBLAS at 8).
 inline bool DecodeGemvPays(const DecodeGemvShape& s) { return s.rows == 1; }
 
 // Columns of y: out, or out / 2 with SwiGLU.
