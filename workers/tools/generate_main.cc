@@ -10,9 +10,10 @@
 //
 // PROMPTS.json: {"prompts": [[token ids], ...]}. Every prompt is submitted
 // at once (ignore_eos; while the engine is paused, so that runs of the same
-// prompts batch alike; from an empty prefix cache), `--repeat` times, for `--n` samples each (sharing
-// the prompt's prefill, as a GRPO group does) at `--temperature` (0:
-// greedy; prompt i is seeded i, so runs draw alike); OUT.json:
+// prompts batch alike; from an empty prefix cache), `--repeat` times, for
+// `--n` samples each (sharing the prompt's prefill, as a GRPO group does)
+// at `--temperature` (0: greedy; prompt i is seeded i, so runs draw
+// alike); OUT.json:
 //   {"outputs": [[ids], ...] (prompt-major: prompt i's sample s at i * n + s),
 //    "logprobs": [[log p of each], ...] (--logprobs),
 //    "runs": [{"seconds", "generated_tokens", "tokens_per_s", "steps",
