@@ -10,6 +10,8 @@ under LibTorch's Kineto profiler. Prints, per batch size:
     commit: EngineStats), unprofiled (first run) and profiled;
   * the GPU's busy time per step (union of kernel intervals) against the
     wall time per step: the difference is the device idling on the host;
+  * what each kernel adds to that busy time (model_profile.added_us: with
+    dependent launches kernels overlap, and their durations do not add up);
   * kernels per step, and GPU time by kernel class and by kernel name
     (model_profile.summarise).
 The traces go gzipped to $OUT (TANDEM_PROFILE_TRACES=0: not).
@@ -70,6 +72,11 @@ def main():
         print(f"[profile] batch {b}: GPU busy {busy / 1e3 / steps:.3f} ms a step of "
               f"{1e3 * runs[-1]['seconds'] / steps:.3f}; {len(kernels) / steps:.0f} kernels and copies a step",
               flush=True)
+        added, count = model_profile.added_us(kernels)
+        print(f"[profile] batch {b}: what each kernel adds to the busy time (ms a step, µs a launch, launches a step):",
+              flush=True)
+        for name, us in added.most_common(12):
+            print(f"  {us / 1e3 / steps:8.3f} {us / count[name]:8.2f} {count[name] / steps:6.1f}  {name}")
         model_profile.summarise(trace, f"batch {b}", sys.stdout)
         if os.environ.get("TANDEM_PROFILE_TRACES", "1") != "0":
             with open(trace, "rb") as src, gzip.open(os.path.join(out_dir, f"engine-trace-{b}.json.gz"), "wb") as dst:

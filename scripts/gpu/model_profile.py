@@ -69,6 +69,21 @@ def busy_us(kernels):
     return busy + cur_e - cur_s
 
 
+def added_us(kernels):
+    """Microseconds each kernel name adds to the busy time, and its count: a
+    kernel's interval past the end of every interval that started before it.
+    Summed over names, the busy time: kernels that overlap (dependent
+    launches wait resident) count once, where their plain durations do not."""
+    added, count = collections.Counter(), collections.Counter()
+    reach = float("-inf")
+    for k in sorted(kernels, key=lambda k: k["ts"]):
+        s, e = k["ts"], k["ts"] + k["dur"]
+        added[k["name"][:110]] += max(0.0, e - max(s, reach))
+        count[k["name"][:110]] += 1
+        reach = max(reach, e)
+    return added, count
+
+
 def summarise(trace_path, label, out):
     with open(trace_path) as f:
         ev = json.load(f)["traceEvents"]
