@@ -64,7 +64,12 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   CliRun gemv = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "off", "--list-workers"});
   EXPECT_EQ(gemv.rc, 0) << gemv.err;
   EXPECT_THAT(gemv.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=off"));
-  EXPECT_NE(RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "maybe", "--list-workers"}).rc, 0);
+  CliRun serial = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "serial", "--list-workers"});
+  EXPECT_EQ(serial.rc, 0) << serial.err;
+  EXPECT_THAT(serial.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=serial"));
+  CliRun maybe = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "maybe", "--list-workers"});
+  EXPECT_NE(maybe.rc, 0);
+  EXPECT_THAT(maybe.err, HasSubstr("--decode-gemv: maybe not in {on,off,serial}"));
   CliRun paged = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "tiles", "--list-workers"});
   EXPECT_EQ(paged.rc, 0) << paged.err;
   EXPECT_THAT(paged.err, HasSubstr("CUDA kernels: TANDEM_PAGED_ATTENTION=tiles"));
