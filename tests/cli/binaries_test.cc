@@ -61,21 +61,17 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   CliRun bad = RunBinary(tmp_, "tandem-worker", {"actor", "--tree-attention", "flash"});
   EXPECT_NE(bad.rc, 0);
   EXPECT_THAT(bad.err, HasSubstr("--tree-attention: flash not in {tiles,varlen-flash,"));
-  CliRun gemv = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "off", "--list-workers"});
-  EXPECT_EQ(gemv.rc, 0) << gemv.err;
-  EXPECT_THAT(gemv.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=off"));
-  CliRun serial = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "serial", "--list-workers"});
-  EXPECT_EQ(serial.rc, 0) << serial.err;
-  EXPECT_THAT(serial.err, HasSubstr("CUDA kernels: TANDEM_DECODE_GEMV=serial"));
-  CliRun maybe = RunBinary(tmp_, "tandem-worker", {"--decode-gemv", "maybe", "--list-workers"});
-  EXPECT_NE(maybe.rc, 0);
-  EXPECT_THAT(maybe.err, HasSubstr("--decode-gemv: maybe not in {on,off,serial}"));
-  CliRun paged = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "tiles", "--list-workers"});
-  EXPECT_EQ(paged.rc, 0) << paged.err;
-  EXPECT_THAT(paged.err, HasSubstr("CUDA kernels: TANDEM_PAGED_ATTENTION=tiles"));
-  CliRun warps = RunBinary(tmp_, "tandem-worker", {"--paged-attention", "warps", "--list-workers"});
-  EXPECT_NE(warps.rc, 0);
-  EXPECT_THAT(warps.err, HasSubstr("--paged-attention: warps not in {auto,tiles,mma}"));
+  // `--FLAG VALUE --list-workers`: taken, and the variable set as `says`; or refused, saying so.
+  const auto picks = [&](const std::string& flag, const std::string& value, bool taken, const std::string& says) {
+    CliRun run = RunBinary(tmp_, "tandem-worker", {flag, value, "--list-workers"});
+    EXPECT_EQ(run.rc == 0, taken) << flag << " " << value << ": " << run.err;
+    EXPECT_THAT(run.err, HasSubstr(says));
+  };
+  picks("--decode-gemv", "off", true, "CUDA kernels: TANDEM_DECODE_GEMV=off");
+  picks("--decode-gemv", "serial", true, "CUDA kernels: TANDEM_DECODE_GEMV=serial");
+  picks("--decode-gemv", "maybe", false, "--decode-gemv: maybe not in {on,off,serial}");
+  picks("--paged-attention", "tiles", true, "CUDA kernels: TANDEM_PAGED_ATTENTION=tiles");
+  picks("--paged-attention", "warps", false, "--paged-attention: warps not in {auto,tiles,mma}");
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker
