@@ -9,9 +9,9 @@
 // in front of the rollouts. `--list-workers` prints the subcommands this binary registered, one a
 // line (tests/cli/binaries_test.cc compares them with the table);
 // `--version` prints the project's version. `--tree-attention`,
-// `--moe-experts`, `--decode-gemv` and `--paged-attention` (given before or
-// after the subcommand) pick the CUDA implementations of four glue ops for
-// the process, through the variables
+// `--moe-experts`, `--decode-gemv`, `--paged-attention` and
+// `--paged-splits` (given before or after the subcommand) pick the CUDA
+// implementations of the glue ops for the process, through the variables
 // workers/ops/kernel_choices.h names. Exceptions stop at this edge and
 // become exit status 1 with a log line; bad flags exit 2 with CLI11's
 // message.
@@ -70,13 +70,15 @@ int main(int argc, char** argv) {
   app.add_flag("--list-workers", list_workers, "Print this binary's workers, one a line, and exit");
   app.require_subcommand(0, 1);
   app.fallthrough();  // the options above are taken after a subcommand too
-  std::string tree_attention, moe_experts, decode_gemv, paged_attention;
+  std::string tree_attention, moe_experts, decode_gemv, paged_attention, paged_splits;
   AddKernelChoice(app, "--tree-attention", tandem::ops::kTreeAttentionVar, tandem::ops::kTreeAttentionChoices,
                   tree_attention);
   AddKernelChoice(app, "--moe-experts", tandem::ops::kMoeExpertsVar, tandem::ops::kMoeExpertsChoices, moe_experts);
   AddKernelChoice(app, "--decode-gemv", tandem::ops::kDecodeGemvVar, tandem::ops::kDecodeGemvChoices, decode_gemv);
   AddKernelChoice(app, "--paged-attention", tandem::ops::kPagedAttentionVar, tandem::ops::kPagedAttentionChoices,
                   paged_attention);
+  AddKernelChoice(app, "--paged-splits", tandem::ops::kPagedSplitsVar, tandem::ops::kPagedSplitsChoices,
+                  paged_splits);
 
   tandem::worker::ProbeOptions o;
   std::vector<std::string> tags;
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
   for (const auto& [var, value] : {std::pair{tandem::ops::kTreeAttentionVar, &tree_attention},
                                     std::pair{tandem::ops::kMoeExpertsVar, &moe_experts},
                                     std::pair{tandem::ops::kDecodeGemvVar, &decode_gemv},
-                                    std::pair{tandem::ops::kPagedAttentionVar, &paged_attention}}) {
+                                    std::pair{tandem::ops::kPagedAttentionVar, &paged_attention},
+                                    std::pair{tandem::ops::kPagedSplitsVar, &paged_splits}}) {
     if (value->empty()) continue;
     ::setenv(var, value->c_str(), 1);
     tandem::log::Info("worker", "CUDA kernels: {}={}", var, *value);

@@ -301,6 +301,7 @@ cudaError_t LaunchCombine(const PagedAttnArgs& a, cudaStream_t s) {
 
 cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, PagedImpl impl, cudaStream_t s) {
   if (impl == PagedImpl::kWarps && a.max_rows > kPagedWarpsMaxRows) return cudaErrorInvalidValue;
+  if (a.cluster && (impl == PagedImpl::kTiles || a.max_rows > kPagedClusterMaxRows)) return cudaErrorInvalidValue;
   cudaError_t e = cudaErrorInvalidValue;
   if (impl == PagedImpl::kWarps) e = LaunchPagedWarpsKernel(a, s);
   if (impl == PagedImpl::kMma) e = LaunchPagedMmaKernel(a, s);
@@ -308,7 +309,7 @@ cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, PagedImpl impl, cudaStr
 #ifndef TANDEM_CUDA_CI_SUBSET
   if (impl == PagedImpl::kTiles && a.D == 64) e = LaunchTiles<64>(a, s);
 #endif
-  if (e != cudaSuccess || a.num_splits == 1) return e;
+  if (e != cudaSuccess || a.num_splits == 1 || a.cluster) return e;
   return a.D == 128 ? LaunchCombine<128>(a, s) : LaunchCombine<64>(a, s);
 }
 

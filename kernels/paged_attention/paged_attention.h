@@ -29,7 +29,11 @@
 // valid as sequences grow). Each split yields a partial (max-shifted output,
 // log-sum-exp) and a combine pass merges them: out = sum_s exp(lse_s - lse)
 // o_s with lse = log sum_s exp(lse_s). The CPU implementation follows the
-// same plan, so the CPU tests cover the combine the GPU runs.
+// same plan, so the CPU tests cover the combine the GPU runs. On CUDA the
+// merge is either a combine kernel over partials in a workspace, or (a
+// clustered plan) done by the splits themselves: the splits of a
+// (sequence, kv head) run as one thread-block cluster and merge in
+// distributed shared memory, no workspace and no second kernel.
 //
 // Slot write: for new token t with slot = slot_mapping[t] (int64, = block *
 // block_size + offset) >= 0, key_blocks/value_blocks viewed as
@@ -60,13 +64,17 @@ struct PagedAttentionShape {
 inline constexpr int32_t kPagedTileTokens = 64;  // split granularity (the CUDA kernels' key tiles divide it)
 inline constexpr int32_t kPagedMinSplitTokens = 128;
 inline constexpr int32_t kPagedMaxSplits = 64;
+inline constexpr int32_t kPagedMaxClusterSplits = 8;  // a portable thread-block cluster
 
 // How the keys are split (above). min_split_tokens is a positive multiple
 // of kPagedTileTokens; num_splits == 1: one split per sequence, no combine
-// pass.
+// pass. cluster (CUDA; the CPU merges alike either way): the splits merge
+// in a thread-block cluster instead of a combine kernel, num_splits at most
+// kPagedMaxClusterSplits.
 struct PagedAttentionPlan {
   int32_t num_splits = 1;
   int32_t min_split_tokens = kPagedTileTokens;
+  bool cluster = false;
 };
 
 // Positive sizes (B >= 1, T >= B), Hq % Hkv == 0, block_size a power of two,
@@ -83,8 +91,10 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
 // multiprocessor, at most kPagedMaxSplits and at most capacity /
 // min_split_tokens, each at least min_split_tokens keys (a multiple of
 // kPagedTileTokens). Shapes only, so a captured CUDA graph stays valid.
+// With `cluster`, at most kPagedMaxClusterSplits splits, merged in a
+// cluster when there are several.
 PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms,
-                                      int32_t min_split_tokens = kPagedMinSplitTokens);
+                                      int32_t min_split_tokens = kPagedMinSplitTokens, bool cluster = false);
 // The plan without splits.
 PagedAttentionPlan SingleSplitPlan();
 Status CheckPagedAttentionPlan(const PagedAttentionPlan& plan);

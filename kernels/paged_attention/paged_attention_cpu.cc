@@ -77,13 +77,15 @@ Status CheckPagedAttentionMetadata(const PagedAttentionShape& s, const int32_t* 
   return Status::Ok();
 }
 
-PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms, int32_t min_split_tokens) {
+PagedAttentionPlan PlanPagedAttention(const PagedAttentionShape& s, int num_sms, int32_t min_split_tokens,
+                                      bool cluster) {
   const int64_t min_split = std::max<int64_t>(CeilDiv(min_split_tokens, kPagedTileTokens), 1) * kPagedTileTokens;
   const int64_t work = std::max<int64_t>(int64_t{s.num_seqs} * s.num_kv_heads, 1);
   const int64_t want = CeilDiv(4 * int64_t{std::max(num_sms, 1)}, work);
   const int64_t by_len = std::max<int64_t>(1, s.capacity() / min_split);
-  const int64_t splits = std::max<int64_t>(1, std::min({want, by_len, int64_t{kPagedMaxSplits}}));
-  return {static_cast<int32_t>(splits), static_cast<int32_t>(min_split)};
+  const int64_t most = cluster ? kPagedMaxClusterSplits : kPagedMaxSplits;
+  const int64_t splits = std::max<int64_t>(1, std::min({want, by_len, most}));
+  return {static_cast<int32_t>(splits), static_cast<int32_t>(min_split), cluster && splits > 1};
 }
 
 PagedAttentionPlan SingleSplitPlan() { return {1, kPagedTileTokens}; }
@@ -94,6 +96,10 @@ Status CheckPagedAttentionPlan(const PagedAttentionPlan& p) {
     return InvalidArgument("paged attention: plan of " + std::to_string(p.num_splits) + " splits of at least " +
                            std::to_string(p.min_split_tokens) + " keys; need 1 to " + std::to_string(kPagedMaxSplits) +
                            " splits of a positive multiple of " + std::to_string(kPagedTileTokens) + " keys");
+  }
+  if (p.cluster && p.num_splits > kPagedMaxClusterSplits) {
+    return InvalidArgument("paged attention: a clustered plan has at most " + std::to_string(kPagedMaxClusterSplits) +
+                           " splits, got " + std::to_string(p.num_splits));
   }
   return Status::Ok();
 }

@@ -41,7 +41,7 @@ StatusOr<int> CurrentDeviceSmCount() {
 }
 
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& s, const PagedAttentionPlan& plan) {
-  if (plan.num_splits <= 1) return 0;
+  if (plan.num_splits <= 1 || plan.cluster) return 0;
   const size_t rows = static_cast<size_t>(s.num_tokens) * static_cast<size_t>(s.num_heads) *
                       static_cast<size_t>(plan.num_splits);
   return Align256(sizeof(float) * rows * static_cast<size_t>(s.head_dim)) + Align256(sizeof(float) * rows);
@@ -52,6 +52,8 @@ int64_t PagedMaxRows(const PagedAttentionShape& s) {
 }
 
 bool PagedWarpsFit(const PagedAttentionShape& s) { return PagedMaxRows(s) <= detail::kPagedWarpsMaxRows; }
+
+bool PagedClusterFits(const PagedAttentionShape& s) { return PagedMaxRows(s) <= detail::kPagedClusterMaxRows; }
 
 Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan& plan, const __nv_bfloat16* q,
                           const __nv_bfloat16* key_blocks, const __nv_bfloat16* value_blocks,
@@ -72,8 +74,15 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
   if (block_table == nullptr || context_lens == nullptr || q_starts == nullptr) {
     return InvalidArgument(std::string(kWhat) + ": null metadata");
   }
+  const bool cluster = plan.cluster && plan.num_splits > 1;
+  if (cluster && (kernel == PagedKernel::kTiles || !PagedClusterFits(s))) {
+    return InvalidArgument(std::string(kWhat) + ": a clustered plan runs the warps or mma kernel, with at most " +
+                           std::to_string(detail::kPagedClusterMaxRows) + " rows per kv head; this call has up to " +
+                           std::to_string(PagedMaxRows(s)) + (kernel == PagedKernel::kTiles ? ", on the tiles kernel" : ""));
+  }
   detail::PagedAttnArgs a;
-  if (plan.num_splits > 1) {
+  a.cluster = cluster;
+  if (plan.num_splits > 1 && !cluster) {
     const size_t need = PagedAttentionWorkspaceBytes(s, plan);
     if (workspace == nullptr || workspace_bytes < need) {
       return InvalidArgument(std::string(kWhat) + ": workspace of " + std::to_string(workspace_bytes) +

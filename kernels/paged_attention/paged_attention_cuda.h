@@ -8,10 +8,19 @@
 // sequence's new tokens (so K/V are read once per kv head and 16 rows, not
 // once per query head), with an online softmax; PagedKernel below says how. With
 // plan.num_splits > 1 each split writes an fp32 partial and its log-sum-exp
-// into the workspace and a combine kernel writes `out`. The kernels are
-// dependent launches (kernels/common/dependent_launch.cuh): each may start
-// during the tail of the kernel before it and waits for it before reading
-// anything, and lets the kernel after it start as soon as its blocks run.
+// into the workspace and a combine kernel writes `out`; with a clustered
+// plan (plan.cluster) the splits of a (kv head, sequence) run as one
+// thread-block cluster and merge in distributed shared memory instead (no
+// workspace, no second kernel). The kernels are dependent launches
+// (kernels/common/dependent_launch.cuh): each may start during the tail of
+// the kernel before it and lets the kernel after it start as soon as its
+// blocks run. Before waiting for the kernels before it, the warps and mma
+// kernels read the metadata (block_table, context_lens, q_starts) and the
+// keys and values before each sequence's new tokens (positions below
+// context_len - q_len): the caller guarantees that no kernel still running
+// when this one is launched writes those (in a decode step they are
+// written before its first kernel; only the new tokens' keys are written
+// by the kernel before). q and the new keys are read after the wait.
 //
 // Device metadata is not trusted: a sequence whose lengths are unusable
 // (q_len < 1, context_len outside [q_len, capacity]) or whose block table
@@ -34,7 +43,8 @@ namespace tandem::kernels {
 // The multiprocessor count of the current device (for PlanPagedAttention).
 StatusOr<int> CurrentDeviceSmCount();
 
-// Bytes of workspace for `plan` (0 when plan.num_splits == 1):
+// Bytes of workspace for `plan` (0 when plan.num_splits == 1 or the plan
+// is clustered):
 // fp32 partials [T * Hq, num_splits, D] and their lse [T * Hq, num_splits].
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionShape& shape, const PagedAttentionPlan& plan);
 
@@ -64,6 +74,10 @@ enum class PagedKernel { kAuto, kTiles, kWarps, kMma };
 // warps kernel holds that many (at most 4).
 int64_t PagedMaxRows(const PagedAttentionShape& s);
 bool PagedWarpsFit(const PagedAttentionShape& s);
+// Whether a clustered plan may run `s`: at most 16 rows per kv head (the
+// mma kernel's one row group; the warps kernel's 4 are fewer). A clustered
+// plan with the tiles kernel, or past 16 rows, is refused.
+bool PagedClusterFits(const PagedAttentionShape& s);
 
 // q, out [T, Hq, D]; key_blocks, value_blocks [num_blocks, block_size, Hkv,
 // D]; block_table [B, max_blocks_per_seq], context_lens [B], q_starts

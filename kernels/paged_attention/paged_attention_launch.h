@@ -24,19 +24,24 @@ struct PagedAttnArgs {
   int32_t num_blocks = 0, block_size_log2 = 0, max_blocks_per_seq = 0;
   int64_t capacity = 0;
   int32_t num_splits = 1, min_split_tokens = 64;  // the plan (paged_attention.h)
+  bool cluster = false;  // the splits merge in their cluster (num_splits > 1; no part_o, no combine)
   float scale_log2 = 0.f;  // softmax scale * log2(e): scores in log2 units
   int32_t max_rows = 0;    // an upper bound on q_len * Hq / Hkv over the sequences
 };
 
 // The most rows per kv head (max_rows) the warps kernel holds.
 inline constexpr int32_t kPagedWarpsMaxRows = 4;
+// The most rows per kv head a clustered plan takes (the mma kernel's one
+// row group, whose partial each block keeps in shared memory).
+inline constexpr int32_t kPagedClusterMaxRows = 16;
 
 // The kernels that walk the keys (paged_attention_cuda.h, PagedKernel).
 enum class PagedImpl { kTiles, kWarps, kMma };
 
-// The attention kernel `impl` and, with num_splits > 1, the combine, for D
-// in {64, 128}; cudaErrorInvalidValue for another D, or for kWarps with
-// max_rows > kPagedWarpsMaxRows.
+// The attention kernel `impl` and, with num_splits > 1 and no cluster, the
+// combine, for D in {64, 128}; cudaErrorInvalidValue for another D, for
+// kWarps with max_rows > kPagedWarpsMaxRows, or for a cluster with kTiles or
+// max_rows > kPagedClusterMaxRows.
 cudaError_t LaunchPagedAttention(const PagedAttnArgs& a, PagedImpl impl, cudaStream_t s);
 // The warps kernel alone (paged_attention_warps.cu).
 cudaError_t LaunchPagedWarpsKernel(const PagedAttnArgs& a, cudaStream_t s);

@@ -78,11 +78,14 @@ struct MmaCfg {
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArgs a) {
   LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
-  WaitForPriorKernels();  // a dependent launch: the kernel before it wrote q and the new keys
   using C = MmaCfg<D>;
   __shared__ float o_s[kWarps][kRows][C::kStride];
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
+  __shared__ PagedClusterRows<D, kRows> part_s;  // a clustered plan's partial
 
+  // Until WaitForPriorKernels below, only what no kernel still running
+  // writes (paged_attention_cuda.h): the metadata, and the keys and values
+  // before the sequence's new tokens.
   const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
@@ -90,20 +93,72 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
   const int q_len = q1 - q0, ctx = a.context_lens[b];
   const int G = a.Hq / a.Hkv, R = q_len * G;
   const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
-  if (nsplit == 0) {
+  if (nsplit == 0 || (a.cluster && R > kPagedClusterMaxRows)) {  // unusable lengths, or more rows than promised
+    WaitForPriorKernels();
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
-  if (split >= nsplit) return;
+  if (split >= nsplit && !a.cluster) return;  // (in a cluster an empty split still takes part in the merge)
   const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
-  const int kv_begin = split * split_len, kv_end = min(kv_begin + split_len, ctx);
+  const int kv_begin = static_cast<int>(min(static_cast<int64_t>(split) * split_len, static_cast<int64_t>(ctx)));
+  const int kv_end = static_cast<int>(min(static_cast<int64_t>(kv_begin) + split_len, static_cast<int64_t>(ctx)));
+  const int old_end = ctx - q_len;  // keys before the new tokens
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
   // Key chunks start at multiples of 16 (kv_begin is a multiple of 64), so
   // with blocks of at least 16 tokens a chunk lies in one block.
   const bool chunk_in_one_block = bs_log2 >= 4;
+  const int first_k0 = kv_begin + warp * kKeys;
 
   bool bad = false;
+  uint4 kr[2][C::kQChunks];       // K: keys g and 8 + g of the warp's chunk
+  uint32_t vw[4][C::kVWords];     // V: keys 2c, 2c+1, 2c+8, 2c+9
+  // Loads the chunk at k0 (block id chunk_id when it lies in one block):
+  // the keys in [lo, hi), hi <= kv_end; the others keep their registers
+  // when `keep`, else become zero. A block id out of range marks the
+  // sequence bad.
+  auto load = [&](int k0, int chunk_id, int lo, int hi, bool keep) {
+    auto row_of = [&](int t) -> int64_t {  // the pool offset of key t's row for kv head h, or -1: not loaded
+      if (t < lo || t >= hi) return -1;
+      const int id = chunk_in_one_block ? chunk_id : table[t >> bs_log2];
+      if (id < 0 || id >= a.num_blocks) {
+        bad = true;
+        return -1;
+      }
+      return (((static_cast<int64_t>(id) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D;
+    };
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int64_t off = row_of(k0 + 8 * n + g);
+#pragma unroll
+      for (int j = 0; j < C::kQChunks; ++j) {
+        if (off >= 0) kr[n][j] = __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off + 32 * j + 8 * c));
+        else if (!keep) kr[n][j] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t off = row_of(k0 + 2 * c + (i & 1) + 8 * (i >> 1));
+#pragma unroll
+      for (int v = 0; v < C::kVWords / 4; ++v) {
+        if (off >= 0) Words(__ldg(reinterpret_cast<const uint4*>(a.value_blocks + off + g * (D / 8) + 8 * v)), &vw[i][4 * v]);
+        else if (!keep) Words(make_uint4(0u, 0u, 0u, 0u), &vw[i][4 * v]);
+      }
+    }
+  };
+  // With blocks of >= 16 tokens, lane i holds the block id of the warp's
+  // chunk `it + i` (loaded 32 at a time, passed round by shuffles).
+  int ids = 0;
+  auto load_ids = [&](int k0) {
+    const int64_t kl = k0 + int64_t{lane} * kWarps * kKeys;
+    ids = kl < kv_end ? table[kl >> bs_log2] : 0;
+  };
+  // The first chunk's old keys while the kernels before finish; then q and
+  // the new keys.
+  if (chunk_in_one_block) load_ids(first_k0);
+  if (first_k0 < kv_end) load(first_k0, __shfl_sync(kFull, ids, 0), 0, min(old_end, kv_end), /*keep=*/false);
+  WaitForPriorKernels();  // the kernel before wrote q and the new keys
+
   for (int base = 0; base < R; base += kRows) {
     // q's A fragments for rows base + g and base + g + 8 (zero past R).
     uint32_t qf[C::kSlices][4];
@@ -129,46 +184,12 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
     for (int t = 0; t < C::kTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
-    int ids = 0;  // with blocks of >= 16 tokens, lane i holds the block id of the warp's chunk `it + i`
-    for (int k0 = kv_begin + warp * kKeys, it = 0; k0 < kv_end; k0 += kWarps * kKeys, ++it) {
-      if (chunk_in_one_block && it % 32 == 0) {  // the next 32 chunks' block ids, loaded together
-        const int64_t kl = k0 + int64_t{lane} * kWarps * kKeys;
-        ids = kl < kv_end ? table[kl >> bs_log2] : 0;
-      }
-      const int chunk_id = chunk_in_one_block ? __shfl_sync(kFull, ids, it % 32) : 0;
-      // The pool offset of key t's row for kv head h, or -1 when t is past
-      // the split or its block id is out of range (which marks the sequence bad).
-      auto row_of = [&](int t) -> int64_t {
-        if (t >= kv_end) return -1;
-        const int id = chunk_in_one_block ? chunk_id : table[t >> bs_log2];
-        if (id < 0 || id >= a.num_blocks) {
-          bad = true;
-          return -1;
-        }
-        return (((static_cast<int64_t>(id) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D;
-      };
-      // Every load of the step first: K for keys g and 8 + g, V for keys 2c, 2c+1, 2c+8, 2c+9.
-      uint4 kr[2][C::kQChunks];
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int64_t off = row_of(k0 + 8 * n + g);
-#pragma unroll
-        for (int j = 0; j < C::kQChunks; ++j) {
-          kr[n][j] = off >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off + 32 * j + 8 * c))
-                              : make_uint4(0u, 0u, 0u, 0u);
-        }
-      }
-      uint32_t vw[4][C::kVWords];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t off = row_of(k0 + 2 * c + (i & 1) + 8 * (i >> 1));
-#pragma unroll
-        for (int v = 0; v < C::kVWords / 4; ++v) {
-          const uint4 x = off >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.value_blocks + off + g * (D / 8) + 8 * v))
-                                   : make_uint4(0u, 0u, 0u, 0u);
-          Words(x, &vw[i][4 * v]);
-        }
-      }
+    for (int k0 = first_k0, it = 0; k0 < kv_end; k0 += kWarps * kKeys, ++it) {
+      const bool prefetched = base == 0 && it == 0;  // its old keys are in kr and vw
+      if (chunk_in_one_block && it % 32 == 0 && !prefetched) load_ids(k0);
+      const int chunk_id = __shfl_sync(kFull, ids, it % 32);
+      if (prefetched) load(k0, chunk_id, old_end, kv_end, /*keep=*/true);
+      else load(k0, chunk_id, 0, kv_end, /*keep=*/false);
 
       // Scores: s[n] holds (row g, keys 8n + 2c, +1) and (row g + 8, the same keys).
       float s[2][4];
@@ -241,21 +262,26 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
       l_s[warp][g + 8] = l_hi;
     }
     bad = __syncthreads_or(bad) != 0;
-    // Then the warps; thread (row, d) writes the element.
+    // Then the warps; thread (row, d) merges the element, and writes it (or
+    // puts it in the block's partial, for the cluster merge).
     for (int i = tid; i < kRows * D; i += kThreads) {
       const int r = i / D, d = i % D, rr = base + r;
       if (rr >= R) break;  // rows past R come last
-      PagedStoreMerged<D, kWarps>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, [&](int w) {
+      const PagedPartial m = PagedMergeWarps<kWarps>([&](int w) {
         return PagedPartial{o_s[w][r][C::Col(d)], l_s[w][r], m_s[w][r]};
       });
+      if (a.cluster) PagedClusterPut<D, kRows>(part_s, r, d, bad, m.o, m.l, m.m);
+      else PagedStore<D>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, m.o, m.l, m.m);
     }
     __syncthreads();  // the next row group rewrites o_s, m_s, l_s
   }
+  if (a.cluster) PagedClusterMerge<D, kRows>(a, part_s, q0, h, G, R, tid, kThreads);  // R <= kRows here
 }
 
 template <int D>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  return LaunchDependent(&PagedMmaKernel<D>, dim3(a.Hkv, a.B, a.num_splits), dim3(kThreads), 0, s, a);
+  const dim3 grid(a.Hkv, a.B, a.num_splits), cluster(1, 1, a.cluster ? a.num_splits : 1);
+  return LaunchDependentInClusters(&PagedMmaKernel<D>, grid, dim3(kThreads), cluster, 0, s, a);
 }
 
 }  // namespace

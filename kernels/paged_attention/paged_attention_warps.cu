@@ -36,16 +36,19 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
 }
 
 template <int D, int RM>
-__global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(const PagedAttnArgs a) {
+__global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(const PagedAttnArgs a) {
   LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
-  WaitForPriorKernels();  // a dependent launch: the kernel before it wrote q and the new keys
   constexpr int L = D / 8;       // lanes per key row
   constexpr int KPL = 32 / L;    // keys per warp-wide load
   constexpr int U = 4;           // loads of K (and of V) in flight per lane
   constexpr int CK = U * KPL;    // keys per warp and chunk
   __shared__ float o_s[kWarps][RM][D];
   __shared__ float m_s[kWarps][RM], l_s[kWarps][RM];
+  __shared__ PagedClusterRows<D, RM> part_s;  // a clustered plan's partial
 
+  // Until WaitForPriorKernels below, only what no kernel still running
+  // writes (paged_attention_cuda.h): the metadata, and the keys and values
+  // before the sequence's new tokens.
   const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, grp = lane / L, sub = lane % L;
   const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
@@ -54,20 +57,62 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
   const int G = a.Hq / a.Hkv, R = q_len * G;
   const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
   if (nsplit == 0) {
+    WaitForPriorKernels();
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
-  if (split >= nsplit) return;
+  if (split >= nsplit && !a.cluster) return;  // (in a cluster an empty split still takes part in the merge)
   if (R > RM) {  // more rows than max_rows promised (q_starts not as the host said): NaN rows
+    WaitForPriorKernels();
+    if (split >= nsplit) return;
     for (int i = tid; i < R * D; i += kThreads) {
       PagedStore<D>(a, PagedOutRow(a, q0, h, G, i / D), split, i % D, /*bad=*/true, 0.f, 0.f, 0.f);
     }
     return;
   }
   const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
-  const int kv_begin = split * split_len, kv_end = min(kv_begin + split_len, ctx);
+  const int kv_begin = static_cast<int>(min(static_cast<int64_t>(split) * split_len, static_cast<int64_t>(ctx)));
+  const int kv_end = static_cast<int>(min(static_cast<int64_t>(kv_begin) + split_len, static_cast<int64_t>(ctx)));
+  const int old_end = ctx - q_len;  // keys before the new tokens
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
+
+  bool bad = false;
+  uint4 kr[U], vr[U];
+  // Loads the chunk at k0: the block ids, then K and V of the keys in
+  // [lo, hi), hi <= kv_end; the others keep their registers when `keep`,
+  // else become zero. A block id out of range marks the sequence bad.
+  auto load = [&](int k0, int lo, int hi, bool keep) {
+    int blk[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int t = k0 + u * KPL + grp;
+      const bool in = t >= lo && t < hi;
+      const int id = in ? table[t >> bs_log2] : -1;
+      const bool ok = id >= 0 && id < a.num_blocks;
+      bad = bad || (in && !ok);
+      blk[u] = ok ? id : -1;  // -1: not loaded
+    }
+    auto offset = [&](int u) {
+      const int t = k0 + u * KPL + grp;
+      return (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
+    };
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (blk[u] >= 0) kr[u] = __ldg(reinterpret_cast<const uint4*>(a.key_blocks + offset(u)));
+      else if (!keep) kr[u] = make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (blk[u] >= 0) vr[u] = __ldg(reinterpret_cast<const uint4*>(a.value_blocks + offset(u)));
+      else if (!keep) vr[u] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  // The first chunk's old keys while the kernels before finish; then q and
+  // the new keys.
+  const int first_k0 = kv_begin + warp * CK;
+  if (first_k0 < kv_end) load(first_k0, 0, min(old_end, kv_end), /*keep=*/false);
+  WaitForPriorKernels();  // the kernel before wrote q and the new keys
 
   // This lane's 8 dimensions of each row's q; rows past R are zero and see no key.
   float q[RM][8], o[RM][8], m[RM], l[RM];
@@ -89,32 +134,9 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
     l[r] = 0.f;
   }
 
-  bool bad = false;
-  for (int k0 = kv_begin + warp * CK; k0 < kv_end; k0 += kWarps * CK) {
-    // The block ids first, then every K and V load, so that all are in flight together.
-    int blk[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = k0 + u * KPL + grp;
-      const bool in = t < kv_end;
-      const int id = in ? table[t >> bs_log2] : -1;
-      const bool ok = id >= 0 && id < a.num_blocks;
-      bad = bad || (in && !ok);
-      blk[u] = ok ? id : -1;  // -1: nothing to read (past the split, or a bad id)
-    }
-    uint4 kr[U], vr[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = k0 + u * KPL + grp;
-      const int64_t off = (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
-      kr[u] = blk[u] >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off)) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int t = k0 + u * KPL + grp;
-      const int64_t off = (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
-      vr[u] = blk[u] >= 0 ? __ldg(reinterpret_cast<const uint4*>(a.value_blocks + off)) : make_uint4(0u, 0u, 0u, 0u);
-    }
+  for (int k0 = first_k0; k0 < kv_end; k0 += kWarps * CK) {
+    const bool first = k0 == first_k0;  // its old keys are in kr and vr
+    load(k0, first ? old_end : 0, kv_end, /*keep=*/first);
     float s[U][RM];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -189,17 +211,22 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 4 : 6) PagedWarpsKernel(con
     }
   }
   bad = __syncthreads_or(bad) != 0;
-  // Then the warps; thread (row, d) writes the element.
+  // Then the warps; thread (row, d) merges the element, and writes it (or
+  // puts it in the block's partial, for the cluster merge).
   for (int i = tid; i < R * D; i += kThreads) {
     const int r = i / D, d = i % D;
-    PagedStoreMerged<D, kWarps>(a, PagedOutRow(a, q0, h, G, r), split, d, bad,
-                                [&](int w) { return PagedPartial{o_s[w][r][d], l_s[w][r], m_s[w][r]}; });
+    const PagedPartial p =
+        PagedMergeWarps<kWarps>([&](int w) { return PagedPartial{o_s[w][r][d], l_s[w][r], m_s[w][r]}; });
+    if (a.cluster) PagedClusterPut<D, RM>(part_s, r, d, bad, p.o, p.l, p.m);
+    else PagedStore<D>(a, PagedOutRow(a, q0, h, G, r), split, d, bad, p.o, p.l, p.m);
   }
+  if (a.cluster) PagedClusterMerge<D, RM>(a, part_s, q0, h, G, R, tid, kThreads);
 }
 
 template <int D, int RM>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  return LaunchDependent(&PagedWarpsKernel<D, RM>, dim3(a.Hkv, a.B, a.num_splits), dim3(kThreads), 0, s, a);
+  const dim3 grid(a.Hkv, a.B, a.num_splits), cluster(1, 1, a.cluster ? a.num_splits : 1);
+  return LaunchDependentInClusters(&PagedWarpsKernel<D, RM>, grid, dim3(kThreads), cluster, 0, s, a);
 }
 
 template <int D>

@@ -261,12 +261,13 @@ std::optional<std::map<std::string, std::string>> Reader::Env(const Json& v,
       Error(p, "expected a variable name matching [A-Za-z_][A-Za-z0-9_]*");
       ok = false;
     } else if (name.rfind("TANDEM_", 0) == 0) {
-      // Four of them pick a worker's kernels (workers/ops/kernel_choices.h):
+      // Five of them pick a worker's kernels (workers/ops/kernel_choices.h):
       // say where that choice goes.
       const std::string flag = name == "TANDEM_TREE_ATTENTION"    ? "--tree-attention"
                                : name == "TANDEM_MOE_EXPERTS"     ? "--moe-experts"
                                : name == "TANDEM_DECODE_GEMV"     ? "--decode-gemv"
                                : name == "TANDEM_PAGED_ATTENTION" ? "--paged-attention"
+                               : name == "TANDEM_PAGED_SPLITS"    ? "--paged-splits"
                                                                   : "";
       Error(p, "TANDEM_* variables are set by tandem and may not be set in a spec" +
                    (flag.empty() ? std::string() : " (give the workers' args " + flag + " instead)"));

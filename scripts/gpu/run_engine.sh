@@ -9,7 +9,9 @@
 #   gemv     decode_gemv_bench (the decode GEMV against norm + cuBLAS +
 #            SwiGLU and the bandwidth limit, per projection and batch)
 #   paged    paged_attention_bench (the tiles, warps and mma kernels against the
-#            bandwidth limit; --quick, the 16/2 x 128 heads only, with TANDEM_PAGED_QUICK=1)
+#            bandwidth limit; --quick, the 16/2 x 128 heads only, with TANDEM_PAGED_QUICK=1;
+#            with TANDEM_PAGED_CHAIN=1 its --chain table first: µs per launch in a graph of
+#            chained launches, splits merged by the combine kernel or in a cluster)
 #   check    engine_check.py (greedy vs transformers on CPU fp32 and CUDA
 #            bf16, the memory handoff)
 #   bench    engine_bench.py (decode tokens/s vs transformers and the
@@ -85,6 +87,10 @@ if has tests; then
 fi
 if has gemv; then
   timeout 120 "$(bin "$BUILD" decode_gemv_bench)" 2>&1 | tee "$OUT/gemv_bench.md"
+  [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
+fi
+if has paged && [[ -n ${TANDEM_PAGED_CHAIN:-} ]]; then
+  timeout 180 "$(bin "$BUILD" paged_attention_bench)" --chain 2>&1 | tee "$OUT/paged_chain.md"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has paged; then

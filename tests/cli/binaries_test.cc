@@ -48,7 +48,7 @@ TEST_F(Binaries, TandemWorkerHasExactlyTheWorkersOfTheTable) {
   EXPECT_THAT(none.err, HasSubstr("name a worker: probe"));
 }
 
-// --tree-attention, --moe-experts, --decode-gemv and --paged-attention, before or after the subcommand, set
+// --tree-attention, --moe-experts, --decode-gemv, --paged-attention and --paged-splits, before or after the subcommand, set
 // the variables the ops read (workers/ops/kernel_choices.h); another name
 // is refused with the choices.
 TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
@@ -72,6 +72,8 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   picks("--decode-gemv", "maybe", false, "--decode-gemv: maybe not in {on,off,serial}");
   picks("--paged-attention", "tiles", true, "CUDA kernels: TANDEM_PAGED_ATTENTION=tiles");
   picks("--paged-attention", "warps", false, "--paged-attention: warps not in {auto,tiles,mma}");
+  picks("--paged-splits", "combine", true, "CUDA kernels: TANDEM_PAGED_SPLITS=combine");
+  picks("--paged-splits", "many", false, "--paged-splits: many not in {cluster,combine}");
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker

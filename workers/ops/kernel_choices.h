@@ -1,8 +1,9 @@
-// The CUDA implementations a worker process may pick for four glue ops, by
+// The CUDA implementations a worker process may pick for the glue ops, by
 // name (docs/kernels-torch.md "Picking an implementation"): the values of
-// TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS, TANDEM_DECODE_GEMV and
-// TANDEM_PAGED_ATTENTION, which tandem-worker's --tree-attention,
-// --moe-experts, --decode-gemv and --paged-attention set for the process (a
+// TANDEM_TREE_ATTENTION, TANDEM_MOE_EXPERTS, TANDEM_DECODE_GEMV,
+// TANDEM_PAGED_ATTENTION and TANDEM_PAGED_SPLITS, which tandem-worker's
+// --tree-attention, --moe-experts, --decode-gemv, --paged-attention and
+// --paged-splits set for the process (a
 // task's environment is tandem's, so a job spec picks them through the
 // worker's args). The first name of each is the default. LibTorch-free: the worker's
 // main parses the flags against these lists.
@@ -34,5 +35,14 @@ inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
 // rows per kv head, the mma kernel otherwise; docs/benchmarks.md "Paged
 // decode attention"), or the tiles or the mma kernel everywhere.
 inline constexpr std::array<std::string_view, 3> kPagedAttentionChoices = {"auto", "tiles", "mma"};
+
+inline constexpr const char* kPagedSplitsVar = "TANDEM_PAGED_SPLITS";
+// How paged attention's key splits merge (kernels::PagedAttentionPlan):
+// inside a thread-block cluster, at most 8 splits of at least 64 keys
+// (cluster; where the call has at most 16 rows per kv head and the kernel
+// is not the tiles one, else as combine), or by a combine kernel, up to 64
+// splits of at least 128 keys (combine). docs/benchmarks.md "Splits merged
+// in a cluster".
+inline constexpr std::array<std::string_view, 2> kPagedSplitsChoices = {"cluster", "combine"};
 
 }  // namespace tandem::ops

@@ -57,6 +57,18 @@ PagedKernel Kernel() {
   static const PagedKernel k = kByChoice[EnvChoice(kPagedAttentionVar, kPagedAttentionChoices)];
   return k;
 }
+
+// The split plan for `s` on this device: merged in a cluster where
+// TANDEM_PAGED_SPLITS allows it and the call fits one (kernel_choices.h),
+// else by the combine kernel.
+PagedAttentionPlan Plan(const PagedAttentionShape& s) {
+  static const bool cluster_chosen = EnvChoice(kPagedSplitsVar, kPagedSplitsChoices) == 0;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  if (cluster_chosen && Kernel() != PagedKernel::kTiles && PagedClusterFits(s)) {
+    return PlanPagedAttention(s, sms, kPagedTileTokens, /*cluster=*/true);
+  }
+  return PlanPagedAttention(s, sms);
+}
 #endif
 
 at::Tensor Metadata(const at::Tensor& t, const char* name, int64_t dim, const at::Device& device) {
@@ -106,7 +118,7 @@ at::Tensor PagedAttention(const at::Tensor& q_in, const at::Tensor& key_blocks, 
   }
 #ifdef TANDEM_TORCH_CUDA
   c10::cuda::CUDAGuard guard(device);
-  const PagedAttentionPlan plan = PlanPagedAttention(s, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  const PagedAttentionPlan plan = Plan(s);
   const size_t ws_bytes = PagedAttentionWorkspaceBytes(s, plan);
   const at::Tensor ws =
       at::empty({static_cast<int64_t>(std::max<size_t>(ws_bytes, 1))}, q.options().dtype(at::kByte));

@@ -6,8 +6,9 @@
 // row-group loops all run, and the warps kernel's 1-, 2- and 4-row
 // instances wherever a shape has at most 4 rows per kv head), block sizes
 // 1 to 64, without splits, with the device plan's splits and with 64-key
-// splits; a bad block id or length gives NaN rows for that sequence only;
-// the slot write equals the CPU's bit for bit.
+// splits, merged by the combine kernel or in a cluster (the warps and mma
+// kernels, up to 16 rows per kv head); a bad block id or length gives NaN
+// rows for that sequence only; the slot write equals the CPU's bit for bit.
 // Outputs poisoned (finite) before each launch.
 #include <gtest/gtest.h>
 
@@ -94,6 +95,17 @@ std::string Name(PagedKernel k) {
   return k == PagedKernel::kWarps ? "warps" : k == PagedKernel::kMma ? "mma" : "tiles";
 }
 
+// Whether `k` runs `plan` on `s` (a clustered plan: not the tiles kernel,
+// at most 16 rows per kv head).
+bool Runs(PagedKernel k, const PagedAttentionPlan& plan, const PagedAttentionShape& s) {
+  return !plan.cluster || (k != PagedKernel::kTiles && PagedClusterFits(s));
+}
+
+std::string PlanName(const PagedAttentionPlan& plan) {
+  return "splits=" + std::to_string(plan.num_splits) + " of >= " + std::to_string(plan.min_split_tokens) +
+         (plan.cluster ? " in a cluster" : "");
+}
+
 TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
@@ -113,10 +125,13 @@ TEST(PagedAttentionGpu, MatchesCpuOverShapesAndPlans) {
         rng, testing::RandomPagedCase(rng, c.heads, c.kv_heads, c.head_dim, c.block_size, c.batch, c.max_ctx, c.max_q));
     Round(p);
     const std::vector<float> ref = RunCpu(p);
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PlanPagedAttention(p.s, sms),
-                                           PagedAttentionPlan{kPagedMaxSplits, kPagedTileTokens}}) {
-      SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of >= " + std::to_string(plan.min_split_tokens));
+    for (const PagedAttentionPlan& plan :
+         {SingleSplitPlan(), PlanPagedAttention(p.s, sms), PagedAttentionPlan{kPagedMaxSplits, kPagedTileTokens},
+          PlanPagedAttention(p.s, sms, kPagedTileTokens, true),
+          PagedAttentionPlan{kPagedMaxClusterSplits, kPagedTileTokens, true}, PagedAttentionPlan{3, 128, true}}) {
+      SCOPED_TRACE(PlanName(plan));
       for (PagedKernel k : Kernels(p.s)) {
+        if (!Runs(k, plan, p.s)) continue;
         SCOPED_TRACE("kernel=" + Name(k));
         EXPECT_EQ(testing::CheckClose(RunGpu(p, plan, k), ref, testing::kBf16), "");
       }
@@ -135,10 +150,11 @@ TEST(PagedAttentionGpu, BadMetadataGivesNanRowsOfThatSequence) {
     const int64_t row = int64_t{8} * 128;
     p.block_table[static_cast<size_t>(p.s.max_blocks_per_seq * 1 + 5)] = p.s.num_blocks + 3;  // sequence 1
     p.context_lens[2] = 0;                                                                      // sequence 2
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PlanPagedAttention(p.s, 132)}) {
+    for (const PagedAttentionPlan& plan :
+         {SingleSplitPlan(), PlanPagedAttention(p.s, 132), PagedAttentionPlan{4, 128, true}}) {
       for (PagedKernel k : Kernels(p.s)) {
-        SCOPED_TRACE("q_len[1]=" + std::to_string(q_lens[1]) + " splits=" + std::to_string(plan.num_splits) +
-                     " kernel=" + Name(k));
+        if (!Runs(k, plan, p.s)) continue;
+        SCOPED_TRACE("q_len[1]=" + std::to_string(q_lens[1]) + " " + PlanName(plan) + " kernel=" + Name(k));
         const std::vector<float> out = RunGpu(p, plan, k);
         EXPECT_EQ(testing::CheckClose(out.data(), ref.data(), static_cast<size_t>(row), testing::kBf16), "");  // seq 0
         for (int64_t i = row; i < static_cast<int64_t>(out.size()); ++i) {
@@ -186,10 +202,36 @@ TEST(PagedAttentionGpu, WarpsKernelSurvivesMoreRowsThanPromised) {
   PagedProblem p = testing::MakePagedProblem(rng, PagedCase{8, 4, 128, 16, {300, 200}, {1, 1}, 1.f});  // 2 rows
   Round(p);
   p.q_starts = {0, 2, 2};  // sequence 0 claims both tokens (4 rows); sequence 1 is empty (skipped)
-  for (const PagedAttentionPlan& plan : {SingleSplitPlan(), PagedAttentionPlan{3, 128}}) {
-    SCOPED_TRACE("splits=" + std::to_string(plan.num_splits));
+  for (const PagedAttentionPlan& plan :
+       {SingleSplitPlan(), PagedAttentionPlan{3, 128}, PagedAttentionPlan{3, 128, true}}) {
+    SCOPED_TRACE(PlanName(plan));
     const std::vector<float> out = RunGpu(p, plan, PagedKernel::kWarps);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << "element " << i;
+  }
+}
+
+// The same for a cluster on the mma kernel, whose blocks keep one row
+// group's partial (16 rows) for the merge: 24 rows give NaN rows, no fault.
+TEST(PagedAttentionGpu, ClusterSurvivesMoreRowsThanPromised) {
+  std::mt19937_64 rng(testing::FreshSeed());
+  PagedProblem p = testing::MakePagedProblem(rng, PagedCase{16, 2, 128, 16, {300, 200, 100}, {1, 1, 1}, 1.f});
+  Round(p);
+  p.q_starts = {0, 3, 3, 3};  // sequence 0 claims all three tokens (24 rows); the others are skipped
+  const std::vector<float> out = RunGpu(p, PagedAttentionPlan{4, 128, true}, PagedKernel::kMma);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_TRUE(std::isnan(out[i])) << "element " << i;
+}
+
+// A clustered plan is refused on the tiles kernel and past 16 rows per kv head.
+TEST(PagedAttentionGpu, ClusterRefusesTilesAndManyRows) {
+  std::mt19937_64 rng(9);
+  for (const auto& [kernel, q_len] : {std::pair{PagedKernel::kTiles, 1}, std::pair{PagedKernel::kMma, 3}}) {
+    PagedProblem p = testing::MakePagedProblem(rng, PagedCase{16, 2, 128, 16, {300}, {q_len}, 1.f});
+    Device d(p);
+    const Status st = PagedAttentionCuda(p.s, PagedAttentionPlan{4, 128, true}, d.q.get(), d.kb.get(), d.vb.get(),
+                                         d.table.get(), d.ctx.get(), d.starts.get(), d.out.get(), nullptr, 0,
+                                         nullptr, kernel);
+    EXPECT_FALSE(st.ok()) << Name(kernel);
+    EXPECT_NE(st.message().find("a clustered plan runs the warps or mma kernel"), std::string::npos) << st.message();
   }
 }
 

@@ -60,7 +60,8 @@ TEST(PagedAttentionCpu, MatchesOracleOverShapesAndPlans) {
     const std::vector<float> ref = RunRef(p);
     const PagedAttentionPlan device = PlanPagedAttention(p.s, 132);
     const PagedAttentionPlan fine{kPagedMaxSplits, kPagedTileTokens};  // 64-key splits up to 4096 keys
-    for (const PagedAttentionPlan& plan : {SingleSplitPlan(), device, fine, PagedAttentionPlan{3, 128}}) {
+    for (const PagedAttentionPlan& plan :
+         {SingleSplitPlan(), device, fine, PagedAttentionPlan{3, 128}, PagedAttentionPlan{8, 64, true}}) {
       SCOPED_TRACE("splits=" + std::to_string(plan.num_splits) + " of >= " + std::to_string(plan.min_split_tokens));
       EXPECT_EQ(CheckClose(RunCpu(p, plan), ref, testing::kFp32), "");
     }
@@ -146,6 +147,28 @@ TEST(PagedAttentionPlanTest, SplitsSmallBatchesAcrossTheDevice) {
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{0, 64}).ok());
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{kPagedMaxSplits + 1, 64}).ok());
   EXPECT_FALSE(CheckPagedAttentionPlan(PagedAttentionPlan{4, 96}).ok());
+}
+
+// A clustered plan: at most kPagedMaxClusterSplits splits, clustered only
+// when there are several; a plan claiming more is refused.
+TEST(PagedAttentionPlanTest, ClusteredPlansHaveAtMostEightSplits) {
+  PagedAttentionShape s;
+  s.num_seqs = 1;
+  s.num_kv_heads = 2;
+  s.block_size = 16;
+  s.max_blocks_per_seq = 256;  // 4096 keys
+  const PagedAttentionPlan p = PlanPagedAttention(s, 132, kPagedTileTokens, true);
+  EXPECT_EQ(p.num_splits, kPagedMaxClusterSplits);
+  EXPECT_TRUE(p.cluster);
+  EXPECT_TRUE(CheckPagedAttentionPlan(p).ok());
+  s.num_seqs = 512;  // fills the device unsplit: no cluster
+  const PagedAttentionPlan one = PlanPagedAttention(s, 132, kPagedTileTokens, true);
+  EXPECT_EQ(one.num_splits, 1);
+  EXPECT_FALSE(one.cluster);
+  EXPECT_FALSE(PlanPagedAttention(s, 132).cluster);
+  const Status st = CheckPagedAttentionPlan(PagedAttentionPlan{kPagedMaxClusterSplits + 1, 64, true});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("a clustered plan has at most 8 splits"), std::string::npos) << st.message();
 }
 
 // A sequence's splits follow its own length: at most num_splits, each a
