@@ -14,13 +14,14 @@
 // workspace, no second kernel). The kernels are dependent launches
 // (kernels/common/dependent_launch.cuh): each may start during the tail of
 // the kernel before it and lets the kernel after it start as soon as its
-// blocks run. Before waiting for the kernels before it, the warps and mma
-// kernels read the metadata (block_table, context_lens, q_starts) and the
-// keys and values before each sequence's new tokens (positions below
-// context_len - q_len): the caller guarantees that no kernel still running
-// when this one is launched writes those (in a decode step they are
-// written before its first kernel; only the new tokens' keys are written
-// by the kernel before). q and the new keys are read after the wait.
+// blocks run. Under a clustered plan (the latency-bound decode step's),
+// the warps and mma kernels read, before waiting for the kernels before
+// them, the metadata (block_table, context_lens, q_starts) and the keys and
+// values before each sequence's new tokens (positions below context_len -
+// q_len): the caller guarantees that no kernel still running when this one
+// is launched writes those (in a decode step they are written before its
+// first kernel; the kernel before writes only q and the new tokens' keys).
+// Otherwise the kernels wait before reading anything.
 //
 // Device metadata is not trusted: a sequence whose lengths are unusable
 // (q_len < 1, context_len outside [q_len, capacity]) or whose block table

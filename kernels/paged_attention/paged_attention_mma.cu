@@ -33,6 +33,8 @@
 // (paged_attention_common.cuh). P in bf16 is the one rounding the other
 // kernels do not have (as in flash attention); the GPU test's bf16
 // tolerance holds it.
+#include <type_traits>
+
 #include "kernels/paged_attention/paged_attention_common.cuh"
 #include "kernels/paged_attention/paged_attention_rules.h"
 #include "kernels/tree_attention/mma_sm80.cuh"  // Mma16816, PackBf16
@@ -75,17 +77,20 @@ struct MmaCfg {
   __device__ static int Col(int d) { return d + d / (2 * kTiles); }
 };
 
-template <int D>
+// kCluster: a clustered plan (PagedAttnArgs::cluster).
+template <int D, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArgs a) {
   LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  // A clustered plan reads, until its WaitForPriorKernels below, only what
+  // no kernel still running writes (paged_attention_cuda.h): the metadata,
+  // and the keys and values before the sequence's new tokens. Otherwise
+  // the kernel before (which wrote q and the new keys) comes first.
+  if constexpr (!kCluster) WaitForPriorKernels();
   using C = MmaCfg<D>;
   __shared__ float o_s[kWarps][kRows][C::kStride];
   __shared__ float m_s[kWarps][kRows], l_s[kWarps][kRows];
-  __shared__ PagedClusterRows<D, kRows> part_s;  // a clustered plan's partial
+  __shared__ std::conditional_t<kCluster, PagedClusterRows<D, kRows>, char> part_s;  // the split's partial
 
-  // Until WaitForPriorKernels below, only what no kernel still running
-  // writes (paged_attention_cuda.h): the metadata, and the keys and values
-  // before the sequence's new tokens.
   const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
@@ -93,12 +98,12 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
   const int q_len = q1 - q0, ctx = a.context_lens[b];
   const int G = a.Hq / a.Hkv, R = q_len * G;
   const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
-  if (nsplit == 0 || (a.cluster && R > kPagedClusterMaxRows)) {  // unusable lengths, or more rows than promised
-    WaitForPriorKernels();
+  if (nsplit == 0 || (kCluster && R > kPagedClusterMaxRows)) {  // unusable lengths, or more rows than promised
+    WaitForPriorKernels();  // (a second wait returns at once)
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
-  if (split >= nsplit && !a.cluster) return;  // (in a cluster an empty split still takes part in the merge)
+  if (!kCluster && split >= nsplit) return;  // (in a cluster an empty split still takes part in the merge)
   const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
   const int kv_begin = static_cast<int>(min(static_cast<int64_t>(split) * split_len, static_cast<int64_t>(ctx)));
   const int kv_end = static_cast<int>(min(static_cast<int64_t>(kv_begin) + split_len, static_cast<int64_t>(ctx)));
@@ -153,11 +158,14 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
     const int64_t kl = k0 + int64_t{lane} * kWarps * kKeys;
     ids = kl < kv_end ? table[kl >> bs_log2] : 0;
   };
-  // The first chunk's old keys while the kernels before finish; then q and
-  // the new keys.
-  if (chunk_in_one_block) load_ids(first_k0);
-  if (first_k0 < kv_end) load(first_k0, __shfl_sync(kFull, ids, 0), 0, min(old_end, kv_end), /*keep=*/false);
-  WaitForPriorKernels();  // the kernel before wrote q and the new keys
+  // A clustered plan: the first chunk's old keys while the kernels before
+  // finish; then q and the new keys.
+  const int early_end = kCluster ? min(old_end, kv_end) : 0;  // keys [0, early_end) loaded before the wait
+  if constexpr (kCluster) {
+    if (chunk_in_one_block) load_ids(first_k0);
+    if (first_k0 < kv_end) load(first_k0, __shfl_sync(kFull, ids, 0), 0, early_end, /*keep=*/false);
+    WaitForPriorKernels();  // the kernel before wrote q and the new keys
+  }
 
   for (int base = 0; base < R; base += kRows) {
     // q's A fragments for rows base + g and base + g + 8 (zero past R).
@@ -185,11 +193,10 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
     for (int k0 = first_k0, it = 0; k0 < kv_end; k0 += kWarps * kKeys, ++it) {
-      const bool prefetched = base == 0 && it == 0;  // its old keys are in kr and vw
-      if (chunk_in_one_block && it % 32 == 0 && !prefetched) load_ids(k0);
+      const bool early = kCluster && base == 0 && it == 0;  // keys before early_end are in kr and vw
+      if (chunk_in_one_block && it % 32 == 0 && !early) load_ids(k0);
       const int chunk_id = __shfl_sync(kFull, ids, it % 32);
-      if (prefetched) load(k0, chunk_id, old_end, kv_end, /*keep=*/true);
-      else load(k0, chunk_id, 0, kv_end, /*keep=*/false);
+      load(k0, chunk_id, early ? early_end : 0, kv_end, /*keep=*/early);
 
       // Scores: s[n] holds (row g, keys 8n + 2c, +1) and (row g + 8, the same keys).
       float s[2][4];
@@ -270,18 +277,19 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
       const PagedPartial m = PagedMergeWarps<kWarps>([&](int w) {
         return PagedPartial{o_s[w][r][C::Col(d)], l_s[w][r], m_s[w][r]};
       });
-      if (a.cluster) PagedClusterPut<D, kRows>(part_s, r, d, bad, m.o, m.l, m.m);
+      if constexpr (kCluster) PagedClusterPut<D, kRows>(part_s, r, d, bad, m.o, m.l, m.m);
       else PagedStore<D>(a, PagedOutRow(a, q0, h, G, rr), split, d, bad, m.o, m.l, m.m);
     }
     __syncthreads();  // the next row group rewrites o_s, m_s, l_s
   }
-  if (a.cluster) PagedClusterMerge<D, kRows>(a, part_s, q0, h, G, R, tid, kThreads);  // R <= kRows here
+  if constexpr (kCluster) PagedClusterMerge<D, kRows>(a, part_s, q0, h, G, R, tid, kThreads);  // R <= kRows here
 }
 
 template <int D>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  const dim3 grid(a.Hkv, a.B, a.num_splits), cluster(1, 1, a.cluster ? a.num_splits : 1);
-  return LaunchDependentInClusters(&PagedMmaKernel<D>, grid, dim3(kThreads), cluster, 0, s, a);
+  const dim3 grid(a.Hkv, a.B, a.num_splits);
+  if (!a.cluster) return LaunchDependent(&PagedMmaKernel<D, false>, grid, dim3(kThreads), 0, s, a);
+  return LaunchDependentInClusters(&PagedMmaKernel<D, true>, grid, dim3(kThreads), dim3(1, 1, a.num_splits), 0, s, a);
 }
 
 }  // namespace

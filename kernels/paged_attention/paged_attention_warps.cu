@@ -18,6 +18,8 @@
 // at the end the lane groups of a warp merge by shuffles, the warps through
 // shared memory, and the block writes its rows as the tiles kernel does
 // (paged_attention_common.cuh).
+#include <type_traits>
+
 #include "kernels/paged_attention/paged_attention_common.cuh"
 #include "kernels/paged_attention/paged_attention_rules.h"
 
@@ -35,20 +37,25 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
   return s;
 }
 
-template <int D, int RM>
-__global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(const PagedAttnArgs a) {
+// kCluster: a clustered plan (PagedAttnArgs::cluster); its early loads
+// take registers, hence fewer blocks a multiprocessor.
+template <int D, int RM, bool kCluster>
+__global__ void __launch_bounds__(kThreads, kCluster ? (RM > 2 ? 3 : 5) : (RM > 2 ? 4 : 6))
+    PagedWarpsKernel(const PagedAttnArgs a) {
   LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
+  // A clustered plan reads, until its WaitForPriorKernels below, only what
+  // no kernel still running writes (paged_attention_cuda.h): the metadata,
+  // and the keys and values before the sequence's new tokens. Otherwise
+  // the kernel before (which wrote q and the new keys) comes first.
+  if constexpr (!kCluster) WaitForPriorKernels();
   constexpr int L = D / 8;       // lanes per key row
   constexpr int KPL = 32 / L;    // keys per warp-wide load
   constexpr int U = 4;           // loads of K (and of V) in flight per lane
   constexpr int CK = U * KPL;    // keys per warp and chunk
   __shared__ float o_s[kWarps][RM][D];
   __shared__ float m_s[kWarps][RM], l_s[kWarps][RM];
-  __shared__ PagedClusterRows<D, RM> part_s;  // a clustered plan's partial
+  __shared__ std::conditional_t<kCluster, PagedClusterRows<D, RM>, char> part_s;  // the split's partial
 
-  // Until WaitForPriorKernels below, only what no kernel still running
-  // writes (paged_attention_cuda.h): the metadata, and the keys and values
-  // before the sequence's new tokens.
   const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, grp = lane / L, sub = lane % L;
   const int q0 = a.q_starts[b], q1 = a.q_starts[b + 1];
@@ -57,11 +64,11 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(con
   const int G = a.Hq / a.Hkv, R = q_len * G;
   const int nsplit = PagedSeqSplits(q_len, ctx, a.capacity, a.num_splits, a.min_split_tokens);
   if (nsplit == 0) {
-    WaitForPriorKernels();
+    WaitForPriorKernels();  // (a second wait returns at once)
     PagedNanRows<D>(a, q0, h, G, R, tid, kThreads);
     return;
   }
-  if (split >= nsplit && !a.cluster) return;  // (in a cluster an empty split still takes part in the merge)
+  if (!kCluster && split >= nsplit) return;  // (in a cluster an empty split still takes part in the merge)
   if (R > RM) {  // more rows than max_rows promised (q_starts not as the host said): NaN rows
     WaitForPriorKernels();
     if (split >= nsplit) return;
@@ -108,11 +115,14 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(con
       else if (!keep) vr[u] = make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  // The first chunk's old keys while the kernels before finish; then q and
-  // the new keys.
+  // A clustered plan: the first chunk's old keys while the kernels before
+  // finish; then q and the new keys.
   const int first_k0 = kv_begin + warp * CK;
-  if (first_k0 < kv_end) load(first_k0, 0, min(old_end, kv_end), /*keep=*/false);
-  WaitForPriorKernels();  // the kernel before wrote q and the new keys
+  const int early_end = kCluster ? min(old_end, kv_end) : 0;  // keys [0, early_end) loaded before the wait
+  if constexpr (kCluster) {
+    if (first_k0 < kv_end) load(first_k0, 0, early_end, /*keep=*/false);
+    WaitForPriorKernels();  // the kernel before wrote q and the new keys
+  }
 
   // This lane's 8 dimensions of each row's q; rows past R are zero and see no key.
   float q[RM][8], o[RM][8], m[RM], l[RM];
@@ -135,8 +145,8 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(con
   }
 
   for (int k0 = first_k0; k0 < kv_end; k0 += kWarps * CK) {
-    const bool first = k0 == first_k0;  // its old keys are in kr and vr
-    load(k0, first ? old_end : 0, kv_end, /*keep=*/first);
+    const bool early = kCluster && k0 == first_k0;  // keys before early_end are in kr and vr
+    load(k0, early ? early_end : 0, kv_end, /*keep=*/early);
     float s[U][RM];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -217,16 +227,18 @@ __global__ void __launch_bounds__(kThreads, RM > 2 ? 3 : 5) PagedWarpsKernel(con
     const int r = i / D, d = i % D;
     const PagedPartial p =
         PagedMergeWarps<kWarps>([&](int w) { return PagedPartial{o_s[w][r][d], l_s[w][r], m_s[w][r]}; });
-    if (a.cluster) PagedClusterPut<D, RM>(part_s, r, d, bad, p.o, p.l, p.m);
+    if constexpr (kCluster) PagedClusterPut<D, RM>(part_s, r, d, bad, p.o, p.l, p.m);
     else PagedStore<D>(a, PagedOutRow(a, q0, h, G, r), split, d, bad, p.o, p.l, p.m);
   }
-  if (a.cluster) PagedClusterMerge<D, RM>(a, part_s, q0, h, G, R, tid, kThreads);
+  if constexpr (kCluster) PagedClusterMerge<D, RM>(a, part_s, q0, h, G, R, tid, kThreads);
 }
 
 template <int D, int RM>
 cudaError_t Launch(const PagedAttnArgs& a, cudaStream_t s) {
-  const dim3 grid(a.Hkv, a.B, a.num_splits), cluster(1, 1, a.cluster ? a.num_splits : 1);
-  return LaunchDependentInClusters(&PagedWarpsKernel<D, RM>, grid, dim3(kThreads), cluster, 0, s, a);
+  const dim3 grid(a.Hkv, a.B, a.num_splits);
+  if (!a.cluster) return LaunchDependent(&PagedWarpsKernel<D, RM, false>, grid, dim3(kThreads), 0, s, a);
+  return LaunchDependentInClusters(&PagedWarpsKernel<D, RM, true>, grid, dim3(kThreads), dim3(1, 1, a.num_splits), 0,
+                                   s, a);
 }
 
 template <int D>

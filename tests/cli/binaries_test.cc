@@ -72,8 +72,8 @@ TEST_F(Binaries, TandemWorkerPicksKernelsByFlag) {
   picks("--decode-gemv", "maybe", false, "--decode-gemv: maybe not in {on,off,serial}");
   picks("--paged-attention", "tiles", true, "CUDA kernels: TANDEM_PAGED_ATTENTION=tiles");
   picks("--paged-attention", "warps", false, "--paged-attention: warps not in {auto,tiles,mma}");
-  picks("--paged-splits", "combine", true, "CUDA kernels: TANDEM_PAGED_SPLITS=combine");
-  picks("--paged-splits", "many", false, "--paged-splits: many not in {cluster,combine}");
+  picks("--paged-splits", "cluster", true, "CUDA kernels: TANDEM_PAGED_SPLITS=cluster");
+  picks("--paged-splits", "many", false, "--paged-splits: many not in {combine,cluster}");
 }
 
 // A colocated job whose trainer role names a worker that no tandem-worker

@@ -37,12 +37,13 @@ inline constexpr const char* kPagedAttentionVar = "TANDEM_PAGED_ATTENTION";
 inline constexpr std::array<std::string_view, 3> kPagedAttentionChoices = {"auto", "tiles", "mma"};
 
 inline constexpr const char* kPagedSplitsVar = "TANDEM_PAGED_SPLITS";
-// How paged attention's key splits merge (kernels::PagedAttentionPlan):
-// inside a thread-block cluster, at most 8 splits of at least 64 keys
-// (cluster; where the call has at most 16 rows per kv head and the kernel
-// is not the tiles one, else as combine), or by a combine kernel, up to 64
-// splits of at least 128 keys (combine). docs/benchmarks.md "Splits merged
-// in a cluster".
-inline constexpr std::array<std::string_view, 2> kPagedSplitsChoices = {"cluster", "combine"};
+// How paged attention's key splits merge (kernels::PagedAttentionPlan): by
+// a combine kernel, up to 64 splits of at least 128 keys (combine), or
+// inside a thread-block cluster, at most 8 splits of at least 64 keys, the
+// old keys loaded before the kernel before ends (cluster; where the call
+// has at most 16 rows per kv head and the kernel is not the tiles one,
+// else as combine). combine stays the default until cluster has been
+// measured on the GPU (docs/inference.md "Splits merged in a cluster").
+inline constexpr std::array<std::string_view, 2> kPagedSplitsChoices = {"combine", "cluster"};
 
 }  // namespace tandem::ops

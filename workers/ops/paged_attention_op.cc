@@ -62,7 +62,8 @@ PagedKernel Kernel() {
 // TANDEM_PAGED_SPLITS allows it and the call fits one (kernel_choices.h),
 // else by the combine kernel.
 PagedAttentionPlan Plan(const PagedAttentionShape& s) {
-  static const bool cluster_chosen = EnvChoice(kPagedSplitsVar, kPagedSplitsChoices) == 0;
+  static const bool cluster_chosen =
+      kPagedSplitsChoices[EnvChoice(kPagedSplitsVar, kPagedSplitsChoices)] == "cluster";
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   if (cluster_chosen && Kernel() != PagedKernel::kTiles && PagedClusterFits(s)) {
     return PlanPagedAttention(s, sms, kPagedTileTokens, /*cluster=*/true);
