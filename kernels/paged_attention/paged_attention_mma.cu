@@ -32,7 +32,9 @@
 // the warps kernel) and the block writes its rows as the other kernels do
 // (paged_attention_common.cuh). P in bf16 is the one rounding the other
 // kernels do not have (as in flash attention); the GPU test's bf16
-// tolerance holds it.
+// tolerance holds it. A clustered plan (kCluster) loads the first chunk's
+// old keys before waiting for the kernel before, and merges the splits in
+// the cluster (PagedClusterMerge) from one 16-row group's partial.
 #include <type_traits>
 
 #include "kernels/paged_attention/paged_attention_common.cuh"

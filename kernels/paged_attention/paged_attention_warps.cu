@@ -17,7 +17,9 @@
 //     dimensions per row) over the keys it read;
 // at the end the lane groups of a warp merge by shuffles, the warps through
 // shared memory, and the block writes its rows as the tiles kernel does
-// (paged_attention_common.cuh).
+// (paged_attention_common.cuh). A clustered plan (kCluster) loads the first
+// chunk's old keys before waiting for the kernel before, and merges the
+// splits in the cluster (PagedClusterMerge).
 #include <type_traits>
 
 #include "kernels/paged_attention/paged_attention_common.cuh"
