@@ -19,9 +19,11 @@
 // them, the metadata (block_table, context_lens, q_starts) and the keys and
 // values before each sequence's new tokens (positions below context_len -
 // q_len): the caller guarantees that no kernel still running when this one
-// is launched writes those (in a decode step they are written before its
-// first kernel; the kernel before writes only q and the new tokens' keys).
-// Otherwise the kernels wait before reading anything.
+// is launched writes those, and that an ordinary (not dependent) launch
+// came between their writers and this chain of dependent launches
+// (Transformer::DecodePaged computes q_starts before the embedding; the
+// kernel just before writes only q and the new tokens' keys). Otherwise
+// the kernels wait before reading anything.
 //
 // Device metadata is not trusted: a sequence whose lengths are unusable
 // (q_len < 1, context_len outside [q_len, capacity]) or whose block table

@@ -322,7 +322,6 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
                                       bool all_logits) const {
   constexpr const char* kFn = "Transformer::DecodePaged";
   const ModelConfig& c = config_;
-  Residual x{Embed(tokens, kFn), {}};
   TORCH_CHECK(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong &&
                   positions.device() == device_,
               kFn, ": positions must be int64 [T] on ", device_);
@@ -332,9 +331,14 @@ DecodeOutput Transformer::DecodePaged(const at::Tensor& tokens, const at::Tensor
   TORCH_CHECK(kv.q_lens.defined() && kv.q_lens.dim() == 1 && kv.slot_mapping.defined() &&
                   kv.slot_mapping.sizes() == tokens.sizes(),
               kFn, ": kv.q_lens must be [B] and kv.slot_mapping [T] for ", tokens.size(0), " tokens");
+  // q_starts before the embedding, once for every layer: an ordinary
+  // kernel then runs between its writes and the layers' dependent
+  // launches, which under a clustered paged-attention plan read it before
+  // waiting (kernels/paged_attention/paged_attention_cuda.h).
+  const at::Tensor q_starts = ops::QueryStarts(kv.q_lens);
+  Residual x{Embed(tokens, kFn), {}};
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   const RotaryAngles angles = RotaryCosSin(inv_freq_, positions, dtype_);
-  const at::Tensor q_starts = ops::QueryStarts(kv.q_lens);  // once for every layer
   DecodeOutput out;
   // No grad (the engine): each norm fused into the projection after it,
   // SwiGLU into gate/up, q/k norm, rotary and the cache write into one
