@@ -78,7 +78,8 @@ Status PagedAttentionCuda(const PagedAttentionShape& s, const PagedAttentionPlan
   if (cluster && (kernel == PagedKernel::kTiles || !PagedClusterFits(s))) {
     return InvalidArgument(std::string(kWhat) + ": a clustered plan runs the warps or mma kernel, with at most " +
                            std::to_string(detail::kPagedClusterMaxRows) + " rows per kv head; this call has up to " +
-                           std::to_string(PagedMaxRows(s)) + (kernel == PagedKernel::kTiles ? ", on the tiles kernel" : ""));
+                           std::to_string(PagedMaxRows(s)) +
+                           (kernel == PagedKernel::kTiles ? ", on the tiles kernel" : ""));
   }
   detail::PagedAttnArgs a;
   a.cluster = cluster;

@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
       const int64_t off = row_of(k0 + 2 * c + (i & 1) + 8 * (i >> 1));
 #pragma unroll
       for (int v = 0; v < C::kVWords / 4; ++v) {
-        if (off >= 0) Words(__ldg(reinterpret_cast<const uint4*>(a.value_blocks + off + g * (D / 8) + 8 * v)), &vw[i][4 * v]);
+        const uint4* src = reinterpret_cast<const uint4*>(a.value_blocks + off + g * (D / 8) + 8 * v);
+        if (off >= 0) Words(__ldg(src), &vw[i][4 * v]);
         else if (!keep) Words(make_uint4(0u, 0u, 0u, 0u), &vw[i][4 * v]);
       }
     }
