@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedMmaKernel(const PagedAttnArg
   }
   if (!kCluster && split >= nsplit) return;  // (in a cluster an empty split still takes part in the merge)
   const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
-  const int kv_begin = static_cast<int>(min(static_cast<int64_t>(split) * split_len, static_cast<int64_t>(ctx)));
-  const int kv_end = static_cast<int>(min(static_cast<int64_t>(kv_begin) + split_len, static_cast<int64_t>(ctx)));
+  // (In a cluster, a split past the sequence's own starts at ctx: empty.)
+  const int kv_begin = kCluster ? static_cast<int>(min(int64_t{split} * split_len, int64_t{ctx})) : split * split_len;
+  const int kv_end = min(kv_begin + split_len, ctx);
   const int old_end = ctx - q_len;  // keys before the new tokens
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;

@@ -42,7 +42,7 @@ __device__ __forceinline__ float Dot8(const float (&x)[8], const float (&y)[8]) 
 // kCluster: a clustered plan (PagedAttnArgs::cluster); its early loads
 // take registers, hence fewer blocks a multiprocessor.
 template <int D, int RM, bool kCluster>
-__global__ void __launch_bounds__(kThreads, kCluster ? (RM > 2 ? 3 : 5) : (RM > 2 ? 4 : 6))
+__global__ void __launch_bounds__(kThreads, kCluster ? (RM > 2 ? 3 : 4) : (RM > 2 ? 4 : 6))
     PagedWarpsKernel(const PagedAttnArgs a) {
   LetDependentsLaunch();  // the kernel after it may start (a decode GEMV loads its weights)
   // A clustered plan reads, until its WaitForPriorKernels below, only what
@@ -80,8 +80,9 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (RM > 2 ? 3 : 5) : (RM > 
     return;
   }
   const int split_len = PagedSplitLen(ctx, a.num_splits, a.min_split_tokens);
-  const int kv_begin = static_cast<int>(min(static_cast<int64_t>(split) * split_len, static_cast<int64_t>(ctx)));
-  const int kv_end = static_cast<int>(min(static_cast<int64_t>(kv_begin) + split_len, static_cast<int64_t>(ctx)));
+  // (In a cluster, a split past the sequence's own starts at ctx: empty.)
+  const int kv_begin = kCluster ? static_cast<int>(min(int64_t{split} * split_len, int64_t{ctx})) : split * split_len;
+  const int kv_end = min(kv_begin + split_len, ctx);
   const int old_end = ctx - q_len;  // keys before the new tokens
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_blocks_per_seq;
   const int bs_log2 = a.block_size_log2, bs_mask = (1 << bs_log2) - 1;
@@ -102,18 +103,20 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (RM > 2 ? 3 : 5) : (RM > 
       bad = bad || (in && !ok);
       blk[u] = ok ? id : -1;  // -1: not loaded
     }
-    auto offset = [&](int u) {
-      const int t = k0 + u * KPL + grp;
-      return (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
-    };
+    int64_t off[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (blk[u] >= 0) kr[u] = __ldg(reinterpret_cast<const uint4*>(a.key_blocks + offset(u)));
+      const int t = k0 + u * KPL + grp;
+      off[u] = (((static_cast<int64_t>(blk[u]) << bs_log2) + (t & bs_mask)) * a.Hkv + h) * D + sub * 8;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (blk[u] >= 0) kr[u] = __ldg(reinterpret_cast<const uint4*>(a.key_blocks + off[u]));
       else if (!keep) kr[u] = make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (blk[u] >= 0) vr[u] = __ldg(reinterpret_cast<const uint4*>(a.value_blocks + offset(u)));
+      if (blk[u] >= 0) vr[u] = __ldg(reinterpret_cast<const uint4*>(a.value_blocks + off[u]));
       else if (!keep) vr[u] = make_uint4(0u, 0u, 0u, 0u);
     }
   };
