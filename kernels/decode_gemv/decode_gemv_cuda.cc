@@ -39,8 +39,8 @@ Status DecodeGemvCuda(const DecodeGemvShape& s, const __nv_bfloat16* x, const __
   TANDEM_RETURN_IF_ERROR(CheckPointer(residual, 16, false, "residual"));
   TANDEM_RETURN_IF_ERROR(CheckPointer(sum_out, 4, false, "sum_out"));
   TANDEM_RETURN_IF_ERROR(CheckPointer(norm_weight, 4, false, "norm_weight"));
-  return CudaStatus(detail::LaunchDecodeGemv(s.rows, s.in, s.out, s.norm, s.swiglu, s.eps, s.dependent, x, residual, norm_weight,
-                                             weight, sum_out, y, stream),
+  return CudaStatus(detail::LaunchDecodeGemv(s.rows, s.in, s.out, s.norm, s.swiglu, s.eps, s.dependent, x, residual,
+                                             norm_weight, weight, sum_out, y, stream),
                     "decode gemv launch");
 }
 

@@ -56,17 +56,7 @@ def device_events(ev):
 
 def busy_us(kernels):
     """Microseconds in which at least one of `kernels` ran (the union of their intervals)."""
-    iv = sorted((k["ts"], k["ts"] + k["dur"]) for k in kernels)
-    if not iv:
-        return 0.0
-    busy, cur_s, cur_e = 0.0, iv[0][0], iv[0][1]
-    for s, e in iv[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return busy + cur_e - cur_s
+    return sum(added_us(kernels)[0].values())
 
 
 def added_us(kernels):

@@ -59,6 +59,9 @@ struct Problem {
   size_t ws_bytes = 0, qo_bytes = 0;
   int32_t blocks_per_seq = 0;
 
+  Problem() = default;
+  Problem(const Problem&) = delete;  // it owns the device buffers
+  Problem& operator=(const Problem&) = delete;
   ~Problem() {
     for (void* p : kb) cudaFree(p);
     for (void* p : vb) cudaFree(p);
