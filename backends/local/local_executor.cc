@@ -14,8 +14,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -127,6 +129,39 @@ bool IsRelaunch(const LaunchRequest& req) {
   return false;
 }
 
+// The shims supervised by every executor of this process. The orphan reaper
+// leaves these to their own executor, which reaps them through their pidfds.
+class SupervisedPids {
+ public:
+  static void Add(pid_t pid) {
+    std::lock_guard lock(mu());
+    pids().insert(pid);
+  }
+  static void Remove(pid_t pid) {
+    std::lock_guard lock(mu());
+    pids().erase(pid);
+  }
+  static bool Contains(pid_t pid) {
+    std::lock_guard lock(mu());
+    return pids().count(pid) > 0;
+  }
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_set<pid_t>& pids() {
+    static std::unordered_set<pid_t> p;
+    return p;
+  }
+};
+
+// How often, and how far apart, OnEnded looks again at a shim whose pidfd
+// said it ended but that waitid cannot reap yet.
+constexpr int kMaxReapRechecks = 200;
+constexpr auto kReapRecheck = std::chrono::milliseconds(5);
+
 void SleepBackoff(std::chrono::microseconds& step) {
   std::this_thread::sleep_for(step);
   step = std::min(step * 2, std::chrono::microseconds(20000));
@@ -175,6 +210,7 @@ LocalExecutor::~LocalExecutor() {
     boost::system::error_code ignored;
     sigchld_->cancel(ignored);
   }
+  for (const auto& [pid, t] : tracked_) SupervisedPids::Remove(pid);
   tracked_.clear();  // closes the pidfds; the tasks keep running
   drains_.clear();   // their cgroups are emptied by the next executor (start-up, KillUnclaimed)
   if (cgroups_) (void)::rmdir(cgroups_->subtree().c_str());  // only when no task cgroup is left
@@ -308,18 +344,38 @@ void LocalExecutor::Supervise(pid_t pid, int pidfd, const std::string& task_id,
                         OnEnded(pid, serial);
                       });
   tracked_.insert_or_assign(pid, std::move(t));
+  SupervisedPids::Add(pid);
 }
 
 void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   auto it = tracked_.find(pid);
   if (it == tracked_.end() || it->second.serial != serial) return;
+
+  // Reap it if it is our child (ECHILD otherwise: a re-attached task). A
+  // child whose pidfd is readable but that waitid cannot reap yet is looked
+  // at again shortly: reporting it now would lose its exit status.
+  siginfo_t si{};
+  errno = 0;
+  const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD),
+                          static_cast<id_t>(it->second.pidfd->native_handle()), &si, WEXITED | WNOHANG);
+  const bool waited = rc == 0 && si.si_pid != 0;
+  const bool not_yet = (rc == 0 && si.si_pid == 0) || (rc != 0 && errno == EAGAIN);
+  if (not_yet && it->second.reap_rechecks < kMaxReapRechecks) {
+    ++it->second.reap_rechecks;
+    auto& timer = it->second.recheck;
+    if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
+    timer->expires_after(kReapRecheck);
+    timer->async_wait([weak = std::weak_ptr<int>(alive_), this, pid, serial](const boost::system::error_code& ec) {
+      if (weak.lock() && !ec) OnEnded(pid, serial);
+    });
+    return;
+  }
   Tracked t = std::move(it->second);
   tracked_.erase(it);
+  SupervisedPids::Remove(pid);
+  if (t.reap_rechecks > 0)
+    log::Debug("local", "task={} pid={} reaped after {} rechecks", t.task_id, pid, t.reap_rechecks);
 
-  // Reap it if it is our child (ECHILD otherwise: a re-attached task).
-  siginfo_t si{};
-  bool waited = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(t.pidfd->native_handle()),
-                         &si, WEXITED | WNOHANG) == 0 && si.si_pid != 0;
   TaskExit exit;
   if (auto rec = local::ReadExitRecord(t.exit_path, t.marker)) {
     exit = *rec;
@@ -354,6 +410,16 @@ void LocalExecutor::ReapOrphans() {
     if (it != tracked_.end()) {
       OnEnded(si.si_pid, it->second.serial);  // reaps it through its pidfd
       continue;
+    }
+    if (SupervisedPids::Contains(si.si_pid)) {
+      // Another executor's shim: its own pidfd handler reaps it. waitid
+      // shows the first zombie only, so look again once it has.
+      if (!reap_retry_) reap_retry_ = std::make_unique<boost::asio::steady_timer>(io_);
+      reap_retry_->expires_after(std::chrono::milliseconds(2));
+      reap_retry_->async_wait([weak = std::weak_ptr<int>(alive_), this](const boost::system::error_code& ec) {
+        if (weak.lock() && !ec) ReapOrphans();
+      });
+      return;
     }
     siginfo_t gone{};
     ::waitid(P_PID, static_cast<id_t>(si.si_pid), &gone, WEXITED | WNOHANG);

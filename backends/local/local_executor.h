@@ -68,7 +68,9 @@
 // With LocalExecutorOptions::reap_orphans, the executor reaps every exited
 // child that is not one of its tasks on SIGCHLD. That takes over reaping for
 // the whole process: enable it in at most one executor, in a process whose
-// other components do not wait for children of their own.
+// other components do not wait for children of their own. The tasks of the
+// process's other executors are left to them (a process-wide set of
+// supervised shims).
 #pragma once
 
 #include <sys/types.h>
@@ -168,6 +170,8 @@ class LocalExecutor final : public Executor {
     std::filesystem::path cgroup;  // empty in marker mode
     uint64_t serial = 0;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
+    int reap_rechecks = 0;                               // ended but not yet reapable
+    std::unique_ptr<boost::asio::steady_timer> recheck;  // the next look
   };
 
   LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit, LocalExecutorOptions options,
@@ -205,6 +209,7 @@ class LocalExecutor final : public Executor {
   uint64_t next_serial_ = 1;
   std::unordered_map<pid_t, Tracked> tracked_;  // by the shim's pid
   std::unique_ptr<boost::asio::signal_set> sigchld_;
+  std::unique_ptr<boost::asio::steady_timer> reap_retry_;  // after another executor's zombie
   std::optional<local::TaskCgroups> cgroups_;
   Containment containment_;
   std::map<uint64_t, std::unique_ptr<DrainState>> drains_;  // exits waiting for their cgroup to empty

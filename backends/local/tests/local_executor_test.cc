@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -346,6 +347,44 @@ TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {
   pid_t gc = std::stoi(ReadWholeFile(r.stdout_path).substr(std::string("grandchild ").size()));
   // The grandchild was reparented to us and must not linger as a zombie.
   EXPECT_TRUE(WaitUntil([&] { return !local::ReadProcStat(gc); })) << "zombie " << gc;
+}
+
+// The daemon holds two executors: its own, which reaps orphans, and the Slurm
+// backend's for its srun clients. The reaper must leave the other's tasks to
+// it, or their exits are lost ("ended unsupervised").
+TEST_F(LocalExecutorTest, TheOrphanReaperLeavesAnotherExecutorsTasksAlone) {
+  LocalExecutorOptions o;
+  o.reap_orphans = true;
+  harness_ = LocalHarness(o);
+  Restart();
+  std::map<std::string, TaskExit> other_exits;
+  LocalExecutorOptions other_options;
+  other_options.exec_shim = ShimPath();
+  other_options.cgroup_name = "tandem-other-" + std::to_string(::getpid());
+  auto other = LocalExecutor::Create(
+      *io_, [&](const std::string& id, const TaskExit& x) { other_exits[id] = x; }, other_options);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  constexpr int kTasks = 60;
+  for (int i = 0; i < kTasks; ++i) {
+    auto r = Request("other", {"sh", "-c", "exit 7"});
+    ASSERT_TRUE((*other)->Start(r).ok()) << i;
+    auto mine = Request("mine", {"true"});  // SIGCHLDs for the reaper too
+    StartOrDie(mine);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (other_exits.size() < kTasks && std::chrono::steady_clock::now() < deadline) {
+    io_->restart();
+    io_->run_one_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(other_exits.size(), size_t{kTasks});
+  for (const auto& [id, x] : other_exits) {
+    EXPECT_TRUE(x.status_known) << id << " " << x.ToJson().dump();
+    EXPECT_EQ(x.exit_code, 7) << id << " " << x.ToJson().dump();
+  }
+  for (int i = 0; i < 2000 && local().supervised_count() > 0; ++i) {
+    io_->restart();
+    io_->run_one_for(std::chrono::milliseconds(5));
+  }
 }
 
 TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
