@@ -2,6 +2,7 @@
 #include "backends/local/local_executor.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -156,11 +157,6 @@ class SupervisedPids {
     return p;
   }
 };
-
-// How often, and how far apart, OnEnded looks again at a shim whose pidfd
-// said it ended but that waitid cannot reap yet.
-constexpr int kMaxReapRechecks = 200;
-constexpr auto kReapRecheck = std::chrono::milliseconds(5);
 
 void SleepBackoff(std::chrono::microseconds& step) {
   std::this_thread::sleep_for(step);
@@ -337,44 +333,45 @@ void LocalExecutor::Supervise(pid_t pid, int pidfd, const std::string& task_id,
   t.cgroup = cgroup;
   t.serial = next_serial_++;
   t.pidfd = std::make_unique<boost::asio::posix::stream_descriptor>(io_, pidfd);
+  tracked_.insert_or_assign(pid, std::move(t));
+  SupervisedPids::Add(pid);
+  Watch(pid);
+}
+
+void LocalExecutor::Watch(pid_t pid) {
+  Tracked& t = tracked_.at(pid);
   t.pidfd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                       [weak = std::weak_ptr<int>(alive_), this, pid, serial = t.serial](
                           const boost::system::error_code& ec) {
                         if (!weak.lock() || ec == boost::asio::error::operation_aborted) return;
+                        if (ec) log::Warn("local", "pid={}: waiting on its pidfd: {}", pid, ec.message());
                         OnEnded(pid, serial);
                       });
-  tracked_.insert_or_assign(pid, std::move(t));
-  SupervisedPids::Add(pid);
 }
 
 void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   auto it = tracked_.find(pid);
   if (it == tracked_.end() || it->second.serial != serial) return;
+  Tracked& live = it->second;
+  const int fd = live.pidfd->native_handle();
 
-  // Reap it if it is our child (ECHILD otherwise: a re-attached task). A
-  // child whose pidfd is readable but that waitid cannot reap yet is looked
-  // at again shortly: reporting it now would lose its exit status.
-  siginfo_t si{};
-  errno = 0;
-  const int rc = ::waitid(static_cast<idtype_t>(P_PIDFD),
-                          static_cast<id_t>(it->second.pidfd->native_handle()), &si, WEXITED | WNOHANG);
-  const bool waited = rc == 0 && si.si_pid != 0;
-  const bool not_yet = (rc == 0 && si.si_pid == 0) || (rc != 0 && errno == EAGAIN);
-  if (not_yet && it->second.reap_rechecks < kMaxReapRechecks) {
-    ++it->second.reap_rechecks;
-    auto& timer = it->second.recheck;
-    if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
-    timer->expires_after(kReapRecheck);
-    timer->async_wait([weak = std::weak_ptr<int>(alive_), this, pid, serial](const boost::system::error_code& ec) {
-      if (weak.lock() && !ec) OnEnded(pid, serial);
-    });
+  // A wakeup whose pidfd is not readable is not an exit: asio hands the state
+  // of a descriptor that a handler closed, with the events epoll had found for
+  // it, to the next descriptor opened (a task's pidfd), and then processes
+  // them (local_executor_test, AWakeupThatIsNotAnExitDoesNotEndTheTask).
+  pollfd pfd{fd, POLLIN, 0};
+  if (::poll(&pfd, 1, 0) == 0) {
+    log::Warn("local", "task={} pid={}: woken while it runs; watching on", live.task_id, pid);
+    WatchAgainSoon(pid, serial);
     return;
   }
+  // Reap it if it is our child (ECHILD otherwise: a re-attached task).
+  siginfo_t si{};
+  const bool waited = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(fd), &si, WEXITED | WNOHANG) == 0 &&
+                      si.si_pid != 0;
   Tracked t = std::move(it->second);
   tracked_.erase(it);
   SupervisedPids::Remove(pid);
-  if (t.reap_rechecks > 0)
-    log::Debug("local", "task={} pid={} reaped after {} rechecks", t.task_id, pid, t.reap_rechecks);
 
   TaskExit exit;
   if (auto rec = local::ReadExitRecord(t.exit_path, t.marker)) {
@@ -391,6 +388,17 @@ void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   log::Debug("local", "task ended task={} pid={} code={} signal={}", t.task_id, pid, exit.exit_code,
              exit.signal);
   DrainThenReport(t.cgroup, t.task_id, std::move(exit));
+}
+
+void LocalExecutor::WatchAgainSoon(pid_t pid, uint64_t serial) {
+  auto& timer = tracked_.at(pid).rewatch;
+  if (!timer) timer = std::make_unique<boost::asio::steady_timer>(io_);
+  timer->expires_after(std::chrono::milliseconds(5));  // a wait that fails at once cannot spin the io thread
+  timer->async_wait([weak = std::weak_ptr<int>(alive_), this, pid, serial](const boost::system::error_code& ec) {
+    if (!weak.lock() || ec) return;
+    auto it = tracked_.find(pid);
+    if (it != tracked_.end() && it->second.serial == serial) Watch(pid);
+  });
 }
 
 void LocalExecutor::WaitForChildren() {

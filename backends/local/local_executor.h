@@ -21,7 +21,9 @@
 //
 // Supervision. Each task's pidfd (pidfd_open) sits in a
 // boost::asio::posix::stream_descriptor; when it becomes readable the process
-// ended: it is reaped with waitid(P_PIDFD) when it is our child, and its exit
+// ended (a wakeup while poll() finds it unreadable is not believed: asio can
+// hand a closed descriptor's pending events to a new one): it is reaped with
+// waitid(P_PIDFD) when it is our child, and its exit
 // record, when present, is authoritative; otherwise the wait status is used;
 // otherwise (re-attached, not our child, no record) status_known=false.
 // Nothing blocks on the io thread except Kill(), whose contract is to return
@@ -170,8 +172,7 @@ class LocalExecutor final : public Executor {
     std::filesystem::path cgroup;  // empty in marker mode
     uint64_t serial = 0;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
-    int reap_rechecks = 0;                               // ended but not yet reapable
-    std::unique_ptr<boost::asio::steady_timer> recheck;  // the next look
+    std::unique_ptr<boost::asio::steady_timer> rewatch;  // after a wakeup that was not an exit
   };
 
   LocalExecutor(boost::asio::io_context& io, ExitCallback on_exit, LocalExecutorOptions options,
@@ -180,7 +181,9 @@ class LocalExecutor final : public Executor {
   void Supervise(pid_t pid, int pidfd, const std::string& task_id,
                  const std::filesystem::path& exit_path, const std::string& marker,
                  const std::filesystem::path& cgroup);
+  void Watch(pid_t pid);  // waits for the tracked shim's pidfd to become readable
   void OnEnded(pid_t pid, uint64_t serial);
+  void WatchAgainSoon(pid_t pid, uint64_t serial);  // Watch after a short pause
   // Empties and removes the task's cgroup (without blocking the io thread),
   // then reports the exit.
   void DrainThenReport(std::filesystem::path cgroup, std::string task_id, TaskExit exit);

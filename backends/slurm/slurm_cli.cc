@@ -31,6 +31,9 @@ StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], STDERR_FILENO);
+  // Nothing else of ours: asio opens the daemon's sockets without
+  // close-on-exec, and a child would keep them open.
+  posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
   std::vector<char*> cargv;
   std::vector<std::string> copy = argv;
   for (auto& s : copy) cargv.push_back(s.data());

@@ -6,6 +6,7 @@
 // shared-memory weight segments when the command dies.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
 
 #include "backends/local/local_executor.h"
 #include "backends/local/proc_table.h"
@@ -391,6 +394,33 @@ TEST_F(LocalExecutorTest, TheOrphanReaperLeavesAnotherExecutorsTasksAlone) {
     EXPECT_TRUE(x.status_known) << i << " " << x.ToJson().dump();
     EXPECT_EQ(x.signal, SIGKILL) << i << " " << x.ToJson().dump();
   }
+}
+
+// asio queues the descriptors that one epoll_wait found ready, then handles
+// them in turn. A handler of the first that closes the second and starts a
+// task hands the second's state, events included, to the task's pidfd
+// (asio's pool reuses it at once): those events must not end the task.
+TEST_F(LocalExecutorTest, AWakeupThatIsNotAnExitDoesNotEndTheTask) {
+  int x[2], y[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, y), 0);
+  using Descriptor = boost::asio::posix::stream_descriptor;
+  auto dx = std::make_unique<Descriptor>(*io_, x[0]);
+  auto dy = std::make_unique<Descriptor>(*io_, y[0]);
+  LaunchRequest r = Request("woken", {"sh", "-c", "sleep 1.5; exit 3"});
+  dx->async_wait(Descriptor::wait_read, [&](const boost::system::error_code&) {
+    dy.reset();  // closes y[0]; its state goes back to asio's pool
+    StartOrDie(r);
+  });
+  dy->async_wait(Descriptor::wait_read, [](const boost::system::error_code&) {});
+  ASSERT_EQ(::write(x[1], "x", 1), 1);  // both ready before the loop runs
+  ASSERT_EQ(::write(y[1], "y", 1), 1);
+  auto ex = WaitExit(r.task_id);
+  ASSERT_TRUE(ex);
+  EXPECT_TRUE(ex->status_known) << ex->ToJson().dump();
+  EXPECT_EQ(ex->exit_code, 3) << ex->ToJson().dump();
+  ::close(x[1]);
+  ::close(y[1]);
 }
 
 TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
