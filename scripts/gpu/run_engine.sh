@@ -20,9 +20,12 @@
 #            built too and benched beside this one in the same run
 #   profile  engine_profile.py (a decode step's time by part and by kernel,
 #            under Kineto)
-# Logs under $OUT: build.log (base_build.log), each test's log and
-# tests.txt, gemv_bench.md, paged_bench.md, check.log, engine_check.json, bench.md, profile.log and the
-# traces. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here first).
+# Under $OUT (the device tool brings back at most 8 files, so few): tests.log
+# (every test's output), gemv_bench.md, paged.md, check.log, bench.md,
+# profile.log and the profile's traces; build.log (base_build.log) only when a
+# build fails. Needs .gpu-deps/ carried (scripts/gpu/stage_deps.sh, run here
+# first). Do not pipe the call through `tail`: a call cut off at its time limit
+# then shows nothing.
 # Usage: scripts/gpu/run_engine.sh [tests] [gemv] [paged] [check] [bench] [profile]   (default: check bench)
 #   TANDEM_ENGINE_BATCHES  batch sizes for the bench (default: 1 16 64 256)
 #   TANDEM_ENGINE_EAGER=0  the bench skips tandem's eager runs
@@ -44,7 +47,7 @@ status=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 echo "[gpu] $(date -u +%FT%TZ) engine: $steps"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 GEN=Ninja; command -v ninja >/dev/null || GEN="Unix Makefiles"
 start=$(date +%s)
@@ -67,21 +70,23 @@ build "$ROOT" "$BUILD" "$OUT/build.log" tandem-generate $(has tests && echo $tes
 rc=$?
 echo "[gpu] build rc=$rc ($(( $(date +%s) - start )) s)"
 if [[ $rc -ne 0 ]]; then grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; fi
+rm -f "$OUT/build.log"
 tool=$(bin "$BUILD" tandem-generate)
 base_tool=
 if has bench && [[ -f .gpu-deps/base.tar ]]; then
   mkdir -p "$BASE/src" && tar xf .gpu-deps/base.tar -C "$BASE/src" &&
-    build "$BASE/src" "$BASE/build" "$OUT/base_build.log" tandem-generate && base_tool=$(bin "$BASE/build" tandem-generate)
+    build "$BASE/src" "$BASE/build" "$OUT/base_build.log" tandem-generate && base_tool=$(bin "$BASE/build" tandem-generate) &&
+    rm -f "$OUT/base_build.log"
   echo "[gpu] base build: ${base_tool:-failed} ($(( $(date +%s) - start )) s)"
 fi
 
 if has tests; then
   for t in $tests; do
-    timeout 180 "$(bin "$BUILD" $t)" >"$OUT/$t.log" 2>&1
+    timeout 180 "$(bin "$BUILD" $t)" >"$WORK/$t.log" 2>&1
     rc=$?
-    echo "[gpu] $t rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$t.log" | tr '\n' ' ')"
-    grep -E "Failure|^\[  FAILED" "$OUT/$t.log" | head -8
-    echo "$t rc=$rc" >>"$OUT/tests.txt"
+    { echo "==== $t rc=$rc"; cat "$WORK/$t.log"; } >>"$OUT/tests.log"
+    echo "[gpu] $t rc=$rc $(grep -E '^\[  (PASSED|FAILED)  \]' "$WORK/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|^\[  FAILED" "$WORK/$t.log" | head -8
     [[ $rc -ne 0 ]] && status=1
   done
 fi
@@ -90,17 +95,16 @@ if has gemv; then
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has paged && [[ -n ${TANDEM_PAGED_CHAIN:-} ]]; then
-  timeout 180 "$(bin "$BUILD" paged_attention_bench)" --chain 2>&1 | tee "$OUT/paged_chain.md"
+  timeout 180 "$(bin "$BUILD" paged_attention_bench)" --chain 2>&1 | tee -a "$OUT/paged.md"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has paged; then
-  timeout 180 "$(bin "$BUILD" paged_attention_bench)" ${TANDEM_PAGED_QUICK:+--quick} 2>&1 | tee "$OUT/paged_bench.md"
+  timeout 180 "$(bin "$BUILD" paged_attention_bench)" ${TANDEM_PAGED_QUICK:+--quick} 2>&1 | tee -a "$OUT/paged.md"
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
 fi
 if has check; then
   timeout 420 python3 scripts/gpu/engine_check.py "$tool" "$WORK" 2>&1 | tee "$OUT/check.log" | tail -30
   [[ ${PIPESTATUS[0]} -ne 0 ]] && status=1
-  cp "$WORK/engine_check.json" "$OUT/" 2>/dev/null
 fi
 if has bench && (( $(left) < 90 )); then
   echo "[gpu] bench skipped: $(left) s left in this call"
