@@ -1,8 +1,9 @@
 // Local-backend behaviour beyond the shared suite, with real processes:
 // environment layering end to end, 200 concurrent tasks on leased ports,
 // killing a tree with an escaped (setsid, double-forked) grandchild, orphan
-// reaping as child subreaper, pid-reuse detection on re-attach, the exit
-// record, no fd leaks over 1000 tasks, and the shim removing its task's
+// reaping as child subreaper (and beside another executor), pid-reuse
+// detection on re-attach, the exit record, a pidfd wakeup that is not an
+// exit, no fd leaks over 1000 tasks, and the shim removing its task's
 // shared-memory weight segments when the command dies.
 #include <signal.h>
 #include <sys/prctl.h>
@@ -380,7 +381,7 @@ TEST_F(LocalExecutorTest, TheOrphanReaperLeavesAnotherExecutorsTasksAlone) {
     return false;
   };
   for (int i = 0; i < 5; ++i) {
-    auto r = Request("other", {"sleep", "30"});
+    auto r = Request("other", {"sleep", "2"});  // outlives its shim briefly where no cgroup drains it
     auto ref = (*other)->Start(r);
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
     ::kill(ref->data["pid"].get<pid_t>(), SIGKILL);
