@@ -78,7 +78,9 @@ fails_cancelled_by_slurm() {
   [[ "$st" == *"CANCELLED"* ]] || fail "Slurm's CANCELLED missing from the detail: $st"
 }
 
-# spec SLEEP [EXTRA_BACKEND_JSON]
+# spec SLEEP [EXTRA_BACKEND_JSON]. "sleep && echo": Slurm's linuxproc
+# process tracking signals a step's processes one by one, so sh can outlive
+# its killed sleep; with ";" it would echo and exit 0 after a cancel.
 spec() {
   cat >"$SCRATCH/job.json" <<JSON
 {
@@ -88,12 +90,12 @@ spec() {
   "env": {"JOB_LAYER": "job"},
   "roles": {
     "actor": {
-      "command": ["sh", "-c", "sleep $1; echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
+      "command": ["sh", "-c", "sleep $1 && echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
       "gpus_per_replica": 2,
       "env": {"ACTOR_ONLY": "a"}
     },
     "rollout": {
-      "command": ["sh", "-c", "sleep $1; echo rollout CVD=\$CUDA_VISIBLE_DEVICES mine=\$ROLLOUT_ONLY job=\$SLURM_JOB_ID"],
+      "command": ["sh", "-c", "sleep $1 && echo rollout CVD=\$CUDA_VISIBLE_DEVICES mine=\$ROLLOUT_ONLY job=\$SLURM_JOB_ID"],
       "gpus_per_replica": 2,
       "colocate_with": "actor",
       "env": {"ROLLOUT_ONLY": "r"}
