@@ -158,6 +158,12 @@ class SupervisedPids {
   }
 };
 
+// Whether a pidfd is readable now: its process ended.
+bool PidfdReadable(int fd) {
+  pollfd pfd{fd, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) != 0;
+}
+
 void SleepBackoff(std::chrono::microseconds& step) {
   std::this_thread::sleep_for(step);
   step = std::min(step * 2, std::chrono::microseconds(20000));
@@ -358,9 +364,8 @@ void LocalExecutor::OnEnded(pid_t pid, uint64_t serial) {
   // A wakeup whose pidfd is not readable is not an exit: asio hands the state
   // of a descriptor that a handler closed, with the events epoll had found for
   // it, to the next descriptor opened (a task's pidfd), and then processes
-  // them (local_executor_test, AWakeupThatIsNotAnExitDoesNotEndTheTask).
-  pollfd pfd{fd, POLLIN, 0};
-  if (::poll(&pfd, 1, 0) == 0) {
+  // them (local_executor_test, WakeupTest).
+  if (!PidfdReadable(fd)) {
     log::Warn("local", "task={} pid={}: woken while it runs; watching on", live.task_id, pid);
     WatchAgainSoon(pid, serial);
     return;
@@ -397,7 +402,10 @@ void LocalExecutor::WatchAgainSoon(pid_t pid, uint64_t serial) {
   timer->async_wait([weak = std::weak_ptr<int>(alive_), this, pid, serial](const boost::system::error_code& ec) {
     if (!weak.lock() || ec) return;
     auto it = tracked_.find(pid);
-    if (it != tracked_.end() && it->second.serial == serial) Watch(pid);
+    if (it == tracked_.end() || it->second.serial != serial) return;
+    Watch(pid);
+    // An exit between the wakeup and this wait raised no event for it.
+    if (PidfdReadable(it->second.pidfd->native_handle())) OnEnded(pid, serial);
   });
 }
 

@@ -401,14 +401,18 @@ TEST_F(LocalExecutorTest, TheOrphanReaperLeavesAnotherExecutorsTasksAlone) {
 // them in turn. A handler of the first that closes the second and starts a
 // task hands the second's state, events included, to the task's pidfd
 // (asio's pool reuses it at once): those events must not end the task.
-TEST_F(LocalExecutorTest, AWakeupThatIsNotAnExitDoesNotEndTheTask) {
+// The same wakeup, for a task that runs 1.5 s and one that ends while its
+// executor looks again (its exit may come before the wait is armed again).
+class WakeupTest : public LocalExecutorTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(WakeupTest, AWakeupThatIsNotAnExitDoesNotEndTheTask) {
   int x[2], y[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x), 0);
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, y), 0);
   using Descriptor = boost::asio::posix::stream_descriptor;
   auto dx = std::make_unique<Descriptor>(*io_, x[0]);
   auto dy = std::make_unique<Descriptor>(*io_, y[0]);
-  LaunchRequest r = Request("woken", {"sh", "-c", "sleep 1.5; exit 3"});
+  LaunchRequest r = Request("woken", {"sh", "-c", GetParam()});
   dx->async_wait(Descriptor::wait_read, [&](const boost::system::error_code&) {
     dy.reset();  // closes y[0]; its state goes back to asio's pool
     StartOrDie(r);
@@ -423,6 +427,8 @@ TEST_F(LocalExecutorTest, AWakeupThatIsNotAnExitDoesNotEndTheTask) {
   ::close(x[1]);
   ::close(y[1]);
 }
+
+INSTANTIATE_TEST_SUITE_P(LongAndShort, WakeupTest, ::testing::Values("sleep 1.5; exit 3", "exit 3"));
 
 TEST_F(LocalExecutorTest, AThousandSequentialTasksLeakNoFds) {
   // Warm up once so lazily opened descriptors (log sinks, epoll) are counted.
