@@ -61,8 +61,13 @@ struct TaskExit {
   bool status_known = true;    // false when the task ended unsupervised and no record survived
   std::string detail;          // "exec failed: No such file or directory", "exited while daemon was down", ...
   std::chrono::system_clock::time_point ended_at{};
+  // The backend took the task's allocation away under it (Slurm cancelled,
+  // timed out, preempted or requeued the batch job it ran in): even a clean
+  // exit (a command that catches SIGTERM and exits 0) did not finish its
+  // work, so it does not count as success. The detail says what happened.
+  bool interrupted = false;
 
-  bool succeeded() const { return status_known && signal == 0 && exit_code == 0; }
+  bool succeeded() const { return status_known && !interrupted && signal == 0 && exit_code == 0; }
   nlohmann::json ToJson() const;
 };
 

@@ -23,6 +23,7 @@ StatusOr<TaskRef> TaskRef::FromJson(const nlohmann::json& j) {
 nlohmann::json TaskExit::ToJson() const {
   nlohmann::json j = {{"exit_code", exit_code}, {"signal", signal}, {"status_known", status_known}};
   if (!detail.empty()) j["detail"] = detail;
+  if (interrupted) j["interrupted"] = true;
   j["ended_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                          ended_at.time_since_epoch()).count();
   return j;

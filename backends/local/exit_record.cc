@@ -2,20 +2,26 @@
 #include "backends/local/exit_record.h"
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "common/bounded_json.h"
+#include "common/json_field.h"
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::backends::local {
 
 std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path, const std::string& marker) {
   if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  // The task may have rewritten its record (common/task_file.h): a FIFO, a
+  // symlink, a huge file or any JSON is no record.
+  auto text = ReadTaskFile(path, kMaxExitRecordBytes);
+  if (!text.ok()) {
+    if (text.status().code() != StatusCode::kNotFound)
+      log::Warn("local", "unreadable exit record path={}: {}", path.string(), text.status().message());
+    return std::nullopt;
+  }
+  auto parsed = ParseJsonBounded(*text);
+  const nlohmann::json j = parsed.ok() ? std::move(parsed).value() : nlohmann::json();
   if (!j.is_object() || !j.contains("exit_code") || !j["exit_code"].is_number_integer() ||
       !j.contains("signal") || !j["signal"].is_number_integer()) {
     log::Warn("local", "malformed exit record path={}", path.string());
@@ -26,15 +32,13 @@ std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path, const 
     return std::nullopt;
   }
   TaskExit x;
-  x.exit_code = j["exit_code"].get<int>();
-  x.signal = j["signal"].get<int>();
+  x.exit_code = static_cast<int>(IntField(j, "exit_code", -1));
+  x.signal = static_cast<int>(IntField(j, "signal", 0));
   x.status_known = true;
-  if (j.contains("detail") && j["detail"].is_string()) x.detail = j["detail"].get<std::string>();
-  if (j.contains("ended_at_ms") && j["ended_at_ms"].is_number_integer())
-    x.ended_at = std::chrono::system_clock::time_point(
-        std::chrono::milliseconds(j["ended_at_ms"].get<int64_t>()));
-  else
-    x.ended_at = std::chrono::system_clock::now();
+  x.detail = StringField(j, "detail");
+  x.ended_at = j.contains("ended_at_ms") && j["ended_at_ms"].is_number_integer()
+                   ? std::chrono::system_clock::time_point(std::chrono::milliseconds(IntField(j, "ended_at_ms", 0)))
+                   : std::chrono::system_clock::now();
   return x;
 }
 

@@ -15,8 +15,12 @@
 
 namespace tandem::backends::local {
 
+// The most an exit record may hold (the shim's are a few hundred bytes).
+inline constexpr size_t kMaxExitRecordBytes = 64 * 1024;
+
 // The record at `path` written by the task with `marker`; nullopt when there
-// is none, it is another run's, or it is malformed (logged).
+// is none, it is another run's, or it is malformed or not a regular file
+// (logged).
 std::optional<TaskExit> ReadExitRecord(const std::filesystem::path& path, const std::string& marker);
 
 // A TaskExit from a waitid() result (CLD_EXITED, CLD_KILLED, CLD_DUMPED).

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::backends::redis {
 namespace {
@@ -268,18 +268,12 @@ void Agent::HandleTail(const std::string& entry_id, const std::string& launch, c
     reply["error"] = "node " + options_.name + " has no record of " + launch;
   } else {
     const std::string& path = stream == "stdout" ? it->second.first : it->second.second;
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) {
-      reply["error"] = "cannot open " + path + " on node " + options_.name;
-    } else {
-      const long long size = static_cast<long long>(in.tellg());
-      const long long from = std::max(0LL, size - max_bytes);
-      in.seekg(from);
-      std::string data(static_cast<size_t>(size - from), '\0');
-      in.read(data.data(), static_cast<std::streamsize>(data.size()));
-      data.resize(static_cast<size_t>(in.gcount()));
-      reply = {{"ok", true}, {"data", std::move(data)}, {"truncated", from > 0}};
-    }
+    bool truncated = false;  // the task may have left anything there (common/task_file.h)
+    auto data = ReadTaskFileTail(path, static_cast<size_t>(max_bytes), &truncated);
+    if (!data.ok())
+      reply["error"] = "cannot read " + path + " on node " + options_.name + ": " + data.status().message();
+    else
+      reply = {{"ok", true}, {"data", std::move(data).value()}, {"truncated", truncated}};
   }
   Queue({nullptr, entry_id, reply_key,
          SignEnvelope(*options_.cluster_key, reply_key,

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backends/redis/redis_protocol.h"
+#include "common/bounded_json.h"
 #include "common/hex.h"
 
 namespace tandem::backends::redis {
@@ -70,9 +71,13 @@ Status CheckSigned(const ClusterKey& key, const std::string& domain, const std::
   const std::string want = CommandMac(key, domain, ts, nonce, msg);
   if (want.size() != sig.size() || CRYPTO_memcmp(want.data(), sig.data(), want.size()) != 0)
     return PermissionDenied("bad signature");
-  if (max_age.count() > 0 && (ts < now_ms - max_age.count() || ts > now_ms + max_age.count()))
-    return PermissionDenied("stale: signed " + std::to_string(now_ms - ts) + " ms ago, limit " +
-                            std::to_string(max_age.count()) + " ms");
+  if (max_age.count() > 0 && (ts < now_ms - max_age.count() || ts > now_ms + max_age.count())) {
+    long long ago = 0;  // a key holder may sign any timestamp: no overflow in saying how far off it is
+    const std::string when = __builtin_sub_overflow(now_ms, ts, &ago)
+                                 ? "at " + std::to_string(ts) + " ms"
+                                 : std::to_string(ago) + " ms ago";
+    return PermissionDenied("stale: signed " + when + ", limit " + std::to_string(max_age.count()) + " ms");
+  }
   *ts_out = ts;
   return Status::Ok();
 }
@@ -93,8 +98,11 @@ std::string SignEnvelope(const ClusterKey& key, const std::string& domain, const
 
 StatusOr<std::string> OpenEnvelope(const ClusterKey& key, const std::string& domain, const std::string& text,
                                    long long now_ms, std::chrono::milliseconds max_age) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("msg") || !j["msg"].is_string() || !j.contains("ts") ||
+  // Anyone who can write to Redis chooses `text`: bounded nesting.
+  auto parsed = ParseJsonBounded(text);
+  if (!parsed.ok()) return PermissionDenied("unsigned");
+  const nlohmann::json& j = *parsed;
+  if (!j.is_object() || !j.contains("msg") || !j["msg"].is_string() || !j.contains("ts") ||
       !j["ts"].is_number_integer() || !j.contains("nonce") || !j["nonce"].is_string() || !j.contains("sig") ||
       !j["sig"].is_string())
     return PermissionDenied("unsigned");

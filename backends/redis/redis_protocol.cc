@@ -6,6 +6,7 @@
 #include <charconv>
 #include <map>
 
+#include "common/bounded_json.h"
 #include "common/control/control_token.h"
 
 namespace tandem::backends::redis {
@@ -55,15 +56,16 @@ StatusOr<TaskExit> ExitFromJson(const nlohmann::json& j) {
   if (j.contains("signal") && j["signal"].is_number_integer()) x.signal = j["signal"].get<int>();
   if (j.contains("status_known") && j["status_known"].is_boolean()) x.status_known = j["status_known"].get<bool>();
   if (j.contains("detail") && j["detail"].is_string()) x.detail = j["detail"].get<std::string>();
+  if (j.contains("interrupted") && j["interrupted"].is_boolean()) x.interrupted = j["interrupted"].get<bool>();
   if (j.contains("ended_at_ms") && j["ended_at_ms"].is_number_integer())
     x.ended_at = std::chrono::system_clock::time_point(std::chrono::milliseconds(j["ended_at_ms"].get<long long>()));
   return x;
 }
 
 StatusOr<nlohmann::json> ParseMessage(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("message is not JSON");
-  if (!j.is_object()) return InvalidArgument("message is not a JSON object");
+  auto j = ParseJsonBounded(text);
+  if (!j.ok()) return InvalidArgument("message: " + j.status().message());
+  if (!j->is_object()) return InvalidArgument("message is not a JSON object");
   return j;
 }
 

@@ -3,23 +3,21 @@
 
 #include <signal.h>
 
-#include <fstream>
-
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
 #include "backends/local/exit_record.h"
 #include "backends/slurm/end_reason.h"
 #include "backends/slurm/step_control.h"
+#include "common/json_field.h"
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::backends::slurm {
 
 bool HasExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms) {
-  std::ifstream in(exit_path);
-  if (!in) return false;
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  return j.is_object() && j.value("ended_at_ms", int64_t{0}) >= since_ms;
+  auto j = ReadTaskJson(exit_path, local::kMaxExitRecordBytes);
+  return j && IntField(*j, "ended_at_ms", 0) >= since_ms;
 }
 
 AdoptedSteps::AdoptedSteps(boost::asio::io_context& io, boost::asio::thread_pool& workers, ExitCallback on_exit,
@@ -57,11 +55,8 @@ void AdoptedSteps::Check(const std::string& task_id) {
     if (!running) {
       banner = BannerInFiles({stderr_path, exit_path.empty() ? exit_path : std::filesystem::path(exit_path.string() + ".srun.log")});
       // The record tandem-exec wrote in the step, if it is this run's.
-      if (HasExitRecordSince(exit_path, since)) {
-        std::ifstream in(exit_path);
-        auto j = nlohmann::json::parse(in, nullptr, false);
-        exit = local::ReadExitRecord(exit_path, j.is_object() ? j.value("marker", "") : "");
-      }
+      if (auto j = ReadTaskJson(exit_path, local::kMaxExitRecordBytes); j && IntField(*j, "ended_at_ms", 0) >= since)
+        exit = local::ReadExitRecord(exit_path, StringField(*j, "marker"));
     }
     boost::asio::post(io_, [this, weak, task_id, running, exit = std::move(exit), banner]() mutable {
       if (!weak.lock()) return;

@@ -1,7 +1,7 @@
 // Slurm's end-of-step banners: see end_reason.h.
 #include "backends/slurm/end_reason.h"
 
-#include <fstream>
+#include "common/task_file.h"
 
 namespace tandem::backends::slurm {
 
@@ -24,19 +24,13 @@ std::string BannerIn(const std::string& text) {
 }
 
 std::string BannerInFiles(const std::vector<std::filesystem::path>& files) {
-  constexpr std::streamoff kTail = 64 * 1024;
+  constexpr size_t kTail = 64 * 1024;
   for (const auto& f : files) {
     if (f.empty()) continue;
-    std::ifstream in(f, std::ios::binary);
-    if (!in) continue;
-    in.seekg(0, std::ios::end);
-    std::streamoff size = in.tellg();
-    if (size <= 0) continue;
-    in.seekg(size > kTail ? size - kTail : 0);
-    std::string text(static_cast<size_t>(size > kTail ? kTail : size), '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
-    if (std::string b = BannerIn(text); !b.empty()) return b;
+    // The step's stderr is the task's: it may be anything (task_file.h).
+    auto text = ReadTaskFileTail(f, kTail);
+    if (!text.ok()) continue;
+    if (std::string b = BannerIn(*text); !b.empty()) return b;
   }
   return "";
 }

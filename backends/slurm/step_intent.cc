@@ -3,15 +3,17 @@
 
 #include <signal.h>
 
-#include <fstream>
 
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backends/local/exit_record.h"
 #include "backends/slurm/adopted_step.h"
 #include "backends/slurm/srun_client.h"
 #include "backends/slurm/step_control.h"
+#include "common/json_field.h"
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::backends::slurm {
 namespace {
@@ -27,12 +29,10 @@ std::string Pids(const std::vector<local::ProcStat>& procs) {
 // How srun ended, from the exec shim's record of it, if that is newer than the intent.
 std::optional<std::string> SrunEnded(const std::filesystem::path& exit_path, int64_t since_ms) {
   if (exit_path.empty()) return std::nullopt;
-  std::ifstream in(exit_path.string() + ".srun.json");
-  if (!in) return std::nullopt;
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || j.value("ended_at_ms", int64_t{0}) < since_ms) return std::nullopt;
-  const int sig = j.value("signal", 0);
-  return sig ? "signal " + std::to_string(sig) : "code " + std::to_string(j.value("exit_code", -1));
+  auto j = ReadTaskJson(exit_path.string() + ".srun.json", local::kMaxExitRecordBytes);
+  if (!j || IntField(*j, "ended_at_ms", 0) < since_ms) return std::nullopt;
+  const int64_t sig = IntField(*j, "signal", 0);
+  return sig ? "signal " + std::to_string(sig) : "code " + std::to_string(IntField(*j, "exit_code", -1));
 }
 
 }  // namespace

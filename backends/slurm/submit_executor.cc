@@ -310,14 +310,17 @@ void SlurmSubmitExecutor::OnState(const std::string& batch_id, StatusOr<slurm::B
 void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::string& task_id, TaskExit exit) {
   auto it = batches_.find(batch_id);
   if (it != batches_.end()) it->second->steps->ReleaseGres(task_id);  // an adopted step's GPUs
-  if (it == batches_.end() || exit.succeeded()) {
+  if (it == batches_.end()) {
     on_exit_(task_id, exit);
     return;
   }
   it->second->launched.erase(task_id);
-  // A step that failed may have been ended by Slurm together with its batch
-  // job (time limit, preemption, node failure): ask Slurm now, on a worker,
-  // rather than wait for the next poll, so the task's detail says why.
+  // The step may have ended because Slurm ended its batch job (time limit,
+  // preemption, node failure, an outside scancel): ask Slurm now, on a
+  // worker, rather than wait for the next poll. A failed step's detail then
+  // says why; a step that exited 0 meanwhile (its command caught SIGTERM and
+  // exited cleanly) is interrupted, not succeeded. Slurm marks the job
+  // before it signals the steps, so the answer is already the new state.
   boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, control = options_.control,
                                 batch_id, task_id, exit]() mutable {
     auto st = stop->load() ? StatusOr<slurm::BatchState>(Unavailable("stopping")) : control->Query(batch_id);
@@ -325,8 +328,15 @@ void SlurmSubmitExecutor::OnStepExit(const std::string& batch_id, const std::str
       if (!weak.lock()) return;
       auto b = batches_.find(batch_id);
       const slurm::BatchState* s = st.ok() ? &*st : (b != batches_.end() ? &b->second->state : nullptr);
-      if (s && !s->state.empty() && !s->running())
-        exit.detail += (exit.detail.empty() ? "" : "; ") + ("slurm batch job " + batch_id + " " + s->ToString());
+      if (s && !s->state.empty() && !s->running()) {
+        const std::string why = "slurm batch job " + batch_id + " " + s->ToString();
+        if (exit.succeeded()) {
+          exit.interrupted = true;
+          exit.detail = why + " while the step ran; its clean exit does not count as done";
+        } else {
+          exit.detail += (exit.detail.empty() ? "" : "; ") + why;
+        }
+      }
       on_exit_(task_id, exit);
     });
   });

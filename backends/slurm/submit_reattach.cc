@@ -9,7 +9,9 @@
 #include "backends/slurm/batch_job.h"
 #include "backends/slurm/submit_executor.h"
 #include "backends/slurm/submit_records.h"
+#include "common/json_field.h"
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::backends {
 
@@ -22,8 +24,8 @@ using namespace submit;  // NOLINT: the records of submit_records.h
 std::string SlurmSubmitExecutor::KnownBatchOf(const std::string& tandem_job) {
   if (auto it = batch_of_job_.find(tandem_job); it != batch_of_job_.end()) return it->second;
   if (auto info = options_.job_info(tandem_job); info.ok() && !info->run_dir.empty())
-    if (auto rec = ReadJson(info->run_dir / "slurm-batch.json"); rec && rec->value("tandem_job", "") == tandem_job)
-      return rec->value("job_id", "");
+    if (auto rec = ReadTaskJson(info->run_dir / "slurm-batch.json"); rec && StringField(*rec, "tandem_job") == tandem_job)
+      return StringField(*rec, "job_id");
   return "";
 }
 
@@ -42,7 +44,7 @@ Status SlurmSubmitExecutor::Reattach(const TaskRef& ref) {
 void SlurmSubmitExecutor::FindBatchThenReattach(const std::string& task_id, int attempt) {
   auto it = pending_.find(task_id);
   if (it == pending_.end() || stop_->load()) return;
-  const std::string tandem_job = it->second.ref.data.value("tandem_job", "");
+  const std::string tandem_job = StringField(it->second.ref.data, "tandem_job");
   boost::asio::post(*workers_, [this, weak = std::weak_ptr<int>(alive_), stop = stop_, task_id, tandem_job, attempt] {
     if (stop->load()) return;
     auto found = slurm::FindBatchByName(tandem_job);
@@ -86,7 +88,7 @@ Status SlurmSubmitExecutor::ReattachTo(const TaskRef& ref, const std::string& ba
   r.batch_id = batch_id;
   if (r.batch_id.empty()) {
     // Never submitted (the daemon died before sbatch answered): submit now.
-    auto launch = ReadJson(Sibling(r.exit_path, ".launch.json"));
+    auto launch = ReadTaskJson(Sibling(r.exit_path, ".launch.json"));
     if (!launch) {
       PostExit(ref.task_id, Ended("no launch record survived the daemon restart"));
       return Status::Ok();
@@ -99,17 +101,17 @@ Status SlurmSubmitExecutor::ReattachTo(const TaskRef& ref, const std::string& ba
   }
   TANDEM_ASSIGN_OR_RETURN(Batch* b, Adopt(r.batch_id, r.tandem_job), "reattach " + ref.task_id);
   if (b->launched.count(ref.task_id)) return Status::Ok();
-  if (auto step = ReadJson(Sibling(r.exit_path, ".step.json"))) {
+  if (auto step = ReadTaskJson(Sibling(r.exit_path, ".step.json"))) {
     TANDEM_ASSIGN_OR_RETURN(TaskRef inner, TaskRef::FromJson(*step), "reattach " + ref.task_id);
     TANDEM_RETURN_IF_ERROR(b->steps->Reattach(inner), "reattach " + ref.task_id);
     b->launched[ref.task_id] = inner;
     log::Info("slurm", "reattached task={} batch job={}", ref.task_id, b->id);
     return Status::Ok();
   }
-  if (auto intent = ReadJson(Sibling(r.exit_path, ".step-intent.json")); intent && intent->value("job_id", "") == b->id) {
+  if (auto intent = ReadTaskJson(Sibling(r.exit_path, ".step-intent.json")); intent && StringField(*intent, "job_id") == b->id) {
     // Killed between spawning srun and writing .step.json: the step may run,
     // be being created, or never have started. Found out on workers.
-    slurm::StepIntent in{b->id, intent->value("step_name", ""), intent->value("at_ms", int64_t{0})};
+    slurm::StepIntent in{b->id, StringField(*intent, "step_name"), IntField(*intent, "at_ms", 0)};
     pending_[ref.task_id] = Pending{ref, b->id, r.exit_path};
     // Its GPUs may be held (or being claimed) by that step: steps started
     // meanwhile share them instead of requesting their GRES again.
@@ -135,8 +137,8 @@ void SlurmSubmitExecutor::OnIntentResolved(const std::string& task_id, const slu
   switch (out.decision.verdict) {
     case slurm::IntentVerdict::kAdopt: {
       fs::path stderr_path;
-      if (auto launch = ReadJson(Sibling(p.exit_path, ".launch.json")); launch && launch->is_object())
-        stderr_path = launch->value("stderr_path", "");
+      if (auto launch = ReadTaskJson(Sibling(p.exit_path, ".launch.json")))
+        stderr_path = StringField(*launch, "stderr_path");
       adopted_->Adopt(task_id, p.batch_id, out.intent.step_name, p.exit_path, stderr_path, out.intent.at_ms);
       if (p.killed) adopted_->Kill(task_id);
       else if (p.signal) adopted_->Signal(task_id, p.signal);
@@ -164,7 +166,7 @@ void SlurmSubmitExecutor::OnIntentResolved(const std::string& task_id, const slu
 // A task that never started: it starts when its batch job runs.
 void SlurmSubmitExecutor::QueueAgain(const std::string& task_id, const std::string& batch_id,
                                      const fs::path& exit_path) {
-  auto launch = ReadJson(Sibling(exit_path, ".launch.json"));
+  auto launch = ReadTaskJson(Sibling(exit_path, ".launch.json"));
   auto req = launch ? RequestFromJson(*launch) : StatusOr<LaunchRequest>(NotFound("no launch record"));
   if (!req.ok()) {
     TaskExit x = Ended("no launch record survived the daemon restart: " + req.status().ToString());

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <fstream>
 
+#include "common/json_field.h"
+
 namespace tandem::backends::submit {
 
 namespace fs = std::filesystem;
@@ -13,7 +15,7 @@ StatusOr<SubmitRef> ParseRef(const TaskRef& ref) {
   const auto& d = ref.data;
   auto bad = [&](const char* what) { return InvalidArgument("slurm task ref " + ref.task_id + ": " + what); };
   if (ref.backend != "slurm") return bad("backend is not \"slurm\"");
-  if (!d.is_object() || d.value("mode", "") != "submit") return bad("not a submit-mode ref");
+  if (!d.is_object() || StringField(d, "mode") != "submit") return bad("not a submit-mode ref");
   if (!d.contains("job_id") || !d["job_id"].is_string()) return bad("expected data.job_id");
   if (!d.contains("tandem_job") || !d["tandem_job"].is_string()) return bad("expected data.tandem_job");
   SubmitRef r{d["job_id"].get<std::string>(), d["tandem_job"].get<std::string>(), ""};
@@ -76,15 +78,6 @@ Status WriteJson(const fs::path& path, const json& j) {
     return ErrnoStatus("rename " + tmp.string() + " to " + path.string(), ec.value());
   }
   return Status::Ok();
-}
-
-std::optional<json> ReadJson(const fs::path& path) {
-  if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  auto j = json::parse(in, nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
 }
 
 TaskExit Ended(std::string detail, int sig) {

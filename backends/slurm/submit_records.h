@@ -35,8 +35,6 @@ std::filesystem::path Sibling(const std::filesystem::path& p, const std::string&
 // (a full disk, a missing run dir) is returned, and the tmp file removed.
 // An empty path writes nothing (Ok).
 Status WriteJson(const std::filesystem::path& path, const nlohmann::json& j);
-// nullopt when missing or malformed.
-std::optional<nlohmann::json> ReadJson(const std::filesystem::path& path);
 
 // A task that ended without running (or by `sig`), with `detail`.
 TaskExit Ended(std::string detail, int sig = 0);

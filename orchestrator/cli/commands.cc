@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "common/bounded_json.h"
+#include "common/json_field.h"
+#include "orchestrator/report/bounded_lines.h"
 #include "orchestrator/spec/job_spec.h"
 
 namespace tandem::cli {
@@ -71,28 +73,38 @@ int ExitCodeForState(const std::string& state) {
 }
 
 std::string FormatEvent(const json& ev) {
-  const std::string type = ev.value("type", "");
+  // Lines of a run dir's events.jsonl (and of the daemon's replay of it) may
+  // come from a task: any field may be missing or of any type.
+  static const json kNone;
+  auto field = [](const json& j, const char* key) -> const json& {
+    if (!j.is_object()) return kNone;
+    const auto it = j.find(key);
+    return it == j.end() ? kNone : *it;
+  };
+  const std::string type = StringField(ev, "type");
   std::ostringstream o;
-  o << Clock(ev.value("at", int64_t{0})) << "  ";
+  o << Clock(IntField(ev, "at", 0)) << "  ";
+  const std::string detail = StringField(ev, "detail");
   if (type == "job_submitted") {
-    const json& job = ev["job"];
-    if (job.is_object()) o << "job submitted  " << job.value("name", "") << " tasks=" << job["tasks"].size();
+    const json& job = field(ev, "job");
+    const json& tasks = field(job, "tasks");
+    if (job.is_object()) o << "job submitted  " << StringField(job, "name") << " tasks=" << (tasks.is_array() ? tasks.size() : 0);
     else o << "job submitted";
   } else if (type == "job_state") {
-    o << "job " << ev.value("state", "");
-    if (!ev.value("detail", "").empty()) o << "  (" << ev.value("detail", "") << ")";
+    o << "job " << StringField(ev, "state");
+    if (!detail.empty()) o << "  (" << detail << ")";
   } else if (type == "job_devices") {
-    o << "devices " << (ev["physical_devices"].empty() ? std::string("released") : "granted [" + Join(ev["physical_devices"]) + "]");
+    const json& devices = field(ev, "physical_devices");
+    o << "devices " << (!devices.is_array() || devices.empty() ? std::string("released") : "granted [" + Join(devices) + "]");
   } else if (type == "job_cancel") {
     o << "cancel requested";
   } else if (type == "task_state") {
-    o << std::left << std::setw(14) << ev.value("task", "") << " " << ev.value("state", "");
-    if (ev.contains("ref") && ev["ref"].is_object() && ev["ref"].contains("data"))
-      if (ev["ref"]["data"].contains("pid")) o << " pid=" << ev["ref"]["data"]["pid"].dump();
-    if (ev.contains("ports") && !ev["ports"].empty()) o << " ports=" << Join(ev["ports"]);
-    if (!ev.value("detail", "").empty()) o << "  (" << ev.value("detail", "") << ")";
+    o << std::left << std::setw(14) << StringField(ev, "task") << " " << StringField(ev, "state");
+    if (const json& pid = field(field(field(ev, "ref"), "data"), "pid"); !pid.is_null()) o << " pid=" << DumpJson(pid);
+    if (const json& ports = field(ev, "ports"); ports.is_array() && !ports.empty()) o << " ports=" << Join(ports);
+    if (!detail.empty()) o << "  (" << detail << ")";
   } else {
-    o << ev.dump();
+    o << DumpJson(ev);
   }
   return o.str();
 }
@@ -280,9 +292,10 @@ int CmdEvents(Client& c, const std::string& job, bool follow) {
   if (fs::is_regular_file(fs::path(job) / "events.jsonl")) {
     std::ifstream in(fs::path(job) / "events.jsonl");
     std::string line;
-    while (std::getline(in, line)) {
-      json ev = json::parse(line, nullptr, false);
-      if (!ev.is_discarded()) std::cout << FormatEvent(ev) << "\n";
+    bool too_long = false;
+    while (report::ReadBoundedLine(in, line, too_long)) {
+      auto ev = too_long ? StatusOr<json>(InvalidArgument("too long")) : ParseJsonBounded(line);
+      if (ev.ok() && ev->is_object()) std::cout << FormatEvent(*ev) << "\n";
     }
     if (fs::is_regular_file(fs::path(job) / "handoff.jsonl"))
       std::cerr << "(this run has a handoff log: tandem events " << job << " --handoff)\n";

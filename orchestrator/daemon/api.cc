@@ -1,7 +1,6 @@
 // tandemd's HTTP API; see api.h for the routes and docs/api.md for bodies.
 #include "orchestrator/daemon/api.h"
 
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -11,6 +10,7 @@
 
 #include "common/bounded_json.h"
 #include "common/log.h"
+#include "common/task_file.h"
 
 namespace tandem::daemon {
 
@@ -65,17 +65,17 @@ enum class FileRead { kAtEnd, kBacklogged, kClosed, kYield };
 constexpr size_t kReadPerTurn = 32 * 1024;
 FileRead ReadWhileDrained(const fs::path& file, uint64_t& offset, Exchange& ex,
                           const std::function<void(std::string_view)>& take) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return FileRead::kAtEnd;
-  in.seekg(static_cast<std::streamoff>(offset));
-  std::string buf(16 * 1024, '\0');
-  for (size_t turn = 0; in && !ex.backlogged(); turn += buf.size()) {
+  // A task may have replaced the file by a FIFO or a symlink
+  // (common/task_file.h): that reads as nothing.
+  auto fd = OpenTaskFile(file);
+  if (!fd.ok()) return FileRead::kAtEnd;
+  constexpr size_t kChunk = 16 * 1024;
+  for (size_t turn = 0; !ex.backlogged(); turn += kChunk) {
     if (turn >= kReadPerTurn) return FileRead::kYield;
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    const auto n = static_cast<size_t>(in.gcount());
-    if (n == 0) break;
-    offset += n;
-    take(std::string_view(buf.data(), n));
+    auto chunk = ReadAt(fd->get(), offset, kChunk, file);
+    if (!chunk.ok() || chunk->empty()) break;
+    offset += chunk->size();
+    take(*chunk);
     if (ex.closed()) return FileRead::kClosed;
   }
   return ex.backlogged() ? FileRead::kBacklogged : FileRead::kAtEnd;

@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/log.h"
+#include "common/peer_state.h"
 
 namespace tandem::daemon {
 
@@ -226,11 +227,21 @@ class Session : public Exchange, public std::enable_shared_from_this<Session<Soc
     CancelTimer();
     Enqueue("HTTP/1.1 200 " + std::string(ReasonPhrase(200)) + "\r\nServer: tandemd\r\nContent-Type: " +
             content_type + "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
-    // Notice a client that goes away even while we have nothing to write.
+    WatchStreamPeer();
+  }
+
+  // Notices a client that goes away even while we have nothing to write. A
+  // wakeup with nothing to say (common/peer_state.h) watches again; data
+  // (the client wrote more) ends the watch.
+  void WatchStreamPeer() {
     auto self = this->shared_from_this();
-    socket_.async_wait(Socket::wait_read, [self](boost::system::error_code) {
-      boost::system::error_code ec;
-      if (self->socket_.is_open() && self->socket_.available(ec) == 0) self->Shutdown();
+    socket_.async_wait(Socket::wait_read, [self](boost::system::error_code ec) {
+      if (ec || self->closed_ || !self->socket_.is_open()) return;
+      switch (PeekPeer(self->socket_.native_handle())) {
+        case PeerState::kGone: return self->Shutdown();
+        case PeerState::kQuiet: return self->WatchStreamPeer();
+        case PeerState::kData: return;
+      }
     });
   }
 

@@ -1,15 +1,18 @@
 // handoff.jsonl / residency.jsonl writers (log_writer.h).
 #include "orchestrator/handoff/log_writer.h"
 
-#include <algorithm>
-#include <fstream>
-#include <string_view>
-
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <string_view>
 
 #include <cerrno>
 
+#include "common/bounded_json.h"
+#include "common/json_field.h"
+#include "common/task_file.h"
 #include "orchestrator/handoff/event_codec.h"
 
 namespace tandem::handoff {
@@ -31,37 +34,38 @@ Status AppendText(int fd, const std::string& text, const char* what) {
 }
 
 // True for an empty file and for one whose last byte is a newline.
-bool EndsWithNewline(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in || in.tellg() <= 0) return true;
-  in.seekg(-1, std::ios::end);
-  return in.get() == '\n';
+bool EndsWithNewline(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0) return true;
+  auto last = ReadAt(fd, static_cast<uint64_t>(st.st_size) - 1, 1, path);
+  return !last.ok() || *last == "\n";
 }
 
-// The "event" of the last line of `group` in the JSONL file at `path` (0
+// The "event" of the last line of `group` in the JSONL file open at `fd` (0
 // when none). Lines of one group are appended in event order, so the file is
 // read backwards in blocks and the scan stops at the group's last line:
 // reopening a long job's logs costs one block, not the whole file. Lines of
-// other groups, torn and foreign lines are skipped.
-uint64_t LastLoggedEvent(const std::string& path, const std::string& group) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  constexpr std::streamoff kBlock = 64 * 1024;
+// other groups, torn and foreign lines are skipped; so is the rest of a line
+// longer than any this writer makes (a task may have written anything).
+uint64_t LastLoggedEvent(int fd, const std::string& path, const std::string& group) {
+  constexpr uint64_t kBlock = 64 * 1024;
+  constexpr size_t kMaxCarry = 1 << 20;
   const std::string needle = "\"group\":" + nlohmann::json(group).dump();
-  std::streamoff end = in.tellg();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  uint64_t end = static_cast<uint64_t>(st.st_size);
   std::string carry;  // the start of the line cut by the previous block
   while (end > 0) {
-    const std::streamoff start = std::max<std::streamoff>(0, end - kBlock);
-    std::string text(static_cast<size_t>(end - start), '\0');
-    in.seekg(start);
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text += carry;
+    const uint64_t start = end > kBlock ? end - kBlock : 0;
+    auto block = ReadAt(fd, start, static_cast<size_t>(end - start), path);
+    if (!block.ok()) return 0;
+    std::string text = std::move(block).value() + carry;
     // Whole lines only: the first one may continue in the block before.
     size_t first = 0;
     if (start > 0) {
       first = text.find('\n');
       if (first == std::string::npos) {
-        carry = std::move(text);
+        carry = text.size() > kMaxCarry ? std::string() : std::move(text);
         end = start;
         continue;
       }
@@ -73,15 +77,15 @@ uint64_t LastLoggedEvent(const std::string& path, const std::string& group) {
       begin = (begin == std::string::npos || begin < first) ? first : begin + 1;
       const std::string_view line(text.data() + begin, stop - begin);
       if (line.find(needle) != std::string_view::npos) {
-        auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object() && j.value("group", "") == group && j.contains("event") &&
-            j["event"].is_number_unsigned()) {
-          return j["event"].get<uint64_t>();
+        auto j = ParseJsonBounded(line);
+        if (j.ok() && StringField(*j, "group") == group && j->is_object() && j->contains("event") &&
+            (*j)["event"].is_number_unsigned()) {
+          return (*j)["event"].get<uint64_t>();
         }
       }
       stop = begin > first ? begin - 1 : first;
     }
-    carry = text.substr(0, first);
+    carry = first > kMaxCarry ? std::string() : text.substr(0, first);
     end = start;
   }
   return 0;
@@ -172,21 +176,18 @@ LogWriter::~LogWriter() {
 
 StatusOr<std::unique_ptr<LogWriter>> LogWriter::Open(const std::string& run_dir, LogContext ctx) {
   const std::string h = run_dir + "/handoff.jsonl", r = run_dir + "/residency.jsonl";
-  int hfd = ::open(h.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (hfd < 0) return ErrnoStatus("open " + h);
-  int rfd = ::open(r.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (rfd < 0) {
-    Status st = ErrnoStatus("open " + r);
-    ::close(hfd);
-    return st;
-  }
-  std::unique_ptr<LogWriter> w(new LogWriter(hfd, rfd, std::move(ctx)));
+  // The run dir's tasks may have left anything at these paths (common/task_file.h).
+  TANDEM_ASSIGN_OR_RETURN(UniqueFd hfd, OpenTaskFile(h, O_RDWR | O_CREAT | O_APPEND, 0644), "");
+  TANDEM_ASSIGN_OR_RETURN(UniqueFd rfd, OpenTaskFile(r, O_RDWR | O_CREAT | O_APPEND, 0644), "");
   // A line cut short (a full disk) stays a foreign line: ours start on a new one.
-  for (auto [fd, path] : {std::pair{hfd, h}, std::pair{rfd, r}}) {
-    if (!EndsWithNewline(path)) TANDEM_RETURN_IF_ERROR(AppendText(fd, "\n", path.c_str()));
+  for (auto [fd, path] : {std::pair{hfd.get(), h}, std::pair{rfd.get(), r}}) {
+    if (!EndsWithNewline(fd, path)) TANDEM_RETURN_IF_ERROR(AppendText(fd, "\n", path.c_str()));
   }
-  w->handoff_logged_ = LastLoggedEvent(h, w->ctx_.group);
-  w->residency_logged_ = LastLoggedEvent(r, w->ctx_.group);
+  const uint64_t handoff_logged = LastLoggedEvent(hfd.get(), h, ctx.group);
+  const uint64_t residency_logged = LastLoggedEvent(rfd.get(), r, ctx.group);
+  std::unique_ptr<LogWriter> w(new LogWriter(hfd.Release(), rfd.Release(), std::move(ctx)));
+  w->handoff_logged_ = handoff_logged;
+  w->residency_logged_ = residency_logged;
   return w;
 }
 

@@ -9,30 +9,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace tandem::store {
 
-// Owns one file descriptor; closes it on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  void Reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using UniqueFd = tandem::UniqueFd;  // common/unique_fd.h
 
 // The whole file, or nullopt when it does not exist.
 StatusOr<std::optional<std::string>> ReadFileIfExists(const std::filesystem::path& path);

@@ -95,6 +95,30 @@ TEST_F(Binaries, ValidateRefusesAWorkerThereIsNot) {
   EXPECT_THAT(r.err, HasSubstr(kRefusal));
 }
 
+// A run dir's events.jsonl may hold lines a task wrote: fields of any type,
+// deep nesting, a huge line. `tandem events RUN_DIR` prints the events it
+// can and skips what is not one, never throwing or overflowing its stack.
+TEST_F(Binaries, EventsOfARunDirSurviveLinesATaskWrote) {
+  const fs::path run = tmp_ / "run";
+  fs::create_directories(run);
+  std::ofstream(run / "events.jsonl")
+      << R"({"seq":1,"at":"noon","type":"job_state","state":7,"detail":["x"]})" << "\n"
+      << R"({"seq":2,"type":"job_submitted","job":{"name":3,"tasks":"many"}})" << "\n"
+      << R"({"seq":3,"type":"job_devices"})" << "\n"
+      << R"({"seq":4,"type":"task_state","task":"actor.0","state":"running","ref":[1],"ports":5})" << "\n"
+      << R"({"seq":5,"type":"job_submitted","job":[]})" << "\n"
+      << "{\"a\":" << std::string(100000, '[') << std::string(100000, ']') << "}\n"
+      << std::string(2 << 20, 'x') << "\n"
+      << "[1,2]\n"
+      << R"({"seq":6,"at":1700000000000,"type":"job_state","state":"succeeded"})" << "\n";
+  CliRun r = RunBinary(tmp_, "tandem", {"events", run.string()});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("job succeeded"));
+  EXPECT_THAT(r.out, HasSubstr("job submitted   tasks=0"));
+  EXPECT_THAT(r.out, HasSubstr("devices released"));
+  EXPECT_THAT(r.out, HasSubstr("actor.0        running"));
+}
+
 TEST_F(Binaries, TandemdRefusesTheSubmitInsteadOfFailingAtLaunch) {
   DaemonProcess d(tmp_ / "state", {"--gpus", "0"});
   d.Start();

@@ -16,6 +16,7 @@
 
 #include "common/bounded_json.h"
 #include "common/log.h"
+#include "common/peer_state.h"
 #include "workers/inference/generate_json.h"
 
 namespace tandem::inference {
@@ -273,16 +274,19 @@ class Session : public HttpExchange, public std::enable_shared_from_this<Session
   }
 
   // Notices a client that goes away while its request is being worked on:
-  // the socket turns readable with nothing to read (EOF or reset). Data
-  // instead (a pipelined request) ends the watch for this request.
+  // the socket turns readable with EOF or a reset (common/peer_state.h).
+  // Data instead (a pipelined request) ends the watch for this request; a
+  // wakeup with nothing to say watches again.
   void WatchPeer(uint64_t gen) {
     auto self = shared_from_this();
     socket_.async_wait(tcp::socket::wait_read, [self, gen](boost::system::error_code ec) {
       if (ec || self->closed_ || !self->awaiting_ || self->request_gen_ != gen) return;
-      boost::system::error_code aec;
-      if (self->socket_.available(aec) == 0 || aec) {
-        log::Debug("http", "client went away path={}", self->path_);
-        self->Shutdown();
+      switch (PeekPeer(self->socket_.native_handle())) {
+        case PeerState::kGone:
+          log::Debug("http", "client went away path={}", self->path_);
+          return self->Shutdown();
+        case PeerState::kQuiet: return self->WatchPeer(gen);
+        case PeerState::kData: return;
       }
     });
   }

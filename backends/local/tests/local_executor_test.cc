@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -334,6 +335,27 @@ TEST_F(LocalExecutorTest, ReattachedTaskKilledWithoutARecordIsStatusUnknown) {
   EXPECT_NE(x->detail.find("no exit record"), std::string::npos);
   EXPECT_TRUE(exec_->Kill(ref).ok());  // the orphaned sleep carries the marker
   EXPECT_TRUE(local::FindProcessesWithEnv(Marker(ref)).empty());
+}
+
+// A task may leave anything at its exit record's path (common/task_file.h):
+// a FIFO (the old executor's open() waited on it forever, and the daemon's io
+// thread with it) or a symlink to /dev/zero (read forever). Either is no
+// record: the task ended with status unknown, at once.
+TEST_F(LocalExecutorTest, AnExitRecordPathTheTaskTurnedIntoAFifoOrSymlinkIsNoRecord) {
+  for (const std::string kind : {"fifo", "zero"}) {
+    SCOPED_TRACE(kind);
+    TaskRef ref = StartForeignTask(dir_.path(), "hostile" + kind, "sleep 30");
+    const std::string exit_path = ref.data["exit_path"].get<std::string>();
+    if (kind == "fifo") ASSERT_EQ(::mkfifo(exit_path.c_str(), 0600), 0);
+    else std::filesystem::create_symlink("/dev/zero", exit_path);
+    ASSERT_TRUE(exec_->Reattach(ref).ok());
+    ::kill(ref.data["pid"].get<pid_t>(), SIGKILL);  // the shim dies before writing its record
+    auto x = WaitExit(ref.task_id);
+    ASSERT_TRUE(x) << "the executor hung on the exit path";
+    EXPECT_FALSE(x->status_known) << x->ToJson().dump();
+    EXPECT_NE(x->detail.find("no exit record"), std::string::npos) << x->detail;
+    EXPECT_TRUE(exec_->Kill(ref).ok());
+  }
 }
 
 TEST_F(LocalExecutorTest, SubreaperReapsOrphanedDescendants) {

@@ -1,6 +1,8 @@
 // Slurm's end-of-step banners (end_reason.h), from real slurmstepd/srun text.
 #include "backends/slurm/end_reason.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -35,7 +37,10 @@ TEST(EndReason, ReadsTheFirstFileWithABanner) {
   std::ofstream(dir / "a") << "plain\n";
   std::ofstream(dir / "b") << std::string(100000, 'x') << "\n"
                            << "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT X DUE TO NODE FAILURE ***\n";
-  EXPECT_EQ(BannerInFiles({dir / "missing", dir / "a", dir / "b"}),
+  // The step's stderr is the task's: a FIFO or a symlink there is skipped, not waited on or followed.
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/zero", dir / "zero");
+  EXPECT_EQ(BannerInFiles({dir / "missing", dir / "fifo", dir / "zero", dir / "a", dir / "b"}),
             "STEP 1.0 ON n1 CANCELLED AT X DUE TO NODE FAILURE");
   std::filesystem::remove_all(dir);
 }

@@ -3,6 +3,8 @@
 // neither the record nor its .tmp behind, and a successful one reads back.
 #include "backends/slurm/submit_records.h"
 
+#include "common/task_file.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -32,7 +34,7 @@ TEST(SubmitRecords, AFailedWriteIsReportedAndLeavesNothing) {
 
   const fs::path ok = dir / "slurm-batch.json";
   ASSERT_TRUE(WriteJson(ok, {{"job_id", "12"}, {"tandem_job", "j"}}).ok());
-  auto back = ReadJson(ok);
+  auto back = ReadTaskJson(ok);
   ASSERT_TRUE(back);
   EXPECT_EQ((*back)["job_id"], "12");
   EXPECT_FALSE(fs::exists(dir / "slurm-batch.json.tmp"));

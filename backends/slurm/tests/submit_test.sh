@@ -53,7 +53,7 @@
 # shellcheck source=../../../tests/services/lib.sh
 . "$TANDEM_SOURCE_DIR/tests/services/lib.sh"
 need_service slurm SLURM_CONF
-CASE=${1:?usage: submit_test.sh run|cancel|scancel|reservation|restart|rejected|timelimit|crash-window|lost-submit|slow-step|slow-step-timeout [lib|cli|auto]}
+CASE=${1:?usage: submit_test.sh run|cancel|scancel|scancel-clean|reservation|restart|rejected|timelimit|crash-window|lost-submit|slow-step|slow-step-timeout [lib|cli|auto]}
 API=${2:-auto}
 unset SLURM_JOB_ID
 # shellcheck source=tandemd.sh
@@ -81,7 +81,11 @@ fails_cancelled_by_slurm() {
 # spec SLEEP [EXTRA_BACKEND_JSON]. "sleep && echo": Slurm's linuxproc
 # process tracking signals a step's processes one by one, so sh can outlive
 # its killed sleep; with ";" it would echo and exit 0 after a cancel.
+# With CLEAN_ON_TERM=1 the roles sleep in a loop and exit 0 on SIGTERM, as a
+# worker that shuts down cleanly when Slurm stops it.
 spec() {
+  local run="sleep $1 && echo"
+  [[ ${CLEAN_ON_TERM:-} == 1 ]] && run="trap 'exit 0' TERM; while :; do sleep 1; done; echo"
   cat >"$SCRATCH/job.json" <<JSON
 {
   "name": "slurm-submit-$CASE",
@@ -90,12 +94,12 @@ spec() {
   "env": {"JOB_LAYER": "job"},
   "roles": {
     "actor": {
-      "command": ["sh", "-c", "sleep $1 && echo actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
+      "command": ["sh", "-c", "$run actor CVD=\$CUDA_VISIBLE_DEVICES mine=\$ACTOR_ONLY job=\$SLURM_JOB_ID"],
       "gpus_per_replica": 2,
       "env": {"ACTOR_ONLY": "a"}
     },
     "rollout": {
-      "command": ["sh", "-c", "sleep $1 && echo rollout CVD=\$CUDA_VISIBLE_DEVICES mine=\$ROLLOUT_ONLY job=\$SLURM_JOB_ID"],
+      "command": ["sh", "-c", "$run rollout CVD=\$CUDA_VISIBLE_DEVICES mine=\$ROLLOUT_ONLY job=\$SLURM_JOB_ID"],
       "gpus_per_replica": 2,
       "colocate_with": "actor",
       "env": {"ROLLOUT_ONLY": "r"}
@@ -226,6 +230,19 @@ case $CASE in
     scancel "$batch"
     fails_cancelled_by_slurm "$id"  # sets st
     pass "batch job cancelled outside tandem: job failed with Slurm's reason ($(jq -r .detail <<<"$st"))"
+    ;;
+  scancel-clean)
+    CLEAN_ON_TERM=1 spec 0
+    submit_running  # sets id and batch
+    scancel "$batch"
+    fails_cancelled_by_slurm "$id"  # sets st
+    # The first task to end exited 0 on the SIGTERM: interrupted, not
+    # succeeded (the job stops the other: cancelled, or failed the same way).
+    failed=$(jq -c '[.tasks[] | select(.state == "failed") | {exit: .last_exit.exit_code, interrupted: .last_exit.interrupted}] | unique' <<<"$st")
+    [[ $failed == '[{"exit":0,"interrupted":true}]' ]] || fail "failed tasks of $id: $failed ($st)"
+    [[ -z $(jq -r '.tasks[] | select(.state != "failed" and .state != "cancelled") | .name' <<<"$st") ]] ||
+      fail "a task of $id neither failed nor cancelled: $st"
+    pass "clean exits after an outside scancel: job failed, tasks interrupted ($(jq -r .detail <<<"$st"))"
     ;;
   reservation)
     res=tandem-submit-res-$$

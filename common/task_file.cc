@@ -1,0 +1,89 @@
+// Files a task can write; see task_file.h.
+#include "common/task_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/bounded_json.h"
+
+namespace tandem {
+
+namespace {
+
+const char* KindOf(mode_t m) {
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a directory";
+  return "not a plain file";
+}
+
+}  // namespace
+
+StatusOr<UniqueFd> OpenTaskFile(const std::filesystem::path& path, int flags, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), flags | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound(path.string() + ": no such file");
+    // O_NOFOLLOW on a symlink; O_WRONLY|O_NONBLOCK on a FIFO without a reader.
+    if (err == ELOOP) return FailedPrecondition(path.string() + " is a symlink, not a regular file");
+    if (err == ENXIO) return FailedPrecondition(path.string() + " is a FIFO, not a regular file");
+    return ErrnoStatus("open " + path.string(), err);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path.string());
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path.string() + " is " + KindOf(st.st_mode) + ", not a regular file");
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0) return ErrnoStatus("fcntl " + path.string());
+  return fd;
+}
+
+StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t max_bytes, const std::filesystem::path& path) {
+  std::string data(max_bytes, '\0');
+  size_t got = 0;
+  while (got < max_bytes) {
+    const ssize_t n = ::pread(fd, data.data() + got, max_bytes - got, static_cast<off_t>(offset + got));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read " + path.string());
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  data.resize(got);
+  return data;
+}
+
+StatusOr<std::string> ReadTaskFile(const std::filesystem::path& path, size_t max_bytes) {
+  TANDEM_ASSIGN_OR_RETURN(UniqueFd fd, OpenTaskFile(path), "");
+  // One byte more than allowed tells a file at the limit from a larger one
+  // (its size may change while it is read: the size is not trusted).
+  TANDEM_ASSIGN_OR_RETURN(std::string data, ReadAt(fd.get(), 0, max_bytes + 1, path), "");
+  if (data.size() > max_bytes)
+    return ResourceExhausted(path.string() + " is larger than " + std::to_string(max_bytes) + " bytes");
+  return data;
+}
+
+StatusOr<std::string> ReadTaskFileTail(const std::filesystem::path& path, size_t max_bytes, bool* truncated) {
+  TANDEM_ASSIGN_OR_RETURN(UniqueFd fd, OpenTaskFile(path), "");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path.string());
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t from = size > max_bytes ? size - max_bytes : 0;
+  if (truncated) *truncated = from > 0;
+  return ReadAt(fd.get(), from, max_bytes, path);
+}
+
+std::optional<nlohmann::json> ReadTaskJson(const std::filesystem::path& path, size_t max_bytes) {
+  if (path.empty()) return std::nullopt;
+  auto text = ReadTaskFile(path, max_bytes);
+  if (!text.ok()) return std::nullopt;
+  auto j = ParseJsonBounded(*text);
+  if (!j.ok() || !j->is_object()) return std::nullopt;
+  return std::move(j).value();
+}
+
+}  // namespace tandem
