@@ -41,6 +41,13 @@ StatusOr<UniqueFd> OpenTaskFile(const std::filesystem::path& path, int flags, mo
   return fd;
 }
 
+StatusOr<std::ifstream> OpenTaskStream(const std::filesystem::path& path) {
+  TANDEM_ASSIGN_OR_RETURN(UniqueFd fd, OpenTaskFile(path), "");
+  std::ifstream in("/proc/self/fd/" + std::to_string(fd.get()), std::ios::binary);
+  if (!in) return ErrnoStatus("open " + path.string());
+  return in;
+}
+
 StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t max_bytes, const std::filesystem::path& path) {
   std::string data(max_bytes, '\0');
   size_t got = 0;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,11 @@ namespace tandem {
 // regular file ("... is a FIFO, not a regular file") or is a symlink; other
 // errors name the path and errno. The descriptor is blocking again once open.
 StatusOr<UniqueFd> OpenTaskFile(const std::filesystem::path& path, int flags = O_RDONLY, mode_t mode = 0644);
+
+// The same file as an input stream (for readers that go line by line with
+// a bound of their own): opened as OpenTaskFile opens it, then through
+// /proc/self/fd, so that the stream reads the file that was checked.
+StatusOr<std::ifstream> OpenTaskStream(const std::filesystem::path& path);
 
 // At most `max_bytes` from `offset` of an open file (fewer at its end).
 StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t max_bytes, const std::filesystem::path& path);

@@ -3,7 +3,6 @@
 
 #include <signal.h>
 
-
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "common/task_file.h"
 #include "orchestrator/report/bounded_lines.h"
 
 namespace tandem::report {
@@ -19,10 +20,8 @@ const std::vector<std::pair<int64_t, double>>& RlMetrics::Of(const std::string& 
 }
 
 StatusOr<RlMetrics> ReadRlMetrics(const std::string& metrics_path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(metrics_path, ec)) return NotFound(metrics_path + ": no such file");
-  std::ifstream in(metrics_path, std::ios::binary);
-  if (!in) return ErrnoStatus("open " + metrics_path);
+  // The actor writes this file; any task could have replaced it (common/task_file.h).
+  TANDEM_ASSIGN_OR_RETURN(std::ifstream in, OpenTaskStream(metrics_path), "");
   RlMetrics m;
   std::string text;
   bool too_long = false;

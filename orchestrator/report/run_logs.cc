@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/bounded_json.h"
+#include "common/task_file.h"
 #include "orchestrator/report/bounded_lines.h"
 
 namespace tandem::report {
@@ -98,8 +99,8 @@ StatusOr<json> ParseVersioned(std::string_view text) {
 
 template <typename Line, typename Parse>
 Status ReadFile(const fs::path& path, const char* name, Parse parse, std::vector<Line>& out, RunLogs& logs) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus("open " + path.string());
+  // A task may have left a FIFO or a symlink here (common/task_file.h).
+  TANDEM_ASSIGN_OR_RETURN(std::ifstream in, OpenTaskStream(path), "");
   std::string text;
   size_t line_no = 0;
   bool too_long = false;
@@ -188,8 +189,9 @@ StatusOr<RunLogs> ReadRunLogs(const std::string& run_dir) {
   logs.run_dir = run_dir;
   const fs::path handoff = fs::path(run_dir) / "handoff.jsonl";
   const fs::path residency = fs::path(run_dir) / "residency.jsonl";
-  logs.has_handoff = fs::is_regular_file(handoff, ec);
-  logs.has_residency = fs::is_regular_file(residency, ec);
+  // Anything at the path counts: a FIFO or a symlink is then refused by name.
+  logs.has_handoff = fs::exists(fs::symlink_status(handoff, ec));
+  logs.has_residency = fs::exists(fs::symlink_status(residency, ec));
   if (!logs.has_handoff && !logs.has_residency) {
     return NotFound(run_dir + ": no handoff.jsonl or residency.jsonl (the job had no colocated handoff)");
   }

@@ -52,7 +52,7 @@ PY
 run() {  # run SPEC NAME: tandem run, bounded; fails on a non-zero exit
   "$BIN/tandem" run "$1" --state-dir "$state" --gpus 0,1 >"$2.out" 2>"$2.err" &
   run_pid=$!
-  timeout 1500 tail --pid="$run_pid" -f /dev/null || fail "$2: the job did not end in 1500 s"
+  timeout 2400 tail --pid="$run_pid" -f /dev/null || fail "$2: the job did not end in 2400 s"
   local rc=0
   wait "$run_pid" || rc=$?
   run_pid=

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "kernels/common/parallel_for.h"
 #include "workers/checkpoint/checkpoint_writer.h"
 #include "workers/data/chat_template.h"
 #include "workers/data/prefix_dataset.h"
@@ -776,7 +777,10 @@ StatusOr<ActorResult> RunController(const ActorOptions& o, const control::Endpoi
 
 StatusOr<ActorResult> RunActor(const ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(CheckOptions(o));
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.threads > 0) {
+    at::set_num_threads(o.threads);
+    kernels::SetParallelForThreads(o.threads);  // the CPU kernels' loops too
+  }
   at::manual_seed(o.seed);
   std::string control_text = o.control.empty() ? Env("TANDEM_CONTROL") : o.control;
   if (control_text.empty())

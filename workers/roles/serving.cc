@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "kernels/common/parallel_for.h"
 #include "workers/inference/tagged_model.h"
 #include "workers/roles/model_wait.h"
 #include "workers/roles/port_file.h"
@@ -38,7 +39,10 @@ StatusOr<ServeStart> StartServing(const ServeOptions& o, const inference::Tagged
   TANDEM_RETURN_IF_ERROR(WaitForModelDir(o.model_dir, o.wait_for_model_s, "serve"));
   ServeStart s;
   s.stop_signals = BlockStopSignals();
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.threads > 0) {
+    at::set_num_threads(o.threads);
+    kernels::SetParallelForThreads(o.threads);  // the CPU kernels' loops too
+  }
   TANDEM_ASSIGN_OR_RETURN(s.port, ListenPort(o), "port");
   const bool cuda = o.device == "cuda";
   const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);

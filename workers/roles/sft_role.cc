@@ -16,6 +16,7 @@
 
 #include "common/bounded_json.h"
 #include "common/log.h"
+#include "kernels/common/parallel_for.h"
 #include "workers/checkpoint/checkpoint_fs.h"
 #include "workers/data/byte_tokenizer.h"
 #include "workers/data/chat_template.h"
@@ -185,7 +186,10 @@ StatusOr<SftHeldOut> SftHeldOutProblems(const SftOptions& o, const data::Dataset
 
 StatusOr<SftResult> RunSft(const SftOptions& o) {
   TANDEM_RETURN_IF_ERROR(CheckOptions(o));
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.threads > 0) {
+    at::set_num_threads(o.threads);
+    kernels::SetParallelForThreads(o.threads);  // the CPU kernels' loops too
+  }
   TANDEM_ASSIGN_OR_RETURN(const JsonLog log, JsonLog::Open(o.log_path), "sft");
   if (o.reuse_out)
     if (std::optional<SftResult> reused = ReusableOut(o, log)) return std::move(*reused);

@@ -2,6 +2,8 @@
 // residency.jsonl (issue #12 point 1): every bad line is skipped with a
 // warning and nothing throws, from reading through every view built on the
 // lines (the residency model and its JSON, the handoff text, the timeline).
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +12,7 @@
 
 #include "orchestrator/report/handoff_text.h"
 #include "orchestrator/report/residency_model.h"
+#include "orchestrator/report/rl_metrics.h"
 #include "orchestrator/report/run_logs.h"
 #include "orchestrator/report/timeline.h"
 
@@ -77,6 +80,21 @@ TEST_F(HostileRunLogsTest, SkipsEveryBadLineAndKeepsTheGoodOnes) {
   EXPECT_NO_THROW((void)ResidencyText(m));
   EXPECT_NO_THROW((void)HandoffLogText(*logs));
   EXPECT_NO_THROW((void)TimelineHtml(*logs));
+}
+
+// A task may also replace a log by a FIFO or a symlink to /dev/zero: the
+// readers refuse it at once instead of waiting on it or reading forever.
+TEST_F(HostileRunLogsTest, AFifoOrASymlinkIsRefusedNotReadForever) {
+  ASSERT_EQ(::mkfifo((dir_ / "handoff.jsonl").c_str(), 0600), 0);
+  auto logs = ReadRunLogs(dir_.string());
+  ASSERT_FALSE(logs.ok());
+  EXPECT_NE(logs.status().message().find("FIFO"), std::string::npos) << logs.status().ToString();
+  fs::remove(dir_ / "handoff.jsonl");
+  fs::create_symlink("/dev/zero", dir_ / "residency.jsonl");
+  logs = ReadRunLogs(dir_.string());
+  EXPECT_FALSE(logs.ok()) << "a symlink to /dev/zero was read";
+  fs::create_symlink("/dev/zero", dir_ / "metrics.jsonl");
+  EXPECT_EQ(ReadRlMetrics((dir_ / "metrics.jsonl").string()).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(HostileRunLogLineTest, OutOfRangeIntegersAreRefusedNotTruncated) {
