@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/bounded_json.h"
@@ -66,9 +67,13 @@ StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t max_bytes, const st
 
 StatusOr<std::string> ReadTaskFile(const std::filesystem::path& path, size_t max_bytes) {
   TANDEM_ASSIGN_OR_RETURN(UniqueFd fd, OpenTaskFile(path), "");
-  // One byte more than allowed tells a file at the limit from a larger one
-  // (its size may change while it is read: the size is not trusted).
-  TANDEM_ASSIGN_OR_RETURN(std::string data, ReadAt(fd.get(), 0, max_bytes + 1, path), "");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path.string());
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Up to one byte more than it held, within the limit plus one: a file that
+  // grew past the limit since is told from one at it (its size is not trusted).
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(size, max_bytes) + 1);
+  TANDEM_ASSIGN_OR_RETURN(std::string data, ReadAt(fd.get(), 0, want, path), "");
   if (data.size() > max_bytes)
     return ResourceExhausted(path.string() + " is larger than " + std::to_string(max_bytes) + " bytes");
   return data;

@@ -15,9 +15,19 @@
 
 namespace tandem::backends::slurm {
 
-bool HasExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms) {
+namespace {
+
+// The exit record at `exit_path` if it was written at or after `since_ms`.
+std::optional<nlohmann::json> ExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms) {
   auto j = ReadTaskJson(exit_path, local::kMaxExitRecordBytes);
-  return j && IntField(*j, "ended_at_ms", 0) >= since_ms;
+  if (!j || IntField(*j, "ended_at_ms", 0) < since_ms) return std::nullopt;
+  return j;
+}
+
+}  // namespace
+
+bool HasExitRecordSince(const std::filesystem::path& exit_path, int64_t since_ms) {
+  return ExitRecordSince(exit_path, since_ms).has_value();
 }
 
 AdoptedSteps::AdoptedSteps(boost::asio::io_context& io, boost::asio::thread_pool& workers, ExitCallback on_exit,
@@ -55,8 +65,7 @@ void AdoptedSteps::Check(const std::string& task_id) {
     if (!running) {
       banner = BannerInFiles({stderr_path, exit_path.empty() ? exit_path : std::filesystem::path(exit_path.string() + ".srun.log")});
       // The record tandem-exec wrote in the step, if it is this run's.
-      if (auto j = ReadTaskJson(exit_path, local::kMaxExitRecordBytes); j && IntField(*j, "ended_at_ms", 0) >= since)
-        exit = local::ReadExitRecord(exit_path, StringField(*j, "marker"));
+      if (auto j = ExitRecordSince(exit_path, since)) exit = local::ReadExitRecord(exit_path, StringField(*j, "marker"));
     }
     boost::asio::post(io_, [this, weak, task_id, running, exit = std::move(exit), banner]() mutable {
       if (!weak.lock()) return;
